@@ -1,0 +1,43 @@
+// Argument checks shared by the CPU and CUDA kernels. The Python API already validated user
+// input with friendlier messages; these protect direct calls of the torch.ops.ozaki operators.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "scheme.h"
+
+namespace ozaki {
+
+inline void check_matrix(const at::Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK(t.dim() == 2, op, ": ", name, " must be 2-D, got ", t.dim(), "-D");
+  TORCH_CHECK(t.scalar_type() == at::kDouble || t.scalar_type() == at::kFloat, op, ": ", name,
+              " must be float64 or float32, got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous");
+}
+
+inline void check_row_vector(const at::Tensor& t, int64_t rows, at::ScalarType dtype, const char* op,
+                             const char* name) {
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == rows && t.scalar_type() == dtype && t.is_contiguous(), op,
+              ": ", name, " must be a contiguous 1-D ", dtype, " tensor of length ", rows, ", got ",
+              t.sizes(), " ", t.scalar_type());
+}
+
+inline void check_slices(int64_t slices, const char* op) {
+  TORCH_CHECK(slices >= 1 && slices <= kMaxSlices, op, ": slices must be in [1, ", kMaxSlices,
+              "], got ", slices);
+}
+
+// beta for the inner dimension, or a clear error when k is too large for exact FP16 products.
+inline int digit_bits_checked(int64_t k, const char* op) {
+  const int beta = digit_bits_for(k);
+  TORCH_CHECK(beta >= 1, op, ": inner dimension k = ", k,
+              " is too large for exact FP16 slice products (k must be <= 2^22)");
+  return beta;
+}
+
+// Slices are stored with rows padded to a multiple of 8 halves (16 bytes) for the tensor cores;
+// the padding holds zeros, which add nothing to the exact products.
+inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }
+
+}  // namespace ozaki

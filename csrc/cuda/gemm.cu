@@ -1,0 +1,155 @@
+// CUDA kernel of ozaki::gemm_fp16 (docs/algorithm.md): FP16 slices, exact slice products through
+// cublasGemmEx on the tensor cores, and the fixed-order FP64 sum of csrc/scheme.h.
+//
+// Per chunk of rows of A and columns of B: the A-slices are stacked into one (slices * rows, k)
+// operand, so each B-slice q needs one GEMM that yields P(p, q) for every kept p at once (slices
+// GEMMs per chunk instead of one per pair); then one pass reads each exact product once and writes
+// C. Exactness makes the result independent of chunking, GEMM algorithm and stream.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Exceptions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../checks.h"
+#include "../workspace.h"
+#include "split.cuh"
+
+namespace ozaki::cuda {
+namespace {
+
+// Default workspace budget when the caller passes 0 (docs/api.md, "Workspace").
+constexpr int64_t kDefaultWorkspaceBytes = int64_t(8) << 30;
+// The products' leading dimension is padded to 32 bytes for the GEMM's output stores.
+constexpr int64_t kProductColumnAlign = 8;
+
+template <typename T>
+struct Operands {
+  const T* a;
+  const T* bt;
+  int64_t k;
+  const int* tau_a;
+  const int* tau_b;
+  const bool* nonfinite_a;
+  const bool* nonfinite_b;
+};
+
+// One thread per entry of the chunk: sums the exact products of its entry level by level.
+template <typename T>
+__global__ void accumulate_kernel(const float* products, PairLayout layout, int64_t rows,
+                                  int64_t cols, int64_t first_row, int64_t first_col, int64_t n,
+                                  int beta, Operands<T> in, T* out) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  const int64_t gj = first_col + j;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const int64_t gi = first_row + i;
+    const double value =
+        (in.nonfinite_a[gi] || in.nonfinite_b[gj])
+            ? nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k)
+            : sum_levels(products, layout, i, j, beta, in.tau_a[gi] + in.tau_b[gj]);
+    out[gi * n + gj] = static_cast<T>(value);
+  }
+}
+
+// C^T (col-major, cols x stacked_rows) = Bq^T * A_stack^T: with both operands K-major this is the
+// "TN" layout the FP16 tensor-core kernels prefer.
+void slice_products(cublasHandle_t handle, const __half* b_slice, const __half* a_stacked,
+                    int64_t cols, int64_t stacked_rows, int64_t k_stride, float* products,
+                    int64_t ld) {
+  const float one = 1.0f, zero = 0.0f;
+  TORCH_CUDABLAS_CHECK(cublasGemmEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(stacked_rows),
+      static_cast<int>(k_stride), &one, b_slice, CUDA_R_16F, static_cast<int>(k_stride), a_stacked,
+      CUDA_R_16F, static_cast<int>(k_stride), &zero, products, CUDA_R_32F, static_cast<int>(ld),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+template <typename T>
+void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool fast, int beta,
+                 int64_t budget, T* out, const at::TensorOptions& options) {
+  const int64_t k_stride = padded_inner(in.k);
+  const PairLayout pairs_shape{slices, fast, 0, 0};
+  const WorkspaceShape shape{k_stride, slices, pairs_shape.total_blocks(), 2, 4, kProductColumnAlign};
+  ChunkPlan plan = plan_chunks(m, n, shape, budget);
+  // cuBLAS takes int sizes: the stacked operand must stay below 2^31 rows.
+  plan.rows = std::min<int64_t>(plan.rows, (int64_t(1) << 31) / (slices + 1));
+  const int64_t ld = round_up(plan.cols, kProductColumnAlign);
+
+  at::Tensor a_slices = at::empty({slices * plan.rows * k_stride}, options.dtype(at::kHalf));
+  at::Tensor b_slices = at::empty({slices * plan.cols * k_stride}, options.dtype(at::kHalf));
+  at::Tensor products = at::empty({pairs_shape.total_blocks() * plan.rows * ld}, options.dtype(at::kFloat));
+  auto* a_half = reinterpret_cast<__half*>(a_slices.mutable_data_ptr<at::Half>());
+  auto* b_half = reinterpret_cast<__half*>(b_slices.mutable_data_ptr<at::Half>());
+  float* product_data = products.mutable_data_ptr<float>();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  const bool single_row_chunk = plan.rows >= m;
+
+  if (single_row_chunk) {
+    launch_split_rows(in.a, in.k, 0, m, k_stride, in.tau_a, slices, beta, a_half, stream);
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
+    const int64_t cols = std::min(plan.cols, n - j0);
+    launch_split_rows(in.bt, in.k, j0, cols, k_stride, in.tau_b, slices, beta, b_half, stream);
+    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
+      const int64_t rows = std::min(plan.rows, m - i0);
+      if (!single_row_chunk) {
+        launch_split_rows(in.a, in.k, i0, rows, k_stride, in.tau_a, slices, beta, a_half, stream);
+      }
+      const PairLayout layout{slices, fast, rows, ld};
+      for (int q = 0; q < slices; ++q) {
+        slice_products(handle, b_half + q * cols * k_stride, a_half, cols, layout.rows_for(q) * rows,
+                       k_stride, product_data + layout.block_start(q) * rows * ld, ld);
+      }
+      constexpr int threads = 128;
+      const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)),
+                      static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+      accumulate_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0,
+                                                         n, beta, in, out);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+}
+
+at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                     const at::Tensor& tau_b, const at::Tensor& nonfinite_a,
+                     const at::Tensor& nonfinite_b, int64_t slices, bool fast,
+                     int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_fp16";
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  TORCH_CHECK(a.scalar_type() == bt.scalar_type(), op, ": a and bt must have the same dtype, got ",
+              a.scalar_type(), " and ", bt.scalar_type());
+  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
+              a.size(1), " and ", bt.size(1));
+  for (const at::Tensor* t : {&bt, &tau_a, &tau_b, &nonfinite_a, &nonfinite_b}) {
+    TORCH_CHECK(t->device() == a.device(), op, ": every tensor must be on ", a.device(), ", got ",
+                t->device());
+  }
+  check_slices(slices, op);
+  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
+  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
+  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
+  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  const int beta = digit_bits_checked(k, op);
+  at::Tensor out = at::empty({m, n}, a.options());
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const Operands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
+                                tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
+                                nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
+    gemm_chunks<scalar_t>(in, m, n, static_cast<int>(slices), fast, beta, budget,
+                          out.mutable_data_ptr<scalar_t>(), a.options());
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("gemm_fp16", &gemm_fp16); }
+
+}  // namespace ozaki::cuda

@@ -1,0 +1,152 @@
+// CUDA kernels of the split (docs/algorithm.md, "Split") and the ozaki::row_stats and
+// ozaki::split_rows operators. The per-entry arithmetic is csrc/scheme.h, shared with the CPU.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../checks.h"
+#include "split.cuh"
+
+namespace ozaki::cuda {
+namespace {
+
+constexpr int kStatsThreads = 256;
+
+// One block per row: each thread folds a strided part of the row, then warps and the block merge.
+template <typename T>
+__global__ void row_stats_kernel(const T* a, int64_t k, int* tau, int* bit_span, bool* nonfinite) {
+  const int64_t row = blockIdx.x;
+  const T* entries = a + row * k;
+  RowStats stats;
+  for (int64_t l = threadIdx.x; l < k; l += blockDim.x) stats.add(static_cast<double>(entries[l]));
+  for (int offset = 16; offset > 0; offset /= 2) {
+    stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
+                __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
+                __shfl_xor_sync(0xffffffffu, static_cast<int>(stats.nonfinite), offset) != 0);
+  }
+  __shared__ int warp_max[kStatsThreads / 32], warp_low[kStatsThreads / 32];
+  __shared__ bool warp_flag[kStatsThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    warp_max[warp] = stats.max_exponent;
+    warp_low[warp] = stats.lowest_bit;
+    warp_flag[warp] = stats.nonfinite;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    RowStats total;
+    for (int w = 0; w < kStatsThreads / 32; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
+    tau[row] = total.tau();
+    bit_span[row] = total.bit_span();
+    nonfinite[row] = total.nonfinite;
+  }
+}
+
+// Each thread splits 4 consecutive entries and writes each of their slices as one 8-byte store.
+template <typename T>
+__global__ void split_rows_kernel(const T* a, int64_t k, int64_t first_row, int64_t rows,
+                                  int64_t k_stride, const int* tau, int slices, int beta,
+                                  __half* out) {
+  const int64_t groups_per_row = k_stride / 4;
+  const int64_t groups = rows * groups_per_row;
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+       g += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = g / groups_per_row;
+    const int64_t l0 = (g - r * groups_per_row) * 4;
+    const int row_tau = tau[first_row + r];
+    const T* entries = a + (first_row + r) * k;
+    double remainder[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int64_t l = l0 + c;
+      remainder[c] = scaled_entry(l < k ? static_cast<double>(entries[l]) : 0.0, row_tau);
+    }
+    for (int p = 0; p < slices; ++p) {
+      __align__(8) __half digits[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) digits[c] = __double2half(next_slice(&remainder[c], p, beta));
+      *reinterpret_cast<uint2*>(out + (p * rows + r) * k_stride + l0) =
+          *reinterpret_cast<const uint2*>(digits);
+    }
+  }
+}
+
+int grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
+  return static_cast<int>(std::max<int64_t>(1, std::min(blocks, cap)));
+}
+
+}  // namespace
+
+template <typename T>
+void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span, bool* nonfinite,
+                      cudaStream_t stream) {
+  if (rows == 0) return;
+  row_stats_kernel<T><<<rows, kStatsThreads, 0, stream>>>(a, k, tau, bit_span, nonfinite);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void launch_split_rows(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
+                       const int* tau, int slices, int beta, __half* out, cudaStream_t stream) {
+  TORCH_INTERNAL_ASSERT(k_stride % 4 == 0 && k_stride >= k);
+  if (rows == 0 || k_stride == 0) return;
+  constexpr int threads = 256;
+  split_rows_kernel<T><<<grid_for(rows * (k_stride / 4), threads), threads, 0, stream>>>(
+      a, k, first_row, rows, k_stride, tau, slices, beta, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template void launch_row_stats<float>(const float*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
+template void launch_row_stats<double>(const double*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
+template void launch_split_rows<float>(const float*, int64_t, int64_t, int64_t, int64_t, const int*,
+                                       int, int, __half*, cudaStream_t);
+template void launch_split_rows<double>(const double*, int64_t, int64_t, int64_t, int64_t, const int*,
+                                        int, int, __half*, cudaStream_t);
+
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
+  check_matrix(a, "ozaki::row_stats", "a");
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t rows = a.size(0), k = a.size(1);
+  auto tau = at::empty({rows}, a.options().dtype(at::kInt));
+  auto bit_span = at::empty({rows}, a.options().dtype(at::kInt));
+  auto nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::row_stats", [&] {
+    launch_row_stats(a.const_data_ptr<scalar_t>(), rows, k, tau.mutable_data_ptr<int>(),
+                     bit_span.mutable_data_ptr<int>(), nonfinite.mutable_data_ptr<bool>(),
+                     at::cuda::getCurrentCUDAStream());
+  });
+  return {tau, bit_span, nonfinite};
+}
+
+at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices) {
+  check_matrix(a, "ozaki::split_rows", "a");
+  check_slices(slices, "ozaki::split_rows");
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t rows = a.size(0), k = a.size(1);
+  check_row_vector(tau, rows, at::kInt, "ozaki::split_rows", "tau");
+  TORCH_CHECK(tau.device() == a.device(), "ozaki::split_rows: tau must be on ", a.device());
+  const int beta = digit_bits_checked(k, "ozaki::split_rows");
+  const int64_t k_stride = padded_inner(k);
+  auto padded = at::empty({slices, rows, k_stride}, a.options().dtype(at::kHalf));
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::split_rows", [&] {
+    launch_split_rows(a.const_data_ptr<scalar_t>(), k, 0, rows, k_stride, tau.const_data_ptr<int>(),
+                      static_cast<int>(slices), beta,
+                      reinterpret_cast<__half*>(padded.mutable_data_ptr<at::Half>()),
+                      at::cuda::getCurrentCUDAStream());
+  });
+  return padded.narrow(2, 0, k).contiguous();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
+  m.impl("row_stats", &row_stats);
+  m.impl("split_rows", &split_rows);
+}
+
+}  // namespace ozaki::cuda

@@ -1,0 +1,22 @@
+// Launchers of the CUDA split kernels, shared by the split operators and the GEMM path.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ozaki::cuda {
+
+// Per-row tau, bit span and non-finite flag of a (rows, k) row-major matrix.
+template <typename T>
+void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span, bool* nonfinite,
+                      cudaStream_t stream);
+
+// FP16 slices of rows [first_row, first_row + rows) of a (row-major, k columns), written to
+// out[(p * rows + r) * k_stride + l]; columns k .. k_stride - 1 (k_stride % 4 == 0) are zeroed.
+template <typename T>
+void launch_split_rows(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
+                       const int* tau, int slices, int beta, __half* out, cudaStream_t stream);
+
+}  // namespace ozaki::cuda

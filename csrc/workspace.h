@@ -1,0 +1,54 @@
+// Chunking of the product over rows of A and columns of B so the slices and the exact slice
+// products of one chunk fit a workspace budget. Chunking never changes the bits: every entry is
+// computed from the same slices in the same order whatever the chunk (docs/algorithm.md, "Sum").
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ozaki {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+struct ChunkPlan {
+  int64_t rows;  // rows of A (and C) per chunk
+  int64_t cols;  // columns of B (and C) per chunk
+};
+
+struct WorkspaceShape {
+  int64_t k_stride;       // padded inner dimension of the stored slices
+  int slices;
+  int64_t pair_blocks;    // PairLayout::total_blocks()
+  int64_t slice_bytes;    // bytes per stored slice digit
+  int64_t product_bytes;  // bytes per exact slice-product entry
+  int64_t col_align;      // leading dimension of the products is a multiple of this
+
+  int64_t bytes_for(int64_t rows, int64_t cols) const {
+    const int64_t slices_bytes = slices * (rows + cols) * k_stride * slice_bytes;
+    const int64_t products = pair_blocks * rows * round_up(cols, col_align) * product_bytes;
+    return slices_bytes + products;
+  }
+};
+
+// Halves the larger chunk side until the workspace fits the budget (or both sides reach the
+// minimum that keeps the slice GEMMs efficient; the budget is then exceeded rather than failing).
+inline ChunkPlan plan_chunks(int64_t m, int64_t n, const WorkspaceShape& shape, int64_t budget_bytes) {
+  constexpr int64_t kMinSide = 256;
+  constexpr int64_t kAlign = 64;
+  auto side = [&](int64_t extent, int64_t parts) {
+    return std::min(extent, round_up(ceil_div(extent, parts), kAlign));
+  };
+  int64_t row_parts = 1, col_parts = 1;
+  ChunkPlan plan{m, n};
+  while (shape.bytes_for(plan.rows, plan.cols) > budget_bytes &&
+         (plan.rows > kMinSide || plan.cols > kMinSide)) {
+    if (plan.rows >= plan.cols) row_parts *= 2; else col_parts *= 2;
+    plan = ChunkPlan{side(m, row_parts), side(n, col_parts)};
+  }
+  plan.rows = std::max<int64_t>(plan.rows, 1);
+  plan.cols = std::max<int64_t>(plan.cols, 1);
+  return plan;
+}
+
+}  // namespace ozaki

@@ -1,0 +1,22 @@
+"""ozaki: FP64 and FP32 matrix products from exact FP16 tensor-core products (Ozaki scheme I).
+
+    >>> import torch, ozaki
+    >>> C = ozaki.dgemm(torch.randn(64, 32, dtype=torch.float64), torch.randn(32, 16, dtype=torch.float64))
+
+See docs/ for the algorithm, the accuracy contract and the benchmarks.
+"""
+
+import importlib
+
+from .gemm import dgemm, plan, sgemm
+from .slicing import SlicePlan
+
+__version__ = "0.1.0"
+__all__ = ["dgemm", "sgemm", "plan", "SlicePlan", "accuracy", "__version__"]
+
+
+def __getattr__(name):
+    # ozaki.accuracy pulls in mpmath and numpy: load it on first use only.
+    if name == "accuracy":
+        return importlib.import_module(".accuracy", __name__)
+    raise AttributeError(f"module 'ozaki' has no attribute {name!r}")

@@ -1,0 +1,42 @@
+"""Thin wrappers over the C++ operators (schemas in csrc/ozaki.cpp)."""
+
+import os
+
+import torch
+
+from . import _C  # noqa: F401  (loading the library registers torch.ops.ozaki.*)
+
+
+def cuda_backend_built() -> bool:
+    """Whether this build of ozaki has the CUDA backend (setup.py decides at build time)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key("ozaki::gemm_fp16", "CUDA")
+
+
+def workspace_bytes() -> int:
+    """Workspace budget from OZAKI_WORKSPACE_MB; 0 lets the backend use its default."""
+    value = os.environ.get("OZAKI_WORKSPACE_MB", "")
+    if not value:
+        return 0
+    try:
+        megabytes = int(value)
+    except ValueError:
+        raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}") from None
+    if megabytes <= 0:
+        raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
+    return megabytes << 20
+
+
+def row_stats(a: torch.Tensor):
+    """Per row of a contiguous (rows, k) matrix: (tau, bit_span, nonfinite)."""
+    return torch.ops.ozaki.row_stats(a)
+
+
+def split_rows(a: torch.Tensor, tau: torch.Tensor, slices: int) -> torch.Tensor:
+    """The FP16 slices of every row of a, scaled by 2^-tau: shape (slices, rows, k)."""
+    return torch.ops.ozaki.split_rows(a, tau, slices)
+
+
+def gemm_fp16(a, bt, stats_a, stats_b, slices: int, fast: bool, workspace: int = 0):
+    """a @ bt.T with FP16 slices; stats_* are row_stats of a and bt."""
+    return torch.ops.ozaki.gemm_fp16(a, bt, stats_a[0], stats_b[0], stats_a[2], stats_b[2],
+                                     slices, fast, workspace)

@@ -1,0 +1,77 @@
+"""Slice counts and digit widths of Ozaki scheme I with FP16 slices (docs/algorithm.md).
+
+Mirrors the integer formulas of csrc/scheme.h so the Python layer can report and choose plans;
+tests/test_slicing.py checks the two agree through the split operator.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+#: Hard limit on slices per operand (csrc/scheme.h, kMaxSlices).
+MAX_SLICES = 40
+#: FP16 holds 11 significand bits: digit magnitudes are capped there.
+MAX_DIGIT_BITS = 11
+#: Significand bits of the formats whose products ozaki computes.
+SIGNIFICAND_BITS = {torch.float64: 53, torch.float32: 24}
+
+
+def ceil_log2(k: int) -> int:
+    return (k - 1).bit_length() if k > 1 else 0
+
+
+def digit_bits_for(k: int) -> int:
+    """beta: slice digits satisfy |d| <= 2^beta, so 2 beta + ceil(log2 k) <= 24 keeps every FP16
+    slice GEMM with FP32 accumulation exact. Below 1 when k is too large (k > 2^22)."""
+    return min(MAX_DIGIT_BITS, (24 - ceil_log2(k)) // 2)
+
+
+def grid_step_bits(beta: int) -> int:
+    """Digits are rounded to nearest, so every slice after the first adds beta + 1 bits."""
+    return beta + 1
+
+
+def bits_captured(slices: int, beta: int) -> int:
+    """Bits below a row's leading power of two that `slices` slices represent exactly."""
+    return beta + (slices - 1) * grid_step_bits(beta)
+
+
+def slices_for_bits(bits: int, beta: int) -> int:
+    """Smallest slice count with bits_captured(slices, beta) >= bits."""
+    if bits <= beta:
+        return 1
+    step = grid_step_bits(beta)
+    return 1 + -(-(bits - beta) // step)
+
+
+def full_split_cap(k: int, dtype: torch.dtype) -> int:
+    """Most slices the automatic full split uses: enough for 2p + ceil(log2 k) bits below each
+    row's leading bit (p = 53 for float64, 24 for float32). What is cut off weighs at most
+    2^-2p * max_l |a_il| * max_l |b_lj| in C_ij; it matters only for rows or columns whose entries
+    span more than p binades, or for results far smaller than those maxima."""
+    bits = 2 * SIGNIFICAND_BITS[dtype] + ceil_log2(k)
+    return min(MAX_SLICES, slices_for_bits(bits, digit_bits_for(k)))
+
+
+def pair_count(slices: int, fast: bool) -> int:
+    """Slice products (GEMM-equivalents of the full shape) the scheme computes."""
+    return slices * (slices + 1) // 2 if fast else slices * slices
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """How a product is computed: slices per operand, digit width and GEMM count."""
+
+    slices: int
+    fast: bool
+    beta: int
+    gemms: int
+    bits_captured: int
+    full_split_slices: int  # slices the exact (zero-remainder) split would need
+    capped: bool            # True when the automatic full split was cut at full_split_cap
+
+    def __str__(self):
+        mode = "fast" if self.fast else "all pairs"
+        cap = f", capped from {self.full_split_slices}" if self.capped else ""
+        return (f"{self.slices} slices{cap} ({mode}: {self.gemms} FP16 GEMMs), beta = {self.beta}, "
+                f"{self.bits_captured} bits per row")

@@ -1,0 +1,89 @@
+"""Build switch for ozaki._C: CPU sources always, CUDA sources when torch has CUDA and nvcc exists.
+
+Environment overrides: OZAKI_FORCE_CPU=1 builds the CPU backend only; OZAKI_FORCE_CUDA=1 fails
+instead of silently dropping the CUDA backend; OZAKI_CUDA_ARCHS (default "90") lists the
+compute capabilities to build machine code for.
+"""
+
+import glob
+import os
+import shutil
+
+from setuptools import setup
+from torch.utils import cpp_extension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# The summation must not be contracted into FMAs or reassociated (docs/algorithm.md, "Sum").
+CXX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math"]
+NVCC_FLAGS = ["-O3", "-fmad=false", "--ftz=false", "--prec-div=true",
+              "--prec-sqrt=true", "-Xcompiler", "-ffp-contract=off"]
+
+
+def env_flag(name):
+    return os.environ.get(name, "0") not in ("", "0")
+
+
+def find_nvcc():
+    home = cpp_extension.CUDA_HOME
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return home
+    return None
+
+
+def cuda_library_dirs():
+    """cuBLAS headers and libraries: the toolkit's own, else those of torch's nvidia wheels."""
+    include_dirs, library_dirs, link_args = [], [], []
+    home = cpp_extension.CUDA_HOME
+    if not os.path.exists(os.path.join(home, "include", "cublas_v2.h")):
+        import nvidia  # installed with torch's CUDA wheels
+
+        for base in nvidia.__path__:
+            for sub in glob.glob(os.path.join(base, "cu*")):
+                if os.path.exists(os.path.join(sub, "include", "cublas_v2.h")):
+                    include_dirs.append(os.path.join(sub, "include"))
+                    library_dirs.append(os.path.join(sub, "lib"))
+        if not include_dirs:
+            raise RuntimeError("cublas_v2.h found neither in CUDA_HOME nor in torch's nvidia wheels")
+    libs = glob.glob(os.path.join(home, "lib64", "libcublas.so*")) or [
+        lib for d in library_dirs for lib in glob.glob(os.path.join(d, "libcublas.so*"))]
+    if not libs:
+        raise RuntimeError("libcublas.so not found in CUDA_HOME/lib64 nor in torch's nvidia wheels")
+    for lib in libs:
+        library_dirs.append(os.path.dirname(lib))
+    # Link the exact soname: the wheels ship libcublas.so.13 without the unversioned link.
+    link_args.append("-l:" + os.path.basename(min(libs, key=len)))
+    return include_dirs, sorted(set(library_dirs)), link_args
+
+
+def make_extension():
+    cpu_sources = ["csrc/ozaki.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
+    cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
+    import torch
+
+    want_cuda = torch.version.cuda is not None and find_nvcc() is not None and bool(cuda_sources)
+    if env_flag("OZAKI_FORCE_CPU"):
+        want_cuda = False
+    elif env_flag("OZAKI_FORCE_CUDA") and not want_cuda:
+        raise RuntimeError(
+            f"OZAKI_FORCE_CUDA=1 but the CUDA backend cannot be built: torch.version.cuda="
+            f"{torch.version.cuda!r}, CUDA_HOME={cpp_extension.CUDA_HOME!r}")
+    if not want_cuda:
+        print("ozaki: building the CPU backend only")
+        return cpp_extension.CppExtension(
+            "ozaki._C", cpu_sources, extra_compile_args={"cxx": CXX_FLAGS},
+            py_limited_api=False)
+    archs = os.environ.get("OZAKI_CUDA_ARCHS", "90").split(",")
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    include_dirs, library_dirs, link_args = cuda_library_dirs()
+    print(f"ozaki: building the CPU and CUDA backends (sm_{', sm_'.join(archs)})")
+    return cpp_extension.CUDAExtension(
+        "ozaki._C", cpu_sources + cuda_sources,
+        include_dirs=include_dirs, library_dirs=library_dirs, extra_link_args=link_args,
+        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + gencode})
+
+
+setup(
+    ext_modules=[make_extension()],
+    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
+)
