@@ -37,8 +37,8 @@ def _check_options(name, slices, fast, rounding):
         raise TypeError(f"{name}: slices must be an int or None, got {type(slices).__name__} {slices!r}")
     if slices is not None and not 1 <= slices <= MAX_SLICES:
         raise ValueError(f"{name}: slices must be between 1 and {MAX_SLICES}, got {slices}")
-    if not isinstance(fast, bool):
-        raise TypeError(f"{name}: fast must be a bool, got {type(fast).__name__} {fast!r}")
+    if fast is not None and not isinstance(fast, bool):
+        raise TypeError(f"{name}: fast must be a bool or None, got {type(fast).__name__} {fast!r}")
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"{name}: rounding must be None or 'nearest', got {rounding!r}")
     if rounding == "nearest":
@@ -51,7 +51,14 @@ def _row_operands(A, B):
     return A.contiguous(), B.t().contiguous()
 
 
+def _resolve_fast(slices, fast):
+    """fast=None: fast mode for a given slice count; all pairs for the automatic full split, whose
+    point is the exact product (fast mode would drop pairs that can matter at the last bit)."""
+    return (slices is not None) if fast is None else fast
+
+
 def _plan_from_stats(k, dtype, span_a, span_b, slices, fast):
+    fast = _resolve_fast(slices, fast)
     beta = digit_bits_for(k)
     if beta < 1:
         raise ValueError(f"inner dimension k = {k} is too large for exact FP16 slice products "
@@ -78,11 +85,11 @@ def _product(name, A, B, dtype, slices, fast, rounding, want_plan=False):
     a, bt = _row_operands(A, B)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
     plan = _plan_from_stats(k, dtype, stats_a[1], stats_b[1], slices, fast)
-    C = _ops.gemm_fp16(a, bt, stats_a, stats_b, plan.slices, fast, _ops.workspace_bytes())
+    C = _ops.gemm_fp16(a, bt, stats_a, stats_b, plan.slices, plan.fast, _ops.workspace_bytes())
     return (C, plan) if want_plan else C
 
 
-def dgemm(A, B, *, slices=None, fast=True, rounding=None):
+def dgemm(A, B, *, slices=None, fast=None, rounding=None):
     """C = A @ B for float64 matrices, computed from exact FP16 slice products (Ozaki scheme I).
 
     Args:
@@ -92,9 +99,11 @@ def dgemm(A, B, *, slices=None, fast=True, rounding=None):
             column of B and cost more GEMMs: s(s+1)/2 in fast mode, s^2 otherwise. None splits
             until nothing is left (every entry represented exactly), capped at enough slices for
             2*53 + ceil(log2 k) bits below each row's largest entry (ozaki.slicing.full_split_cap).
-        fast: keep only the slice pairs with p + q <= s + 1 (1-based), dropping the products
-            smaller than the kept ones' truncation level; about log2(s) bits less for half the
-            GEMMs.
+        fast: True keeps only the slice pairs with p + q <= s + 1 (1-based), dropping products
+            below the kept ones' truncation level: about log2(s) bits less for s(s+1)/2 instead
+            of s^2 GEMMs. False keeps all pairs. None (default) means True when `slices` is
+            given and False for the automatic full split, so that `dgemm(A, B)` is the exact
+            product of the inputs rounded once (unless the cap applies).
         rounding: None (the default FP64 sum); "nearest" is reserved for the correctly rounded
             mode and not available yet.
 
@@ -112,7 +121,7 @@ def dgemm(A, B, *, slices=None, fast=True, rounding=None):
     return _product("ozaki.dgemm", A, B, torch.float64, slices, fast, rounding)
 
 
-def sgemm(A, B, *, slices=None, fast=True, rounding=None):
+def sgemm(A, B, *, slices=None, fast=None, rounding=None):
     """C = A @ B for float32 matrices: ozaki.dgemm's scheme and promises with float32 in and out.
 
     The slices come from the exact float32 values, the sum is formed in FP64 exactly as in
@@ -122,7 +131,7 @@ def sgemm(A, B, *, slices=None, fast=True, rounding=None):
     return _product("ozaki.sgemm", A, B, torch.float32, slices, fast, rounding)
 
 
-def plan(A, B, *, slices=None, fast=True):
+def plan(A, B, *, slices=None, fast=None):
     """The SlicePlan dgemm/sgemm would use for these operands (slices, beta, GEMM count)."""
     if not isinstance(A, torch.Tensor) or A.dtype not in (torch.float64, torch.float32):
         raise TypeError(f"ozaki.plan: A must be a float64 or float32 tensor, got "

@@ -1,0 +1,723 @@
+"""Benchmark ozaki.dgemm / ozaki.sgemm against torch's native matmul and the FP16 GEMM floor.
+
+    python -m ozaki.bench --sizes 2048 4096 8192 16384 --json bench.json --markdown bench.md
+    python -m ozaki.bench --shape 4096 16384 2048 --device cpu
+
+For every shape (m, k, n) the same run measures, on the same phi-matrix inputs:
+
+* native DGEMM (torch.matmul, float64) and native SGEMM (torch.matmul on float32 copies, TF32
+  switched off for the measurement);
+* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit"), and ozaki.plan alone;
+* ozaki.dgemm with the automatic slice count, at the fixed slice counts of --slices (fast mode)
+  and of --all-pairs-slices (all pairs), and ozaki.sgemm with the automatic slice count.
+
+Columns: time is the median of --repeats timed runs after --warmup untimed ones (CUDA events on
+the GPU, perf_counter on the CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row;
+"x native" is the speed-up over native DGEMM (dgemm rows) or native SGEMM (sgemm rows); the floor
+of an ozaki row is its number of slice GEMMs times the floor unit's time, and "of floor" is
+floor time / ozaki time (100% would be an ozaki product as fast as its GEMMs alone).
+
+Accuracy: a --samples x --samples grid of entries (ozaki.accuracy.sample_entries) is checked
+against exact products (ozaki.accuracy.exact_matmul), computed once per shape: one for the float64
+inputs, one for their float32 copies (the reference of the sgemm rows). The sampled rows of A and
+columns of B are gathered on the device and only they go to the host, which by the sampling
+convention of ozaki.accuracy gives the same values as passing rows=/cols= with the whole matrices,
+without copying whole matrices to the host for every row. Reported: median and max relative
+error and max componentwise error |C - AB| / (|A||B|) over the sample.
+
+JSON and markdown outputs are rewritten after every row, so an interrupted run keeps what it
+measured (meta.complete says whether the run finished).
+"""
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import ozaki
+from ozaki import accuracy
+from ozaki.slicing import MAX_SLICES
+
+#: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
+LARGE_PRODUCT = 16384 ** 3
+#: ozaki's FP16 slice products are exact only for k <= 2^22 (ozaki.slicing.digit_bits_for).
+MAX_INNER = 1 << 22
+DEFAULT_SIZES = {"cuda": [2048, 4096, 8192], "cpu": [128, 256]}
+FLOOR_FP32_OUT = "torch.mm(float16, float16, out_dtype=float32)"
+FLOOR_FP16_OUT = "torch.matmul(float16, float16) -> float16 (out_dtype=float32 unsupported here)"
+DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16"}
+
+
+# ---------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _nonnegative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _slice_count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_SLICES:
+        raise argparse.ArgumentTypeError(f"slice counts must be integers in 1..{MAX_SLICES}, "
+                                         f"got {text!r}")
+    return value
+
+
+def _phi(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m ozaki.bench",
+        description="Time ozaki.dgemm / ozaki.sgemm against torch's native float64/float32 "
+                    "matmul and the FP16-GEMM floor, with exact-reference accuracy on sampled "
+                    "entries. Inputs: ozaki.accuracy.phi_matrix.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--sizes", type=_positive_int, nargs="+", metavar="N",
+                        help="square sizes n (n x n times n x n); default "
+                             f"{DEFAULT_SIZES['cuda']} on cuda, {DEFAULT_SIZES['cpu']} on cpu "
+                             "when neither --sizes nor --shape is given")
+    parser.add_argument("--shape", type=_positive_int, nargs=3, action="append",
+                        metavar=("M", "K", "N"),
+                        help="a non-square product (m x k) times (k x n); repeat for several")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
+    parser.add_argument("--phi", type=_phi, default=0.5,
+                        help="exponent spread of the inputs (rand - 0.5) * exp(phi * randn)")
+    parser.add_argument("--seed", type=_nonnegative_int, default=0,
+                        help="seed of the inputs and the sampled entries (same for every shape)")
+    parser.add_argument("--slices", type=_slice_count, nargs="*", default=[8, 10, 12],
+                        metavar="S", help="fixed slice counts timed in fast mode")
+    parser.add_argument("--all-pairs-slices", type=_slice_count, nargs="*", default=[8],
+                        metavar="S", help="fixed slice counts timed with fast=False")
+    parser.add_argument("--repeats", type=_positive_int, default=5,
+                        help="timed runs per row (the median is reported)")
+    parser.add_argument("--large-repeats", type=_positive_int, default=3,
+                        help="timed runs per row when m*k*n >= 16384^3 (at most --repeats)")
+    parser.add_argument("--warmup", type=_nonnegative_int, default=2,
+                        help="untimed runs before the timed ones")
+    parser.add_argument("--samples", type=_positive_int, default=16,
+                        help="sampled rows and columns for the exact accuracy check")
+    parser.add_argument("--json", metavar="PATH", help="write all rows and metadata as JSON")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="write the table as markdown (for docs/benchmarks.md)")
+    return parser
+
+
+def _resolve_device(parser, text):
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            parser.error(f"argument --device: {text!r} requested but torch.cuda.is_available() "
+                         "is False")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            parser.error(f"argument --device: {text!r} but only {torch.cuda.device_count()} "
+                         "CUDA device(s) are visible")
+        if not ozaki._ops.cuda_backend_built():
+            parser.error(f"argument --device: {text!r} requested but this ozaki build has no "
+                         "CUDA backend")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _check_output_path(parser, option, path):
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        parser.error(f"argument {option}: folder {folder!r} of {path!r} does not exist")
+    if os.path.isdir(path):
+        parser.error(f"argument {option}: {path!r} is a folder, expected a file path")
+
+
+def _shapes(args, device):
+    shapes = [(n, n, n) for n in args.sizes or []] + [tuple(s) for s in args.shape or []]
+    return shapes or [(n, n, n) for n in DEFAULT_SIZES[device.type]]
+
+
+def parse_args(argv=None):
+    """Parsed and validated arguments; adds .device (torch.device) and .shapes [(m, k, n)]."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.device = _resolve_device(parser, args.device)
+    args.shapes = _shapes(args, args.device)
+    for m, k, n in args.shapes:
+        if k > MAX_INNER:
+            parser.error(f"argument --sizes/--shape: inner dimension k = {k} exceeds 2^22, "
+                         "ozaki's limit for exact FP16 slice products")
+    _check_output_path(parser, "--json", args.json)
+    _check_output_path(parser, "--markdown", args.markdown)
+    return args
+
+
+# ---------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_call(fn, device):
+    """(milliseconds, result) of one call, the device's work included."""
+    if device.type == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        result = fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end), result
+    begin = time.perf_counter()
+    result = fn()
+    return (time.perf_counter() - begin) * 1e3, result
+
+
+def time_call(fn, device, warmup, repeats):
+    """Times (ms) of `repeats` calls after `warmup` untimed ones, and the last call's result."""
+    result = None
+    for _ in range(warmup):
+        result = None  # let the previous output go before the next is allocated
+        result = fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        result = None
+        elapsed, result = _timed_call(fn, device)
+        times.append(elapsed)
+    return times, result
+
+
+@contextmanager
+def ieee_fp32_matmul():
+    """Native SGEMM must be real FP32: switch TF32 off, restore the caller's setting after."""
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def free_memory(device):
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def floor_gemm_kind(device):
+    """FLOOR_FP32_OUT when torch.mm accepts out_dtype=float32 for half inputs here, else
+    FLOOR_FP16_OUT (then the floor is measured with an FP16-output GEMM)."""
+    a = torch.ones(8, 8, dtype=torch.float16, device=device)
+    try:
+        out = torch.mm(a, a, out_dtype=torch.float32)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return FLOOR_FP16_OUT
+    return FLOOR_FP32_OUT if out.dtype == torch.float32 else FLOOR_FP16_OUT
+
+
+def _floor_gemm(a, b, kind):
+    if kind == FLOOR_FP32_OUT:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.matmul(a, b)
+
+
+# ---------------------------------------------------------------------------
+# Inputs and exact references
+# ---------------------------------------------------------------------------
+
+
+def make_inputs(shape, phi, seed, samples, device):
+    """A (m x k), B (k x n) float64 phi matrices on `device` and sampled (rows, cols) lists.
+
+    A fresh CPU generator seeded with `seed` per shape: the inputs of a shape do not depend on
+    the other shapes of the run, nor on the device.
+    """
+    m, k, n = shape
+    generator = torch.Generator().manual_seed(seed)
+    A = accuracy.phi_matrix(m, k, phi, generator=generator, device=device)
+    B = accuracy.phi_matrix(k, n, phi, generator=generator, device=device)
+    rows, cols = accuracy.sample_entries(m, n, samples, generator=generator)
+    return A, B, rows, cols
+
+
+@dataclass
+class Sample:
+    """Indices of the sampled entries, as lists (for ozaki.accuracy) and device tensors."""
+
+    rows: list
+    cols: list
+    rows_t: torch.Tensor
+    cols_t: torch.Tensor
+
+    @classmethod
+    def on(cls, rows, cols, device):
+        as_tensor = lambda idx: torch.tensor(idx, dtype=torch.long, device=device)  # noqa: E731
+        return cls(rows, cols, as_tensor(rows), as_tensor(cols))
+
+    def of_product(self, C):
+        """C[rows][:, cols] on the CPU."""
+        return C.index_select(0, self.rows_t).index_select(1, self.cols_t).cpu()
+
+
+@dataclass
+class ExactReference:
+    """Exact products of the sampled rows of A with the sampled columns of B (CPU)."""
+
+    A_rows: torch.Tensor
+    B_cols: torch.Tensor
+    exact: np.ndarray
+
+    @classmethod
+    def build(cls, A, B, sample):
+        A_rows = A.index_select(0, sample.rows_t).cpu()
+        B_cols = B.index_select(1, sample.cols_t).cpu()
+        return cls(A_rows, B_cols, accuracy.exact_matmul(A_rows, B_cols))
+
+    def errors(self, C_sampled):
+        """Median / max relative and max componentwise error of the sampled product entries."""
+        relative = accuracy.relative_errors(C_sampled, self.exact)
+        componentwise = accuracy.componentwise_errors(C_sampled, self.exact, self.A_rows,
+                                                      self.B_cols)
+        return {"median_rel_err": float(np.median(relative)),
+                "max_rel_err": float(np.max(relative)),
+                "max_comp_err": float(np.max(componentwise))}
+
+
+# ---------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One measured line: what runs, on which operands (dtype), with which options."""
+
+    method: str          # "native dgemm", "ozaki sgemm", ...
+    kind: str            # "native", "floor_unit", "plan" or "ozaki"
+    dtype: torch.dtype   # operand dtype
+    slices: int = None   # requested slice count (None: automatic)
+    fast: bool = None
+
+    def label(self):
+        if self.kind not in ("ozaki", "plan"):
+            return self.method
+        slices = "auto" if self.slices is None else f"s={self.slices}"
+        return f"{self.method} {slices} {'fast' if self.fast else 'all pairs'}"
+
+
+def row_specs(slices, all_pairs_slices):
+    """The rows measured for every shape, in order (natives and the floor unit come first: the
+    ozaki rows' speed-ups and floors refer to them)."""
+    f64, f32 = torch.float64, torch.float32
+    specs = [RowSpec("native dgemm", "native", f64),
+             RowSpec("native sgemm", "native", f32),
+             RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16),
+             RowSpec("ozaki dgemm", "ozaki", f64, None, True),
+             RowSpec("ozaki plan", "plan", f64, None, True)]
+    specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, True) for s in slices]
+    specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, False) for s in all_pairs_slices]
+    specs.append(RowSpec("ozaki sgemm", "ozaki", f32, None, True))
+    return specs
+
+
+@dataclass
+class ShapeRun:
+    """Everything the rows of one shape share."""
+
+    shape: tuple
+    device: torch.device
+    warmup: int
+    repeats: int
+    floor_kind: str
+    operands: dict       # dtype -> (A, B)
+    sample: Sample
+    references: dict     # dtype -> ExactReference
+    native_ms: dict = field(default_factory=dict)   # dtype -> median ms of native matmul
+    floor_unit_ms: float = None
+    default_ms: float = None                         # ozaki dgemm, automatic slices
+
+    def timed(self, fn):
+        times, result = time_call(fn, self.device, self.warmup, self.repeats)
+        return {"time_ms": statistics.median(times), "times_ms": times}, result
+
+
+def shape_label(shape):
+    m, k, n = shape
+    return str(n) if m == k == n else f"{m}x{k}x{n}"
+
+
+def _plan_fields(plan):
+    return {"slices": plan.slices, "gemms": plan.gemms, "beta": plan.beta,
+            "bits_captured": plan.bits_captured, "capped": plan.capped}
+
+
+def measure_native(spec, run):
+    A, B = run.operands[spec.dtype]
+    with ieee_fp32_matmul():
+        fields, C = run.timed(lambda: torch.matmul(A, B))
+    run.native_ms[spec.dtype] = fields["time_ms"]
+    fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))
+    return fields
+
+
+def measure_floor_unit(spec, run):
+    m, k, n = run.shape
+    a = torch.empty(m, k, dtype=torch.float16, device=run.device).uniform_(-1, 1)
+    b = torch.empty(k, n, dtype=torch.float16, device=run.device).uniform_(-1, 1)
+    fields, _ = run.timed(lambda: _floor_gemm(a, b, run.floor_kind))
+    run.floor_unit_ms = fields["time_ms"]
+    fields["gemms"] = 1
+    return fields
+
+
+def measure_plan(spec, run):
+    A, B = run.operands[spec.dtype]
+    fields, plan = run.timed(lambda: ozaki.plan(A, B, slices=spec.slices, fast=spec.fast))
+    fields.update(_plan_fields(plan))
+    if run.default_ms:
+        fields["share_of_default"] = fields["time_ms"] / run.default_ms
+    return fields
+
+
+def measure_ozaki(spec, run):
+    A, B = run.operands[spec.dtype]
+    product = ozaki.dgemm if spec.dtype == torch.float64 else ozaki.sgemm
+    fields = _plan_fields(ozaki.plan(A, B, slices=spec.slices, fast=spec.fast))
+    timing, C = run.timed(lambda: product(A, B, slices=spec.slices, fast=spec.fast))
+    fields.update(timing)
+    if spec.dtype == torch.float64 and spec.slices is None:
+        run.default_ms = timing["time_ms"]
+    fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))
+    return fields
+
+
+MEASURE = {"native": measure_native, "floor_unit": measure_floor_unit, "plan": measure_plan,
+           "ozaki": measure_ozaki}
+
+
+def _ratio(numerator, denominator):
+    return numerator / denominator if numerator and denominator else None
+
+
+def derived_fields(spec, run, fields):
+    """TFLOPS, speed-up over the native routine of the same precision, floor and share of it."""
+    m, k, n = run.shape
+    time_ms = fields.get("time_ms")
+    derived = {}
+    if spec.kind in ("native", "ozaki", "floor_unit") and time_ms:
+        derived["tflops"] = 2.0 * m * k * n / (time_ms * 1e-3) / 1e12
+    if spec.kind in ("native", "ozaki"):
+        derived["speedup"] = _ratio(run.native_ms.get(spec.dtype), time_ms)
+        derived["speedup_vs"] = "native " + ("dgemm" if spec.dtype == torch.float64 else "sgemm")
+    if spec.kind == "ozaki" and fields.get("gemms") and run.floor_unit_ms:
+        derived["floor_ms"] = fields["gemms"] * run.floor_unit_ms
+        derived["of_floor"] = _ratio(derived["floor_ms"], time_ms)
+    return derived
+
+
+def measure_row(spec, run):
+    """One row as a dict; status "OOM" when the device ran out of memory."""
+    m, k, n = run.shape
+    row = {"shape": shape_label(run.shape), "m": m, "k": k, "n": n, "method": spec.method,
+           "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "slices_requested": spec.slices,
+           "fast": spec.fast, "repeats": run.repeats, "status": "ok"}
+    out_of_memory = False
+    try:
+        fields = MEASURE[spec.kind](spec, run)
+    except torch.cuda.OutOfMemoryError:
+        out_of_memory = True
+    if out_of_memory:  # outside the except block: the traceback no longer holds tensors
+        row["status"] = "OOM"
+        free_memory(run.device)
+        return row
+    row.update(fields)
+    row.update(derived_fields(spec, run, fields))
+    return row
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------
+
+
+def _time(ms):
+    if ms is None:
+        return ""
+    return f"{ms:.2f}" if ms >= 1 else f"{ms:.3g}"
+
+
+def _number(value):
+    if value is None:
+        return ""
+    return f"{value:.2f}" if value >= 1 else f"{value:.3g}"
+
+
+def _error(value):
+    if value is None:
+        return ""
+    return "0" if value == 0 else f"{value:.1e}"
+
+
+def _slices_cell(row):
+    if row["kind"] not in ("ozaki", "plan"):
+        return "-"
+    if row.get("slices") is None:
+        return "auto" if row["slices_requested"] is None else str(row["slices_requested"])
+    if row["slices_requested"] is None:
+        return f"auto:{row['slices']}" + ("*" if row.get("capped") else "")
+    return str(row["slices"])
+
+
+def _fast_cell(row):
+    return "-" if row["fast"] is None else ("yes" if row["fast"] else "no")
+
+
+def _timing_cell(key, formatter):
+    return lambda row: "OOM" if row["status"] == "OOM" else formatter(row.get(key))
+
+
+#: (header, cell of a row, right-aligned)
+COLUMNS = [
+    ("n", lambda row: row["shape"], True),
+    ("method", lambda row: row["method"], False),
+    ("slices", _slices_cell, True),
+    ("fast", _fast_cell, False),
+    ("GEMMs", lambda row: str(row["gemms"]) if row.get("gemms") else "-", True),
+    ("time ms", _timing_cell("time_ms", _time), True),
+    ("TFLOPS", _timing_cell("tflops", _number), True),
+    ("x native", lambda row: f"{row['speedup']:.2f}x" if row.get("speedup") else "", True),
+    ("floor ms", lambda row: _time(row.get("floor_ms")), True),
+    ("of floor", lambda row: f"{row['of_floor']:.0%}" if row.get("of_floor") else "", True),
+    ("median rel err", lambda row: _error(row.get("median_rel_err")), True),
+    ("max rel err", lambda row: _error(row.get("max_rel_err")), True),
+    ("max comp err", lambda row: _error(row.get("max_comp_err")), True),
+]
+
+
+def _cells(rows):
+    return [[cell(row) for _, cell, _ in COLUMNS] for row in rows]
+
+
+def format_table(rows):
+    """Aligned plain-text table of the rows."""
+    headers = [header for header, _, _ in COLUMNS]
+    body = _cells(rows)
+    widths = [max(len(line[i]) for line in [headers] + body) for i in range(len(COLUMNS))]
+
+    def line(cells):
+        return "  ".join(cell.rjust(w) if right else cell.ljust(w)
+                         for cell, w, (_, _, right) in zip(cells, widths, COLUMNS)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule] + [line(cells) for cells in body])
+
+
+def describe_run(meta):
+    """One line: device, date, versions and inputs."""
+    return (f"{meta['device_name']} ({meta['device']}), {meta['date']}, torch "
+            f"{meta['torch_version']}, CUDA {meta['cuda_version'] or 'none'}, ozaki "
+            f"{meta['ozaki_version']}{' @ ' + meta['git_commit'] if meta['git_commit'] else ''}; "
+            f"inputs phi_matrix(phi={meta['phi']}, seed={meta['seed']}), float64 "
+            f"(float32 copies for sgemm); median of {meta['repeats']} runs "
+            f"({meta['large_repeats']} from 16384^3) after {meta['warmup']} warm-up")
+
+
+def notes(meta):
+    lines = [f"Floor unit: {meta['floor_gemm']}; floor = GEMMs x its time; "
+             "of floor = floor time / ozaki time.",
+             "TFLOPS are DGEMM-equivalent (2mnk / time). x native: vs native DGEMM for dgemm "
+             "rows, vs native SGEMM (TF32 off) for sgemm rows. auto:S* = automatic split capped.",
+             f"Errors on a {meta['samples']}x{meta['samples']} sample of entries against exact "
+             "products (float32 rows: exact product of the float32 inputs)."]
+    if meta["floor_gemm"] == FLOOR_FP16_OUT:
+        lines.insert(0, "NOTE: the floor was measured with an FP16-OUTPUT GEMM "
+                        "(torch.mm out_dtype=float32 is not supported on this device/torch).")
+    return lines
+
+
+def format_markdown(rows, meta):
+    """The table as markdown, with a header line giving device, date and versions."""
+    headers = [header for header, _, _ in COLUMNS]
+    align = ["---:" if right else ":---" for _, _, right in COLUMNS]
+    table = ["| " + " | ".join(cells) + " |" for cells in [headers, align] + _cells(rows)]
+    return "\n".join([f"**{describe_run(meta)}**", ""] + [f"{note}  " for note in notes(meta)]
+                     + [""] + table) + "\n"
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # strict JSON has no nan / inf
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def write_outputs(args, rows, meta):
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(_json_safe({"meta": meta, "rows": rows}), handle, indent=1)
+            handle.write("\n")
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(format_markdown(rows, meta))
+
+
+# ---------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------
+
+
+def _git_commit():
+    try:
+        result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=5,
+                                cwd=os.path.dirname(os.path.abspath(__file__)))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def device_name(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def run_metadata(args, argv, floor_kind):
+    return {"device": str(args.device), "device_name": device_name(args.device),
+            "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+            "ozaki_version": ozaki.__version__, "git_commit": _git_commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "phi": args.phi, "seed": args.seed, "samples": args.samples,
+            "repeats": args.repeats, "large_repeats": min(args.repeats, args.large_repeats),
+            "warmup": args.warmup, "shapes": [list(s) for s in args.shapes],
+            "floor_gemm": floor_kind, "argv": list(argv), "complete": False}
+
+
+def repeats_for(shape, args):
+    m, k, n = shape
+    return min(args.repeats, args.large_repeats) if m * k * n >= LARGE_PRODUCT else args.repeats
+
+
+def prepare_shape(shape, args, floor_kind):
+    """Inputs, float32 copies, sampled entries and both exact references for one shape."""
+    begin = time.perf_counter()
+    A, B, rows, cols = make_inputs(shape, args.phi, args.seed, args.samples, args.device)
+    operands = {torch.float64: (A, B), torch.float32: (A.float(), B.float())}
+    synchronize(args.device)
+    made = time.perf_counter()
+    sample = Sample.on(rows, cols, args.device)
+    references = {dtype: ExactReference.build(*pair, sample) for dtype, pair in operands.items()}
+    print(f"{shape_label(shape)}: inputs {made - begin:.1f} s, exact references "
+          f"{time.perf_counter() - made:.1f} s", flush=True)
+    return ShapeRun(shape, args.device, args.warmup, repeats_for(shape, args), floor_kind,
+                    operands, sample, references)
+
+
+def progress_line(index, total, spec, row):
+    shape = row["shape"]
+    where = f"n={shape}" if "x" not in shape else f"m x k x n = {shape}"
+    if row["status"] == "OOM":
+        return f"[{index}/{total}] {where} {spec.label()} ... OOM"
+    line = f"[{index}/{total}] {where} {spec.label()} ... {_time(row['time_ms'])} ms"
+    if "max_rel_err" in row:
+        line += f" (max rel err {_error(row['max_rel_err'])})"
+    if "share_of_default" in row:
+        line += f" ({row['share_of_default']:.1%} of the default dgemm row)"
+    return line
+
+
+def run_shape(shape, args, floor_kind, specs, on_row):
+    """Measure every spec on one shape; on_row(spec, row) after each. The shape's tensors are
+    released when this returns."""
+    run = prepare_shape(shape, args, floor_kind)
+    for spec in specs:
+        on_row(spec, measure_row(spec, run))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    if args.device.type == "cuda":
+        torch.cuda.set_device(args.device)
+    floor_kind = floor_gemm_kind(args.device)
+    meta = run_metadata(args, argv, floor_kind)
+    specs = row_specs(args.slices, args.all_pairs_slices)
+    total = len(specs) * len(args.shapes)
+    rows = []
+    print(describe_run(meta), flush=True)
+
+    def on_row(spec, row):
+        rows.append(row)
+        print(progress_line(len(rows), total, spec, row), flush=True)
+        write_outputs(args, rows, meta)
+
+    for shape in args.shapes:
+        run_shape(shape, args, floor_kind, specs, on_row)
+        free_memory(args.device)
+    meta["complete"] = True
+    write_outputs(args, rows, meta)
+    print()
+    print(format_table(rows))
+    print()
+    print("\n".join(notes(meta)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

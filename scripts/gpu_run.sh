@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
+# included) and the benchmark, and write every log under $OUT (default ./gpu-logs).
+#   scripts/gpu_run.sh [all|tests|bench] [extra arguments for python -m ozaki.bench]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+shift || true
+OUT=${OUT:-./gpu-logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+status=0
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' | tee "$OUT/versions.txt"
+
+echo "== build"
+start=$(date +%s)
+if ! OZAKI_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+echo "built in $(( $(date +%s) - start )) s"
+
+if [[ $what == all || $what == tests ]]; then
+  echo "== tests"
+  python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log" | grep -vE '^\s*$' | tail -40
+  status=${PIPESTATUS[0]}
+fi
+
+if [[ $what == all || $what == bench ]]; then
+  echo "== benchmark"
+  python3 -m ozaki.bench --json "$OUT/bench.json" --markdown "$OUT/bench.md" "$@" 2>&1 | tee "$OUT/bench.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+exit "$status"
