@@ -1,0 +1,40 @@
+"""Quick timing probe used during development (the full benchmark is python -m ozaki.bench)."""
+import sys
+
+import torch
+
+import ozaki
+from ozaki import accuracy
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 8192
+g = torch.Generator().manual_seed(0)
+A = accuracy.phi_matrix(n, n, 0.5, generator=g).cuda()
+B = accuracy.phi_matrix(n, n, 0.5, generator=g).cuda()
+
+
+def time_ms(fn, reps=3):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+flops = 2 * n ** 3
+h = torch.randn(n, n, device="cuda").half()
+t16 = time_ms(lambda: torch.mm(h, h, out_dtype=torch.float32))
+print(f"fp16->fp32 gemm {t16:.2f} ms {flops / t16 / 1e9:.1f} TFLOPS")
+t64 = time_ms(lambda: A @ B)
+print(f"native dgemm {t64:.2f} ms {flops / t64 / 1e9:.1f} TFLOPS")
+print("plan", ozaki.plan(A, B))
+for s, fast in [(8, True), (10, True), (12, True), (8, False)]:
+    t = time_ms(lambda: ozaki.dgemm(A, B, slices=s, fast=fast))
+    gemms = ozaki.plan(A, B, slices=s, fast=fast).gemms
+    print(f"ozaki s={s} fast={fast} {t:.2f} ms {flops / t / 1e9:.2f} TFLOPS, floor {gemms * t16:.2f} ms "
+          f"({gemms * t16 / t:.2f} of floor)")
