@@ -7,9 +7,11 @@ For every shape (m, k, n) the same run measures, on the same phi-matrix inputs:
 
 * native DGEMM (torch.matmul, float64) and native SGEMM (torch.matmul on float32 copies, TF32
   switched off for the measurement);
-* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit"), and ozaki.plan alone;
-* ozaki.dgemm with the automatic slice count, at the fixed slice counts of --slices (fast mode)
-  and of --all-pairs-slices (all pairs), and ozaki.sgemm with the automatic slice count.
+* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit");
+* ozaki.dgemm(A, B) with the library's defaults (the "default" row: automatic slice count, and
+  the mode ozaki picks for it), ozaki.plan(A, B) alone (the planning overhead of that call),
+  ozaki.dgemm with the automatic slice count in fast mode, at the fixed slice counts of --slices
+  (fast mode) and of --all-pairs-slices (all pairs), and ozaki.sgemm(A32, B32) with its defaults.
 
 Columns: time is the median of --repeats timed runs after --warmup untimed ones (CUDA events on
 the GPU, perf_counter on the CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row;
@@ -47,7 +49,7 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import accuracy
+from ozaki import _ops, accuracy
 from ozaki.slicing import MAX_SLICES
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -145,27 +147,27 @@ def build_parser():
 
 
 def _resolve_device(parser, text):
+    """The --device value as a torch.device (cuda with its index), or a parser error."""
     if text is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        text = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(text)
     except RuntimeError:
         parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
     if device.type not in ("cpu", "cuda"):
         parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            parser.error(f"argument --device: {text!r} requested but torch.cuda.is_available() "
-                         "is False")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            parser.error(f"argument --device: {text!r} but only {torch.cuda.device_count()} "
-                         "CUDA device(s) are visible")
-        if not ozaki._ops.cuda_backend_built():
-            parser.error(f"argument --device: {text!r} requested but this ozaki build has no "
-                         "CUDA backend")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
+    if device.type == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        parser.error(f"argument --device: {text!r} requested but torch.cuda.is_available() "
+                     "is False")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        parser.error(f"argument --device: {text!r} but only {torch.cuda.device_count()} "
+                     "CUDA device(s) are visible")
+    if not _ops.cuda_backend_built():
+        parser.error(f"argument --device: {text!r} but this ozaki build has no CUDA backend "
+                     "(rebuild with OZAKI_FORCE_CUDA=1, or pass --device cpu)")
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
 def _check_output_path(parser, option, path):
@@ -343,15 +345,23 @@ class ExactReference:
 class RowSpec:
     """One measured line: what runs, on which operands (dtype), with which options."""
 
-    method: str          # "native dgemm", "ozaki sgemm", ...
-    kind: str            # "native", "floor_unit", "plan" or "ozaki"
-    dtype: torch.dtype   # operand dtype
-    slices: int = None   # requested slice count (None: automatic)
-    fast: bool = None
+    method: str           # "native dgemm", "ozaki sgemm", ...
+    kind: str             # "native", "floor_unit", "plan" or "ozaki"
+    dtype: torch.dtype    # operand dtype
+    slices: int = None    # requested slice count (None: automatic)
+    fast: bool = None     # requested mode
+    default: bool = False  # call ozaki with its own defaults (no slices / fast arguments)
+
+    def options(self):
+        """Keyword arguments of the ozaki call: none at all for a default row, so that it
+        measures exactly what `ozaki.dgemm(A, B)` does."""
+        return {} if self.default else {"slices": self.slices, "fast": self.fast}
 
     def label(self):
         if self.kind not in ("ozaki", "plan"):
             return self.method
+        if self.default:
+            return f"{self.method} default"
         slices = "auto" if self.slices is None else f"s={self.slices}"
         return f"{self.method} {slices} {'fast' if self.fast else 'all pairs'}"
 
@@ -363,11 +373,12 @@ def row_specs(slices, all_pairs_slices):
     specs = [RowSpec("native dgemm", "native", f64),
              RowSpec("native sgemm", "native", f32),
              RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16),
-             RowSpec("ozaki dgemm", "ozaki", f64, None, True),
-             RowSpec("ozaki plan", "plan", f64, None, True)]
+             RowSpec("ozaki dgemm", "ozaki", f64, default=True),
+             RowSpec("ozaki plan", "plan", f64, default=True),
+             RowSpec("ozaki dgemm", "ozaki", f64, None, True)]
     specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, True) for s in slices]
     specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, False) for s in all_pairs_slices]
-    specs.append(RowSpec("ozaki sgemm", "ozaki", f32, None, True))
+    specs.append(RowSpec("ozaki sgemm", "ozaki", f32, default=True))
     return specs
 
 
@@ -385,7 +396,7 @@ class ShapeRun:
     references: dict     # dtype -> ExactReference
     native_ms: dict = field(default_factory=dict)   # dtype -> median ms of native matmul
     floor_unit_ms: float = None
-    default_ms: float = None                         # ozaki dgemm, automatic slices
+    default_ms: float = None                         # ozaki.dgemm(A, B) with its defaults
 
     def timed(self, fn):
         times, result = time_call(fn, self.device, self.warmup, self.repeats)
@@ -398,7 +409,7 @@ def shape_label(shape):
 
 
 def _plan_fields(plan):
-    return {"slices": plan.slices, "gemms": plan.gemms, "beta": plan.beta,
+    return {"slices": plan.slices, "fast": plan.fast, "gemms": plan.gemms, "beta": plan.beta,
             "bits_captured": plan.bits_captured, "capped": plan.capped}
 
 
@@ -423,7 +434,7 @@ def measure_floor_unit(spec, run):
 
 def measure_plan(spec, run):
     A, B = run.operands[spec.dtype]
-    fields, plan = run.timed(lambda: ozaki.plan(A, B, slices=spec.slices, fast=spec.fast))
+    fields, plan = run.timed(lambda: ozaki.plan(A, B, **spec.options()))
     fields.update(_plan_fields(plan))
     if run.default_ms:
         fields["share_of_default"] = fields["time_ms"] / run.default_ms
@@ -433,10 +444,10 @@ def measure_plan(spec, run):
 def measure_ozaki(spec, run):
     A, B = run.operands[spec.dtype]
     product = ozaki.dgemm if spec.dtype == torch.float64 else ozaki.sgemm
-    fields = _plan_fields(ozaki.plan(A, B, slices=spec.slices, fast=spec.fast))
-    timing, C = run.timed(lambda: product(A, B, slices=spec.slices, fast=spec.fast))
+    fields = _plan_fields(ozaki.plan(A, B, **spec.options()))
+    timing, C = run.timed(lambda: product(A, B, **spec.options()))
     fields.update(timing)
-    if spec.dtype == torch.float64 and spec.slices is None:
+    if spec.dtype == torch.float64 and spec.default:
         run.default_ms = timing["time_ms"]
     fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))
     return fields
@@ -470,8 +481,9 @@ def measure_row(spec, run):
     """One row as a dict; status "OOM" when the device ran out of memory."""
     m, k, n = run.shape
     row = {"shape": shape_label(run.shape), "m": m, "k": k, "n": n, "method": spec.method,
-           "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "slices_requested": spec.slices,
-           "fast": spec.fast, "repeats": run.repeats, "status": "ok"}
+           "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "default": spec.default,
+           "slices_requested": spec.slices, "fast_requested": spec.fast, "fast": spec.fast,
+           "slices": None, "repeats": run.repeats, "status": "ok"}
     out_of_memory = False
     try:
         fields = MEASURE[spec.kind](spec, run)
@@ -530,7 +542,7 @@ def _timing_cell(key, formatter):
 #: (header, cell of a row, right-aligned)
 COLUMNS = [
     ("n", lambda row: row["shape"], True),
-    ("method", lambda row: row["method"], False),
+    ("method", lambda row: row["method"] + (" (default)" if row["default"] else ""), False),
     ("slices", _slices_cell, True),
     ("fast", _fast_cell, False),
     ("GEMMs", lambda row: str(row["gemms"]) if row.get("gemms") else "-", True),
@@ -675,6 +687,9 @@ def progress_line(index, total, spec, row):
     if row["status"] == "OOM":
         return f"[{index}/{total}] {where} {spec.label()} ... OOM"
     line = f"[{index}/{total}] {where} {spec.label()} ... {_time(row['time_ms'])} ms"
+    if spec.default:
+        mode = "fast" if row["fast"] else "all pairs"
+        line += f" [{_slices_cell(row)} slices, {mode}, {row['gemms']} GEMMs]"
     if "max_rel_err" in row:
         line += f" (max rel err {_error(row['max_rel_err'])})"
     if "share_of_default" in row:
