@@ -63,8 +63,9 @@ def _plan_from_stats(k, dtype, span_a, span_b, slices, fast):
     if beta < 1:
         raise ValueError(f"inner dimension k = {k} is too large for exact FP16 slice products "
                          "(k must be <= 2^22)")
-    spans = [int(s.max()) for s in (span_a, span_b) if s.numel()]
-    full = slices_for_bits(max(spans, default=0), beta)
+    # one device-to-host read of the largest bit span (a sync on CUDA)
+    spans = torch.stack([s.max() for s in (span_a, span_b) if s.numel()])
+    full = slices_for_bits(int(spans.max()) if spans.numel() else 0, beta)
     capped = False
     if slices is None:
         cap = full_split_cap(k, dtype)
