@@ -224,32 +224,43 @@ OZAKI_HD double two_sum(double a, double b, double* error) {
   return sum;
 }
 
-// sum over kept pairs of 2^(tau_a + tau_b - (p + q) w) P(p, q), for one entry (i, j).
-// All products of one level l = p + q share the weight 2^(-l w), and each is an integer below 2^24
-// in units of 2^(-2 beta), so a level's sum is exact in FP64 in any order. Levels are combined
-// from the smallest weight to the largest, with TwoSum compensation, in this one fixed order on
-// every backend; the only roundings are the final compensated sum and the scaling by 2^(tau_a +
-// tau_b) when the result is subnormal.
-template <typename Product>
-OZAKI_HD double sum_levels(const Product* products, const PairLayout& layout, int64_t i, int64_t j,
-                           int beta, int tau_sum) {
+// sum over kept pairs of 2^(tau_a + tau_b - (p + q) w) P(p, q), for N consecutive entries
+// (i, j .. j + N - 1) of one row; load(index, values) reads P at index and the N - 1 entries after
+// it. All products of one level l = p + q share the weight 2^(-l w), and each is an integer below
+// 2^24 in units of 2^(-2 beta), so a level's sum is exact in FP64 in any order. Levels are
+// combined from the smallest weight to the largest, with TwoSum compensation, in this one fixed
+// order on every backend and for every N (each entry sees the same operations); the only
+// roundings are the final compensated sum and the scaling by 2^(tau_a + tau_b) when the result is
+// subnormal. N > 1 only gives the GPU wide loads and several loads in flight per thread.
+template <int N, typename Load>
+OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t j, int beta,
+                         const int* tau_sums, double* results) {
   const int s = layout.slices;
   const int w = grid_step_bits(beta);
   const int top_level = layout.fast ? s - 1 : 2 * s - 2;
-  double sum = 0.0;
-  double compensation = 0.0;
+  double sum[N], compensation[N];
+  for (int c = 0; c < N; ++c) sum[c] = compensation[c] = 0.0;
   for (int level = top_level; level >= 0; --level) {
-    double level_sum = 0.0;
+    double level_sum[N];
+    for (int c = 0; c < N; ++c) level_sum[c] = 0.0;
     const int p_first = level > s - 1 ? level - (s - 1) : 0;
     const int p_last = level < s - 1 ? level : s - 1;
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
     for (int p = p_first; p <= p_last; ++p) {
-      level_sum += static_cast<double>(products[layout.index(p, level - p, i, j)]);
+      double values[N];
+      load(layout.index(p, level - p, i, j), values);
+      for (int c = 0; c < N; ++c) level_sum[c] += values[c];
     }
-    double error;
-    sum = two_sum(sum, level_sum * pow2(-level * w), &error);
-    compensation += error;
+    const double weight = pow2(-level * w);
+    for (int c = 0; c < N; ++c) {
+      double error;
+      sum[c] = two_sum(sum[c], level_sum[c] * weight, &error);
+      compensation[c] += error;
+    }
   }
-  return scale_by_power_of_two(sum + compensation, tau_sum);
+  for (int c = 0; c < N; ++c) results[c] = scale_by_power_of_two(sum[c] + compensation[c], tau_sums[c]);
 }
 
 // IEEE value of the plain dot product of a row of A and a column of B when either holds NaN or

@@ -63,10 +63,14 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, const int* tau_a, co
         for (int64_t i = begin; i < end; ++i) {
           for (int64_t j = 0; j < cols; ++j) {
             const int64_t gi = i0 + i, gj = j0 + j;
-            const double value =
-                (nonfinite_a[gi] || nonfinite_b[gj])
-                    ? nonfinite_dot(a_data + gi * k, b_data + gj * k, k)
-                    : sum_levels(product_data, layout, i, j, beta, tau_a[gi] + tau_b[gj]);
+            double value;
+            if (nonfinite_a[gi] || nonfinite_b[gj]) {
+              value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
+            } else {
+              const int tau_sum = tau_a[gi] + tau_b[gj];
+              sum_levels<1>([&](int64_t index, double* v) { v[0] = product_data[index]; }, layout,
+                            i, j, beta, &tau_sum, &value);
+            }
             out_data[gi * n + gj] = static_cast<T>(value);
           }
         }

@@ -34,21 +34,63 @@ struct Operands {
   const bool* nonfinite_b;
 };
 
-// One thread per entry of the chunk: sums the exact products of its entry level by level.
+// Sums entries (i, j .. j + N - 1) of the chunk; rows or columns with NaN/Inf get the IEEE answer.
+template <int N, typename T>
+__device__ __forceinline__ void accumulate_entries(const float* products, const PairLayout& layout,
+                                                   int64_t i, int64_t j, int64_t first_row,
+                                                   int64_t first_col, int64_t n, int beta,
+                                                   const Operands<T>& in, T* out) {
+  const int64_t gi = first_row + i;
+  bool nonfinite = in.nonfinite_a[gi];
+  int tau_sums[N];
+  for (int c = 0; c < N; ++c) {
+    nonfinite = nonfinite || in.nonfinite_b[first_col + j + c];
+    tau_sums[c] = in.tau_a[gi] + in.tau_b[first_col + j + c];
+  }
+  double results[N];
+  if (nonfinite) {
+    for (int c = 0; c < N; ++c) {
+      const int64_t gj = first_col + j + c;
+      double value[1];
+      if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
+        value[0] = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
+      } else {
+        sum_levels<1>([&](int64_t index, double* v) { v[0] = products[index]; }, layout, i, j + c,
+                      beta, &tau_sums[c], value);
+      }
+      results[c] = value[0];
+    }
+  } else if constexpr (N == 4) {
+    sum_levels<4>(
+        [&](int64_t index, double* v) {
+          const float4 q = __ldg(reinterpret_cast<const float4*>(products + index));
+          v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+        },
+        layout, i, j, beta, tau_sums, results);
+  } else {
+    sum_levels<N>([&](int64_t index, double* v) { for (int c = 0; c < N; ++c) v[c] = products[index + c]; },
+                  layout, i, j, beta, tau_sums, results);
+  }
+  for (int c = 0; c < N; ++c) out[gi * n + first_col + j + c] = static_cast<T>(results[c]);
+}
+
+// Each thread sums 4 consecutive entries of a row with 16-byte loads (the workspace's leading
+// dimension is a multiple of 8 floats, so every group of 4 is aligned); a ragged tail of the row
+// is summed one entry at a time.
 template <typename T>
 __global__ void accumulate_kernel(const float* products, PairLayout layout, int64_t rows,
                                   int64_t cols, int64_t first_row, int64_t first_col, int64_t n,
                                   int beta, Operands<T> in, T* out) {
-  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 4;
   if (j >= cols) return;
-  const int64_t gj = first_col + j;
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
-    const int64_t gi = first_row + i;
-    const double value =
-        (in.nonfinite_a[gi] || in.nonfinite_b[gj])
-            ? nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k)
-            : sum_levels(products, layout, i, j, beta, in.tau_a[gi] + in.tau_b[gj]);
-    out[gi * n + gj] = static_cast<T>(value);
+    if (j + 4 <= cols) {
+      accumulate_entries<4>(products, layout, i, j, first_row, first_col, n, beta, in, out);
+    } else {
+      for (int64_t c = j; c < cols; ++c) {
+        accumulate_entries<1>(products, layout, i, c, first_row, first_col, n, beta, in, out);
+      }
+    }
   }
 }
 
@@ -103,7 +145,7 @@ void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool f
                        k_stride, product_data + layout.block_start(q) * rows * ld, ld);
       }
       constexpr int threads = 128;
-      const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)),
+      const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)),
                       static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
       accumulate_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0,
                                                          n, beta, in, out);
