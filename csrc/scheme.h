@@ -212,7 +212,6 @@ struct PairLayout {
   OZAKI_HD int64_t index(int p, int q, int64_t i, int64_t j) const {
     return ((block_start(q) + p) * chunk_rows + i) * ld + j;
   }
-  OZAKI_HD int pair_count() const { return static_cast<int>(total_blocks()); }
 };
 
 // Error-free transformation: a + b = sum + error exactly (Knuth's TwoSum, no FMA involved).
