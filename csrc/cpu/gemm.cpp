@@ -96,9 +96,9 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
   check_row_vector(tau_b, n, at::kInt, op, "tau_b");
   check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
   check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
-  at::Tensor out = at::zeros({m, n}, a.options());
-  if (m == 0 || n == 0 || k == 0) return out;
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
   const int beta = digit_bits_checked(k, op);
+  at::Tensor out = at::empty({m, n}, a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     gemm_chunks<scalar_t>(a, bt, tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
