@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 #include "scheme.h"
 
 namespace ozaki {
@@ -21,6 +23,24 @@ inline void check_row_vector(const at::Tensor& t, int64_t rows, at::ScalarType d
   TORCH_CHECK(t.dim() == 1 && t.size(0) == rows && t.scalar_type() == dtype && t.is_contiguous(), op,
               ": ", name, " must be a contiguous 1-D ", dtype, " tensor of length ", rows, ", got ",
               t.sizes(), " ", t.scalar_type());
+}
+
+// a and bt are the two row-major operands of one product: same dtype, same inner dimension.
+inline void check_same_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
+  TORCH_CHECK(a.scalar_type() == bt.scalar_type(), op, ": a and bt must have the same dtype, got ",
+              a.scalar_type(), " and ", bt.scalar_type());
+  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
+              a.size(1), " and ", bt.size(1));
+}
+
+// The row_stats triple (tau, bit_span, nonfinite) of an operand with `rows` rows.
+inline void check_row_stats(const at::Tensor& tau, const at::Tensor& span,
+                            const at::Tensor& nonfinite, int64_t rows, const char* op,
+                            const char* operand) {
+  const std::string name(operand);
+  check_row_vector(tau, rows, at::kInt, op, ("tau_" + name).c_str());
+  check_row_vector(span, rows, at::kInt, op, ("span_" + name).c_str());
+  check_row_vector(nonfinite, rows, at::kBool, op, ("nonfinite_" + name).c_str());
 }
 
 inline void check_slices(int64_t slices, const char* op) {

@@ -193,6 +193,19 @@ OZAKI_HD double scaled_entry(double a, int tau) {
   return is_finite(a) ? scale_by_power_of_two(a, -tau) : 0.0;
 }
 
+// ---- Automatic slice count (docs/accuracy.md) ---------------------------------------------------
+
+// Grid of the |A||B| estimate: magnitudes on 2^-r, so products lie on 2^(-2 r) and a k-term sum
+// stays below 2^24 units; the FP16 GEMM with FP32 accumulation of these values is exact.
+OZAKI_HD int magnitude_grid_bits(int64_t k) { return (24 - ceil_log2(k)) / 2; }
+
+// A lower bound of |a| 2^-tau on the grid 2^-r, cut to 11 significant bits so FP16 holds it.
+OZAKI_HD double magnitude_floor(double a, int tau, int r) {
+  double units = floor(abs_value(scaled_entry(a, tau)) * pow2(r));  // an integer below 2^12
+  if (units >= 2048.0) units = 2.0 * floor(units * 0.5);
+  return units * pow2(-r);
+}
+
 // ---- Sum (docs/algorithm.md, "Sum") --------------------------------------------------------------
 
 // Where the exact product P(p, q) of A-slice p and B-slice q (0-based) lives in the workspace:

@@ -36,7 +36,13 @@ def split_rows(a: torch.Tensor, tau: torch.Tensor, slices: int) -> torch.Tensor:
     return torch.ops.ozaki.split_rows(a, tau, slices)
 
 
-def gemm_fp16(a, bt, stats_a, stats_b, slices: int, fast: bool, workspace: int = 0):
-    """a @ bt.T with FP16 slices; stats_* are row_stats of a and bt."""
-    return torch.ops.ozaki.gemm_fp16(a, bt, stats_a[0], stats_b[0], stats_a[2], stats_b[2],
-                                     slices, fast, workspace)
+def magnitude_product(a, bt, stats_a, stats_b) -> torch.Tensor:
+    """Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j), float32 (m, n)."""
+    return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0])
+
+
+def gemm_fp16(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool = False,
+              workspace: int = 0):
+    """a @ bt.T with FP16 slices; stats_* are row_stats of a and bt; nearest: correctly rounded."""
+    return torch.ops.ozaki.gemm_fp16(a, bt, stats_a[0], stats_b[0], stats_a[1], stats_b[1],
+                                     stats_a[2], stats_b[2], slices, fast, nearest, workspace)

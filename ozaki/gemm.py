@@ -3,8 +3,8 @@
 import torch
 
 from . import _ops
-from .slicing import (MAX_SLICES, SlicePlan, bits_captured, digit_bits_for, full_split_cap,
-                      pair_count, slices_for_bits)
+from .planner import auto_plan, nearest_plan, requested_plan
+from .slicing import MAX_SLICES, SlicePlan, digit_bits_for
 
 ROUNDING_MODES = (None, "nearest")
 
@@ -39,11 +39,8 @@ def _check_options(name, slices, fast, rounding):
         raise ValueError(f"{name}: slices must be between 1 and {MAX_SLICES}, got {slices}")
     if fast is not None and not isinstance(fast, bool):
         raise TypeError(f"{name}: fast must be a bool or None, got {type(fast).__name__} {fast!r}")
-    if rounding not in ROUNDING_MODES:
+    if not isinstance(rounding, (str, type(None))) or rounding not in ROUNDING_MODES:
         raise ValueError(f"{name}: rounding must be None or 'nearest', got {rounding!r}")
-    if rounding == "nearest":
-        raise NotImplementedError(f"{name}: rounding='nearest' (correctly rounded results) is not "
-                                  "available yet; use rounding=None")
 
 
 def _row_operands(A, B):
@@ -51,28 +48,34 @@ def _row_operands(A, B):
     return A.contiguous(), B.t().contiguous()
 
 
-def _resolve_fast(slices, fast):
-    """fast=None: fast mode for a given slice count; all pairs for the automatic full split, whose
-    point is the exact product (fast mode would drop pairs that can matter at the last bit)."""
-    return (slices is not None) if fast is None else fast
+def _usable_rows(stats):
+    """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
+    the IEEE value of the plain dot product instead)."""
+    _, span, nonfinite = stats
+    return (span > 0) & ~nonfinite
 
 
-def _plan_from_stats(k, dtype, span_a, span_b, slices, fast):
-    fast = _resolve_fast(slices, fast)
-    beta = digit_bits_for(k)
-    if beta < 1:
+def _smallest_magnitude(a, bt, stats_a, stats_b):
+    """min over usable (i, j) of the exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)."""
+    bound = _ops.magnitude_product(a, bt, stats_a, stats_b)
+    bound[~_usable_rows(stats_a)] = float("inf")
+    bound[:, ~_usable_rows(stats_b)] = float("inf")
+    return bound.amin()
+
+
+def _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding) -> SlicePlan:
+    k = a.shape[1]
+    if digit_bits_for(k) < 1:
         raise ValueError(f"inner dimension k = {k} is too large for exact FP16 slice products "
                          "(k must be <= 2^22)")
-    # one device-to-host read of the largest bit span (a sync on CUDA)
-    spans = torch.stack([s.max() for s in (span_a, span_b) if s.numel()])
-    full = slices_for_bits(int(spans.max()) if spans.numel() else 0, beta)
-    capped = False
-    if slices is None:
-        cap = full_split_cap(k, dtype)
-        slices, capped = min(full, cap), full > cap
-    return SlicePlan(slices=slices, fast=fast, beta=beta, gemms=pair_count(slices, fast),
-                     bits_captured=bits_captured(slices, beta), full_split_slices=full,
-                     capped=capped)
+    max_span = torch.maximum(stats_a[1].max(), stats_b[1].max()).double()
+    if rounding == "nearest":
+        return nearest_plan(k, dtype, int(max_span), slices, fast)
+    if slices is not None:
+        return requested_plan(k, dtype, int(max_span), slices, True if fast is None else fast)
+    magnitude = _smallest_magnitude(a, bt, stats_a, stats_b).double()
+    span, smallest = torch.stack([max_span, magnitude]).tolist()  # one device-to-host read
+    return auto_plan(k, dtype, int(span), smallest, fast)
 
 
 def _product(name, A, B, dtype, slices, fast, rounding, want_plan=False):
@@ -85,8 +88,9 @@ def _product(name, A, B, dtype, slices, fast, rounding, want_plan=False):
         return (C, None) if want_plan else C
     a, bt = _row_operands(A, B)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
-    plan = _plan_from_stats(k, dtype, stats_a[1], stats_b[1], slices, fast)
-    C = _ops.gemm_fp16(a, bt, stats_a, stats_b, plan.slices, plan.fast, _ops.workspace_bytes())
+    plan = _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding)
+    C = _ops.gemm_fp16(a, bt, stats_a, stats_b, plan.slices, plan.fast, rounding == "nearest",
+                       _ops.workspace_bytes())
     return (C, plan) if want_plan else C
 
 
@@ -97,27 +101,30 @@ def dgemm(A, B, *, slices=None, fast=None, rounding=None):
         A: (m, k) float64 tensor, on the CPU or a CUDA device.
         B: (k, n) float64 tensor on the same device. Non-contiguous and transposed inputs are fine.
         slices: slices per operand (1..40). More slices capture more bits of every row of A and
-            column of B and cost more GEMMs: s(s+1)/2 in fast mode, s^2 otherwise. None splits
-            until nothing is left (every entry represented exactly), capped at enough slices for
-            2*53 + ceil(log2 k) bits below each row's largest entry (ozaki.slicing.full_split_cap).
-        fast: True keeps only the slice pairs with p + q <= s + 1 (1-based), dropping products
-            below the kept ones' truncation level: about log2(s) bits less for s(s+1)/2 instead
-            of s^2 GEMMs. False keeps all pairs. None (default) means True when `slices` is
-            given and False for the automatic full split, so that `dgemm(A, B)` is the exact
-            product of the inputs rounded once (unless the cap applies).
-        rounding: None (the default FP64 sum); "nearest" is reserved for the correctly rounded
-            mode and not available yet.
+            column of B and cost more GEMMs: s(s+1)/2 in fast mode, s^2 otherwise. None (default)
+            plans the count from the operands: the fewest slices whose predicted truncation stays
+            below the float64 unit roundoff at the scale of (|A||B|)_ij for every entry, or the
+            exact product (all pairs of the full split) when that is as cheap (ozaki.plan shows
+            the choice; docs/accuracy.md).
+        fast: True keeps only the slice pairs with p + q <= s + 1 (1-based): about log2(s) bits
+            less for s(s+1)/2 instead of s^2 GEMMs. False keeps all pairs. None (default): fast
+            mode for a given slice count; the planner's choice otherwise.
+        rounding: None (default) sums the exact slice products in float64 with compensation
+            (about one rounding of the sum). "nearest" returns every entry correctly rounded:
+            the exact product of the inputs rounded once to nearest-even, subnormal and
+            overflowing results included. Under "nearest", slices and fast only change the speed,
+            never the bits.
 
     Returns:
         (m, n) float64 tensor on the inputs' device.
 
     Numerics:
-        Every slice product is exact, and they are summed level by level in one fixed order with
-        compensated FP64 additions, so the result is bit-identical on every run, thread count,
-        chunking, CUDA stream and between the CPU and CUDA backends. Its error is the truncation
-        of the inputs to the captured bits (none when the full split is not capped) plus about
-        one rounding of the sum. NaN and +-Inf inputs give the IEEE result of the plain dot
-        product; exact-zero results are +0.
+        Every slice product is exact, and they are summed level by level in one fixed order, so
+        the result is bit-identical on every run, thread count, chunking, CUDA stream and between
+        the CPU and CUDA backends. NaN and +-Inf inputs give the IEEE result of the plain dot
+        product; inputs near the overflow threshold and subnormal inputs are split without
+        spurious overflow or loss. Exact-zero results are +0; under "nearest" a nonzero result
+        that rounds to zero keeps its sign.
     """
     return _product("ozaki.dgemm", A, B, torch.float64, slices, fast, rounding)
 
@@ -125,23 +132,25 @@ def dgemm(A, B, *, slices=None, fast=None, rounding=None):
 def sgemm(A, B, *, slices=None, fast=None, rounding=None):
     """C = A @ B for float32 matrices: ozaki.dgemm's scheme and promises with float32 in and out.
 
-    The slices come from the exact float32 values, the sum is formed in FP64 exactly as in
-    dgemm and rounded once to float32 at the end. `slices=None` caps the full split at
-    2*24 + ceil(log2 k) bits below each row's largest entry.
+    The slices come from the exact float32 values and the planner targets the float32 unit
+    roundoff. With rounding=None the sum is formed in float64 and rounded to float32 at the end;
+    with rounding="nearest" the exact product is rounded once, straight to float32 (no double
+    rounding).
     """
     return _product("ozaki.sgemm", A, B, torch.float32, slices, fast, rounding)
 
 
-def plan(A, B, *, slices=None, fast=None):
-    """The SlicePlan dgemm/sgemm would use for these operands (slices, beta, GEMM count)."""
+def plan(A, B, *, slices=None, fast=None, rounding=None):
+    """The SlicePlan that dgemm (float64 A) or sgemm (float32 A) would use for these operands:
+    slices, fast mode, GEMM count, beta, and the predicted error level against the native one."""
     if not isinstance(A, torch.Tensor) or A.dtype not in (torch.float64, torch.float32):
         raise TypeError(f"ozaki.plan: A must be a float64 or float32 tensor, got "
                         f"{getattr(A, 'dtype', type(A).__name__)}")
     name = "ozaki.plan"
     _check_operands(name, A, B, A.dtype)
-    _check_options(name, slices, fast, None)
+    _check_options(name, slices, fast, rounding)
+    if 0 in (A.shape[0], A.shape[1], B.shape[1]):
+        raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
+                         "product has nothing to split")
     a, bt = _row_operands(A, B)
-    k = A.shape[1]
-    if k == 0:
-        raise ValueError("ozaki.plan: inner dimension k is 0; there is nothing to split")
-    return _plan_from_stats(k, A.dtype, _ops.row_stats(a)[1], _ops.row_stats(bt)[1], slices, fast)
+    return _plan_for(a, bt, _ops.row_stats(a), _ops.row_stats(bt), A.dtype, slices, fast, rounding)

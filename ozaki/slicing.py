@@ -5,6 +5,7 @@ tests/test_slicing.py checks the two agree through the split operator.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -60,18 +61,34 @@ def pair_count(slices: int, fast: bool) -> int:
 
 @dataclass(frozen=True)
 class SlicePlan:
-    """How a product is computed: slices per operand, digit width and GEMM count."""
+    """How a product is computed (ozaki.plan): slices per operand, digit width, GEMM count, and
+    what accuracy the choice stands for (docs/accuracy.md)."""
 
     slices: int
     fast: bool
     beta: int
     gemms: int
-    bits_captured: int
-    full_split_slices: int  # slices the exact (zero-remainder) split would need
-    capped: bool            # True when the automatic full split was cut at full_split_cap
+    bits_captured: int       # bits below each row's leading power of two the slices hold
+    full_split_slices: int   # slices the exact (zero-remainder) split needs
+    capped: bool             # the error bound could not be met below the cap: capped full split
+    exact: bool              # all pairs of the full split: the sum is the exact product
+    rounding: Optional[str]  # None or "nearest"
+    reason: str              # "error bound", "exact", "capped full split", "requested",
+                             # "correctly rounded"
+    predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij at its largest, if known
+    native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error
 
     def __str__(self):
         mode = "fast" if self.fast else "all pairs"
-        cap = f", capped from {self.full_split_slices}" if self.capped else ""
-        return (f"{self.slices} slices{cap} ({mode}: {self.gemms} FP16 GEMMs), beta = {self.beta}, "
-                f"{self.bits_captured} bits per row")
+        text = (f"{self.slices} slices ({mode}: {self.gemms} FP16 GEMMs), beta = {self.beta}, "
+                f"{self.bits_captured} bits per row; {self.reason}")
+        if self.rounding == "nearest":
+            return text + " (every entry rounded once from the exact product)"
+        if self.exact:
+            return text + " (the exact product, rounded once)"
+        if self.predicted_error is not None:
+            text += (f"; predicted error {self.predicted_error:.1e} x |A||B| against the native "
+                     f"level {self.native_level:.1e}")
+        if self.capped:
+            text += f" (the full split would need {self.full_split_slices})"
+        return text

@@ -2,12 +2,14 @@
 //
 // Slices are split into float64 buffers (the same values the CUDA backend stores as FP16), slice
 // products come from float64 GEMMs (exact: every partial sum is an integer below 2^24 in units of
-// 2^(-2 beta)), and each entry is summed by ozaki::sum_levels, the code the CUDA backend runs.
+// 2^(-2 beta)), and each entry is summed by ozaki::sum_levels (or, for rounding="nearest",
+// ozaki::nearest_from_levels), the code the CUDA backend runs.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "../exact.h"
 #include "../workspace.h"
 #include "rows.h"
 
@@ -29,11 +31,20 @@ void split_chunk(const T* a, int64_t k, int64_t first, int64_t count, const int*
   });
 }
 
+// Per-row data of one operand (row_stats).
+struct RowData {
+  const int* tau;
+  const int* span;
+  const bool* nonfinite;
+};
+
 template <typename T>
-void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, const int* tau_a, const int* tau_b,
-                 const bool* nonfinite_a, const bool* nonfinite_b, int slices, bool fast, int beta,
-                 int64_t workspace_bytes, at::Tensor& out) {
+void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowData rows_b,
+                 int slices, bool fast, bool nearest, int beta, int64_t workspace_bytes,
+                 at::Tensor& out) {
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  const int* tau_a = rows_a.tau;
+  const int* tau_b = rows_b.tau;
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
   T* out_data = out.mutable_data_ptr<T>();
@@ -63,13 +74,24 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, const int* tau_a, co
         for (int64_t i = begin; i < end; ++i) {
           for (int64_t j = 0; j < cols; ++j) {
             const int64_t gi = i0 + i, gj = j0 + j;
+            const auto load = [&](int64_t index, double* v) { v[0] = product_data[index]; };
+            const int tau_sum = tau_a[gi] + tau_b[gj];
             double value;
-            if (nonfinite_a[gi] || nonfinite_b[gj]) {
+            if (rows_a.nonfinite[gi] || rows_b.nonfinite[gj]) {
               value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
+            } else if (nearest) {
+              bool undecided;
+              const DroppedBound dropped =
+                  dropped_bound(layout, beta, k, rows_a.span[gi], rows_b.span[gj]);
+              value = nearest_from_levels(load, layout, i, j, beta, tau_sum, dropped,
+                                          format_of<T>(), &undecided);
+              if (undecided) {
+                const int lowest_sum = tau_sum - rows_a.span[gi] - rows_b.span[gj];
+                value = exact_dot_rounded(a_data + gi * k, b_data + gj * k, k, lowest_sum, tau_sum,
+                                          format_of<T>());
+              }
             } else {
-              const int tau_sum = tau_a[gi] + tau_b[gj];
-              sum_levels<1>([&](int64_t index, double* v) { v[0] = product_data[index]; }, layout,
-                            i, j, beta, &tau_sum, &value);
+              sum_levels<1>(load, layout, i, j, beta, &tau_sum, &value);
             }
             out_data[gi * n + gj] = static_cast<T>(value);
           }
@@ -80,30 +102,28 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, const int* tau_a, co
 }
 
 at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                     const at::Tensor& tau_b, const at::Tensor& nonfinite_a,
-                     const at::Tensor& nonfinite_b, int64_t slices, bool fast,
-                     int64_t workspace_bytes) {
+                     const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
+                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
+                     bool fast, bool nearest, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_fp16";
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
-  TORCH_CHECK(a.scalar_type() == bt.scalar_type(), op, ": a and bt must have the same dtype, got ",
-              a.scalar_type(), " and ", bt.scalar_type());
-  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
-              a.size(1), " and ", bt.size(1));
+  check_same_operands(a, bt, op);
   check_slices(slices, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
-  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
-  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+  check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
+  check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
   const int beta = digit_bits_checked(k, op);
   at::Tensor out = at::empty({m, n}, a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    gemm_chunks<scalar_t>(a, bt, tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
-                          nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>(),
-                          static_cast<int>(slices), fast, beta, budget, out);
+    const RowData rows_a{tau_a.const_data_ptr<int>(), span_a.const_data_ptr<int>(),
+                         nonfinite_a.const_data_ptr<bool>()};
+    const RowData rows_b{tau_b.const_data_ptr<int>(), span_b.const_data_ptr<int>(),
+                         nonfinite_b.const_data_ptr<bool>()};
+    gemm_chunks<scalar_t>(a, bt, rows_a, rows_b, static_cast<int>(slices), fast, nearest, beta,
+                          budget, out);
   });
   return out;
 }

@@ -12,7 +12,9 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "../exact.h"
 #include "../workspace.h"
+#include "half_gemm.cuh"
 #include "split.cuh"
 
 namespace ozaki::cuda {
@@ -30,6 +32,8 @@ struct Operands {
   int64_t k;
   const int* tau_a;
   const int* tau_b;
+  const int* span_a;
+  const int* span_b;
   const bool* nonfinite_a;
   const bool* nonfinite_b;
 };
@@ -74,6 +78,35 @@ __device__ __forceinline__ void accumulate_entries(const float* products, const 
   for (int c = 0; c < N; ++c) out[gi * n + first_col + j + c] = static_cast<T>(results[c]);
 }
 
+// rounding="nearest": one entry per thread, summed exactly and rounded once; entries the kept
+// slice products leave undecided (rare) are computed exactly from the inputs.
+template <typename T>
+__global__ void nearest_kernel(const float* products, PairLayout layout, int64_t rows, int64_t cols,
+                               int64_t first_row, int64_t first_col, int64_t n, int beta,
+                               Operands<T> in, T* out) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= cols) return;
+  const int64_t gj = first_col + j;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const int64_t gi = first_row + i;
+    const int tau_sum = in.tau_a[gi] + in.tau_b[gj];
+    double value;
+    if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
+      value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
+    } else {
+      bool undecided;
+      const DroppedBound dropped = dropped_bound(layout, beta, in.k, in.span_a[gi], in.span_b[gj]);
+      value = nearest_from_levels([&](int64_t index, double* v) { v[0] = __ldg(products + index); },
+                                  layout, i, j, beta, tau_sum, dropped, format_of<T>(), &undecided);
+      if (undecided) {
+        value = exact_dot_rounded(in.a + gi * in.k, in.bt + gj * in.k, in.k,
+                                  tau_sum - in.span_a[gi] - in.span_b[gj], tau_sum, format_of<T>());
+      }
+    }
+    out[gi * n + gj] = static_cast<T>(value);
+  }
+}
+
 // Each thread sums 4 consecutive entries of a row with 16-byte loads (the workspace's leading
 // dimension is a multiple of 8 floats, so every group of 4 is aligned); a ragged tail of the row
 // is summed one entry at a time.
@@ -94,22 +127,9 @@ __global__ void accumulate_kernel(const float* products, PairLayout layout, int6
   }
 }
 
-// C^T (col-major, cols x stacked_rows) = Bq^T * A_stack^T: with both operands K-major this is the
-// "TN" layout the FP16 tensor-core kernels prefer.
-void slice_products(cublasHandle_t handle, const __half* b_slice, const __half* a_stacked,
-                    int64_t cols, int64_t stacked_rows, int64_t k_stride, float* products,
-                    int64_t ld) {
-  const float one = 1.0f, zero = 0.0f;
-  TORCH_CUDABLAS_CHECK(cublasGemmEx(
-      handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(stacked_rows),
-      static_cast<int>(k_stride), &one, b_slice, CUDA_R_16F, static_cast<int>(k_stride), a_stacked,
-      CUDA_R_16F, static_cast<int>(k_stride), &zero, products, CUDA_R_32F, static_cast<int>(ld),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
 template <typename T>
-void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool fast, int beta,
-                 int64_t budget, T* out, const at::TensorOptions& options) {
+void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool fast, bool nearest,
+                 int beta, int64_t budget, T* out, const at::TensorOptions& options) {
   const int64_t k_stride = padded_inner(in.k);
   const PairLayout pairs_shape{slices, fast, 0, 0};
   const WorkspaceShape shape{k_stride, slices, pairs_shape.total_blocks(), 2, 4, kProductColumnAlign};
@@ -141,10 +161,18 @@ void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool f
       }
       const PairLayout layout{slices, fast, rows, ld};
       for (int q = 0; q < slices; ++q) {
-        slice_products(handle, b_half + q * cols * k_stride, a_half, cols, layout.rows_for(q) * rows,
-                       k_stride, product_data + layout.block_start(q) * rows * ld, ld);
+        exact_half_gemm(handle, b_half + q * cols * k_stride, a_half, cols, layout.rows_for(q) * rows,
+                        k_stride, product_data + layout.block_start(q) * rows * ld, ld);
       }
       constexpr int threads = 128;
+      if (nearest) {
+        const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)),
+                        static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+        nearest_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0, n,
+                                                        beta, in, out);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        continue;
+      }
       const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)),
                       static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
       accumulate_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0,
@@ -155,26 +183,21 @@ void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool f
 }
 
 at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                     const at::Tensor& tau_b, const at::Tensor& nonfinite_a,
-                     const at::Tensor& nonfinite_b, int64_t slices, bool fast,
-                     int64_t workspace_bytes) {
+                     const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
+                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
+                     bool fast, bool nearest, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_fp16";
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
-  TORCH_CHECK(a.scalar_type() == bt.scalar_type(), op, ": a and bt must have the same dtype, got ",
-              a.scalar_type(), " and ", bt.scalar_type());
-  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
-              a.size(1), " and ", bt.size(1));
-  for (const at::Tensor* t : {&bt, &tau_a, &tau_b, &nonfinite_a, &nonfinite_b}) {
+  check_same_operands(a, bt, op);
+  for (const at::Tensor* t : {&bt, &tau_a, &tau_b, &span_a, &span_b, &nonfinite_a, &nonfinite_b}) {
     TORCH_CHECK(t->device() == a.device(), op, ": every tensor must be on ", a.device(), ", got ",
                 t->device());
   }
   check_slices(slices, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
-  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
-  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+  check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
+  check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
   const c10::cuda::CUDAGuard guard(a.device());
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
   const int beta = digit_bits_checked(k, op);
@@ -183,8 +206,9 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const Operands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
                                 tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
+                                span_a.const_data_ptr<int>(), span_b.const_data_ptr<int>(),
                                 nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
-    gemm_chunks<scalar_t>(in, m, n, static_cast<int>(slices), fast, beta, budget,
+    gemm_chunks<scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
                           out.mutable_data_ptr<scalar_t>(), a.options());
   });
   return out;

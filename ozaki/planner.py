@@ -1,0 +1,126 @@
+"""Slice-count planning: the automatic slice count and the correctly rounded mode (docs/accuracy.md).
+
+Everything here is exact integer or rational arithmetic on values the backends compute bit for
+bit alike, so every device picks the same plan for the same inputs (and so returns the same bits).
+"""
+
+import math
+from fractions import Fraction
+
+import torch
+
+from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
+                      digit_bits_for, full_split_cap, grid_step_bits, pair_count, slices_for_bits)
+
+#: Bits between the rigorous bound of what a correctly rounded plan leaves out and the unit
+#: roundoff of the product's scale: the share of entries that need the exact slow path is about
+#: 2^-NEAREST_MARGIN_BITS times the ratio of that scale to |C_ij|.
+NEAREST_MARGIN_BITS = 10
+
+
+def term_bound(slices: int, fast: bool) -> int:
+    """c_s: per term of a dot product, the split leaves at most 2^-(s w) of each scaled operand
+    and fast mode drops pairs worth at most 2 (s - 1) 2^-(s w) more: together c_s 2^-(s w)
+    (csrc/exact.h, dropped_bound, uses the rigorous 2 s + 1 for fast mode too)."""
+    return 2 * slices + 1 if fast else 3
+
+
+def meets_target(slices: int, fast: bool, k: int, beta: int, precision: int,
+                 magnitude: Fraction) -> bool:
+    """Whether the predicted truncation c_s sqrt(k) 2^-(s w) (k terms of random sign, each below
+    the per-term bound) stays within the unit roundoff 2^-precision of magnitude * 2^(tau_a + tau_b),
+    magnitude being the smallest (|A||B|)_ij / 2^(tau_a_i + tau_b_j). Squared, in exact rationals:
+    c_s^2 k 2^(2 precision) <= magnitude^2 2^(2 s w)."""
+    shift = 2 * slices * grid_step_bits(beta)
+    return term_bound(slices, fast) ** 2 * k * 4 ** precision <= magnitude * magnitude * 2 ** shift
+
+
+def predicted_error(slices: int, fast: bool, k: int, beta: int, magnitude: float) -> float:
+    """The planned truncation level relative to (|A||B|)_ij at its smallest (for reports)."""
+    if magnitude == 0:
+        return math.inf
+    return term_bound(slices, fast) * math.sqrt(k) * 2.0 ** (-slices * grid_step_bits(beta)) / magnitude
+
+
+def _smallest(predicate, limit: int):
+    return next((s for s in range(1, limit + 1) if predicate(s)), None)
+
+
+def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast) -> SlicePlan:
+    """The automatic slice count: the fewest slices whose predicted truncation stays below the unit
+    roundoff of the target format at the scale of (|A||B|)_ij for every (i, j).
+
+    magnitude: the smallest exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j) over rows and
+    columns that are nonzero and finite (ozaki::magnitude_product); inf when there is none, 0 when
+    some product is below the estimate's resolution.
+    """
+    precision = SIGNIFICAND_BITS[dtype]
+    beta = digit_bits_for(k)
+    full = slices_for_bits(max_span, beta)
+    cap = full_split_cap(k, dtype)
+    exact_slices = full if full <= cap else None
+    if magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column
+        need = {False: 1, True: 1}
+    elif magnitude == 0:
+        need = {False: None, True: None}
+    else:
+        exact = Fraction(magnitude)
+        need = {f: _smallest(lambda s, f=f: meets_target(s, f, k, beta, precision, exact), cap)
+                for f in (False, True)}
+    if fast is None:
+        # The cheaper of: the exact product (all pairs of the full split) and fast mode at the
+        # planned count; all pairs at the cap when the estimate cannot bound the truncation.
+        options = []
+        if exact_slices is not None:
+            options.append((pair_count(exact_slices, False), 0, exact_slices, False))
+        if need[True] is not None:
+            options.append((pair_count(need[True], True), 1, need[True], True))
+        if not options:
+            options.append((0, 2, cap, False))
+        _, _, slices, fast = min(options)
+    else:
+        slices = need[fast] if need[fast] is not None else min(full, cap)
+        if not fast and exact_slices is not None:
+            slices = min(slices, exact_slices)
+    capped = slices < full and need[fast] is None
+    reason = "capped full split" if capped else ("exact" if not fast and slices >= full
+                                                 else "error bound")
+    return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, capped)
+
+
+def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> SlicePlan:
+    """Slices for rounding='nearest'. Any plan gives the same (correctly rounded) bits; this one
+    is the cheaper of the exact full split (all pairs) and fast mode with enough slices that the
+    rigorous bound of the dropped part, k (2 s + 1) 2^-(s w), sits NEAREST_MARGIN_BITS below the
+    unit roundoff, so that few entries need the exact slow path."""
+    precision = SIGNIFICAND_BITS[dtype]
+    beta = digit_bits_for(k)
+    w = grid_step_bits(beta)
+    full = slices_for_bits(max_span, beta)
+    if slices is None:
+        margin = precision + NEAREST_MARGIN_BITS + ceil_log2(k)
+        decided = _smallest(lambda s: s * w >= margin + ceil_log2(2 * s + 1), MAX_SLICES) or MAX_SLICES
+        if fast is False or (full <= MAX_SLICES and full * full <= pair_count(decided, True)):
+            slices, fast = min(full, MAX_SLICES), False
+        else:
+            slices, fast = decided, True
+    return _plan(slices, bool(fast), beta, full, k, dtype, None, "nearest", "correctly rounded")
+
+
+def requested_plan(k: int, dtype: torch.dtype, max_span: int, slices: int, fast: bool) -> SlicePlan:
+    beta = digit_bits_for(k)
+    return _plan(slices, fast, beta, slices_for_bits(max_span, beta), k, dtype, None, None,
+                 "requested")
+
+
+def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, capped=False):
+    exact = not fast and slices >= full
+    if exact:
+        level = 0.0
+    else:
+        level = None if magnitude is None else predicted_error(slices, fast, k, beta, magnitude)
+    return SlicePlan(slices=slices, fast=fast, beta=beta, gemms=pair_count(slices, fast),
+                     bits_captured=bits_captured(slices, beta), full_split_slices=full,
+                     capped=capped, exact=exact, rounding=rounding, reason=reason,
+                     predicted_error=level,
+                     native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype])
