@@ -199,10 +199,16 @@ OZAKI_HD double scaled_entry(double a, int tau) {
 // stays below 2^24 units; the FP16 GEMM with FP32 accumulation of these values is exact.
 OZAKI_HD int magnitude_grid_bits(int64_t k) { return (24 - ceil_log2(k)) / 2; }
 
-// A lower bound of |a| 2^-tau on the grid 2^-r, cut to 11 significant bits so FP16 holds it.
-OZAKI_HD double magnitude_floor(double a, int tau, int r) {
-  double units = floor(abs_value(scaled_entry(a, tau)) * pow2(r));  // an integer below 2^12
-  if (units >= 2048.0) units = 2.0 * floor(units * 0.5);
+// Shifts of the estimate's passes: pass p sees |a| 2^(p r - tau), clamped to 1, so together they
+// resolve magnitudes down to 2^(-kMagnitudePasses r) of each row's maximum.
+constexpr int kMagnitudePasses = 2;
+
+// A lower bound of min(|a| 2^(shift - tau), 1) on the grid 2^-r, cut to 11 significant bits so
+// FP16 holds it (r <= 12: the integer count of grid steps is at most 2^12).
+OZAKI_HD double magnitude_floor(double a, int tau, int shift, int r) {
+  const double x = abs_value(scaled_entry(a, tau - shift));
+  double units = x >= 1.0 ? pow2(r) : floor(x * pow2(r));
+  if (units >= 2048.0 && units < pow2(r)) units = 2.0 * floor(units * 0.5);
   return units * pow2(-r);
 }
 

@@ -12,6 +12,12 @@ import torch
 from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
                       digit_bits_for, full_split_cap, grid_step_bits, pair_count, slices_for_bits)
 
+#: The automatic plan multiplies exactly (all pairs of the full split) when that costs at most this
+#: many times the planned fast mode. Where it applies (short inner dimensions, integer-like data)
+#: native products are within a rounding of the exact one, and only the exact product is sure to
+#: match them entry by entry.
+EXACT_COST_RATIO = 2
+
 #: Bits between the rigorous bound of what a correctly rounded plan leaves out and the unit
 #: roundoff of the product's scale: the share of entries that need the exact slow path is about
 #: 2^-NEAREST_MARGIN_BITS times the ratio of that scale to |C_ij|.
@@ -68,16 +74,18 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
         need = {f: _smallest(lambda s, f=f: meets_target(s, f, k, beta, precision, exact), cap)
                 for f in (False, True)}
     if fast is None:
-        # The cheaper of: the exact product (all pairs of the full split) and fast mode at the
-        # planned count; all pairs at the cap when the estimate cannot bound the truncation.
-        options = []
-        if exact_slices is not None:
-            options.append((pair_count(exact_slices, False), 0, exact_slices, False))
-        if need[True] is not None:
-            options.append((pair_count(need[True], True), 1, need[True], True))
-        if not options:
-            options.append((0, 2, cap, False))
-        _, _, slices, fast = min(options)
+        # The exact product (all pairs of the full split) when it costs at most EXACT_COST_RATIO
+        # times fast mode at the planned count; all pairs at the cap when the estimate cannot
+        # bound the truncation.
+        fast_gemms = pair_count(need[True], True) if need[True] is not None else None
+        if exact_slices is not None and (
+                fast_gemms is None
+                or pair_count(exact_slices, False) <= EXACT_COST_RATIO * fast_gemms):
+            slices, fast = exact_slices, False
+        elif fast_gemms is not None:
+            slices, fast = need[True], True
+        else:
+            slices, fast = cap, False
     else:
         slices = need[fast] if need[fast] is not None else min(full, cap)
         if not fast and exact_slices is not None:

@@ -58,8 +58,11 @@ def test_extreme_exponents_are_exact_up_to_rounding(device):
                      dtype=torch.float64)
     B = torch.tensor([[0.5, 1e-300], [0.25, 1e-290]], dtype=torch.float64)
     assert not ozaki.plan(A, B).capped
-    C = ozaki.dgemm(A.to(device), B.to(device)).cpu()
     exact = accuracy.exact_matmul(A, B)
+    C = ozaki.dgemm(A.to(device), B.to(device)).cpu()
+    # (entry (1, 1) underflows to 0: its componentwise error is 1 for every float64 answer)
+    assert accuracy.componentwise_error(C, exact, A, B) <= accuracy.componentwise_error(A @ B, exact, A, B)
+    C = ozaki.dgemm(A.to(device), B.to(device), rounding="nearest").cpu()
     assert_bitwise_equal(C, accuracy.round_exact(exact))
     big = torch.tensor([[1e200, 1e200]], dtype=torch.float64)
     overflow = ozaki.dgemm(big.to(device), big.t().contiguous().to(device) * 1e150).cpu()
@@ -78,10 +81,19 @@ def test_wide_exponent_range_inputs(device):
     assert accuracy.componentwise_error(C, exact, A, B) <= accuracy.componentwise_error(native, exact, A, B)
 
 
-def test_rows_spanning_more_than_the_cap_are_reported():
-    # a row holding 1e300 and 1e-300 spans ~2000 bits: the automatic split stops at its cap and
-    # the plan says so (docs/api.md, "Slice count")
+def test_rows_spanning_more_than_the_cap():
+    # a row holding 1e300 and 1e-300 spans ~2000 bits; the planner needs only the bits that
+    # matter at the scale of |A||B| (docs/accuracy.md)
     A = torch.tensor([[1e300, 1e-300]], dtype=torch.float64)
     B = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
     p = ozaki.plan(A, B)
-    assert p.capped and p.slices < p.full_split_slices
+    assert not p.capped and p.slices < p.full_split_slices
+    assert ozaki.dgemm(A, B).item() == 1e300
+    # when the only products meet a side far below its maximum the estimate cannot bound the
+    # truncation: the plan falls back to the full split, capped, and says so
+    A = torch.tensor([[1.0, 1e-300]], dtype=torch.float64)
+    B = torch.tensor([[1e-300], [1.0]], dtype=torch.float64)
+    p = ozaki.plan(A, B)
+    assert p.capped and p.slices < p.full_split_slices and not p.fast
+    assert "the full split would need" in str(p)
+    assert ozaki.dgemm(A, B, rounding="nearest").item() == 2e-300

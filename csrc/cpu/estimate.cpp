@@ -9,9 +9,10 @@
 namespace ozaki::cpu {
 namespace {
 
-// |entry| 2^-tau of every row, floored onto the estimate's grid (float64 holds them exactly).
+// min(|entry| 2^(shift - tau), 1) of every row, floored onto the estimate's grid (float64 holds
+// them exactly).
 template <typename T>
-at::Tensor magnitude_floors(const at::Tensor& a, const int* tau, int grid_bits) {
+at::Tensor magnitude_floors(const at::Tensor& a, const int* tau, int shift, int grid_bits) {
   const int64_t rows = a.size(0), k = a.size(1);
   at::Tensor out = at::empty({rows, k}, a.options().dtype(at::kDouble));
   const T* in = a.const_data_ptr<T>();
@@ -19,7 +20,7 @@ at::Tensor magnitude_floors(const at::Tensor& a, const int* tau, int grid_bits) 
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t l = 0; l < k; ++l) {
-        data[r * k + l] = magnitude_floor(static_cast<double>(in[r * k + l]), tau[r], grid_bits);
+        data[r * k + l] = magnitude_floor(static_cast<double>(in[r * k + l]), tau[r], shift, grid_bits);
       }
     }
   });
@@ -37,13 +38,20 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
   check_row_vector(tau_b, n, at::kInt, op, "tau_b");
   digit_bits_checked(k, op);
   const int grid_bits = magnitude_grid_bits(k);
-  at::Tensor qa, qb;
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    qa = magnitude_floors<scalar_t>(a, tau_a.const_data_ptr<int>(), grid_bits);
-    qb = magnitude_floors<scalar_t>(bt, tau_b.const_data_ptr<int>(), grid_bits);
-  });
-  // Every partial sum is an integer below 2^24 units of 2^(-2 grid_bits): exact in any order.
-  return at::mm(qa, qb.t()).to(at::kFloat);
+  at::Tensor bound;
+  for (int pass = 0; pass < kMagnitudePasses; ++pass) {
+    const int shift = pass * grid_bits;
+    at::Tensor qa, qb;
+    AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+      qa = magnitude_floors<scalar_t>(a, tau_a.const_data_ptr<int>(), shift, grid_bits);
+      qb = magnitude_floors<scalar_t>(bt, tau_b.const_data_ptr<int>(), shift, grid_bits);
+    });
+    // Every partial sum is an integer below 2^24 units of 2^(-2 grid_bits): exact in any order,
+    // and so is the power-of-two scaling back (the result stays far above float32's minimum).
+    at::Tensor pass_bound = at::mm(qa, qb.t()).to(at::kFloat).mul_(pow2(-2 * shift));
+    bound = pass == 0 ? pass_bound : at::maximum(bound, pass_bound);
+  }
+  return bound;
 }
 
 }  // namespace

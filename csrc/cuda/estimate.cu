@@ -17,19 +17,19 @@ namespace {
 // out[r * k_stride + l] = magnitude_floor(a[r][l]); the padding columns hold zeros.
 template <typename T>
 __global__ void magnitude_floor_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
-                                       const int* tau, int grid_bits, __half* out) {
+                                       const int* tau, int shift, int grid_bits, __half* out) {
   const int64_t total = rows * k_stride;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / k_stride, l = e - r * k_stride;
-    const double value = l < k ? magnitude_floor(static_cast<double>(a[r * k + l]), tau[r], grid_bits)
+    const double value = l < k ? magnitude_floor(static_cast<double>(a[r * k + l]), tau[r], shift, grid_bits)
                                : 0.0;
     out[e] = __double2half(value);
   }
 }
 
 template <typename T>
-at::Tensor magnitude_floors(const at::Tensor& a, const at::Tensor& tau, int grid_bits) {
+at::Tensor magnitude_floors(const at::Tensor& a, const at::Tensor& tau, int shift, int grid_bits) {
   const int64_t rows = a.size(0), k = a.size(1), k_stride = padded_inner(k);
   at::Tensor out = at::empty({rows, k_stride}, a.options().dtype(at::kHalf));
   const int64_t total = rows * k_stride;
@@ -38,7 +38,7 @@ at::Tensor magnitude_floors(const at::Tensor& a, const at::Tensor& tau, int grid
   const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
   const int blocks = static_cast<int>(std::max<int64_t>(1, std::min(ceil_div(total, threads), cap)));
   magnitude_floor_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(), grid_bits,
+      a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(), shift, grid_bits,
       reinterpret_cast<__half*>(out.mutable_data_ptr<at::Half>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -59,21 +59,27 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
   check_row_vector(tau_b, n, at::kInt, op, "tau_b");
   const c10::cuda::CUDAGuard guard(a.device());
   digit_bits_checked(k, op);
-  at::Tensor out = at::empty({m, n}, a.options().dtype(at::kFloat));
-  if (m == 0 || n == 0) return out;
-  if (k == 0) return out.zero_();
-  const int grid_bits = magnitude_grid_bits(k);
-  at::Tensor qa, qb;
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    qa = magnitude_floors<scalar_t>(a, tau_a, grid_bits);
-    qb = magnitude_floors<scalar_t>(bt, tau_b, grid_bits);
-  });
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options().dtype(at::kFloat));
   TORCH_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31), op, ": m and n must be below 2^31");
-  exact_half_gemm(at::cuda::getCurrentCUDABlasHandle(),
-                  reinterpret_cast<const __half*>(qb.const_data_ptr<at::Half>()),
-                  reinterpret_cast<const __half*>(qa.const_data_ptr<at::Half>()), n, m, qa.size(1),
-                  out.mutable_data_ptr<float>(), n);
-  return out;
+  const int grid_bits = magnitude_grid_bits(k);
+  at::Tensor bound;
+  for (int pass = 0; pass < kMagnitudePasses; ++pass) {
+    const int shift = pass * grid_bits;
+    at::Tensor qa, qb;
+    AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+      qa = magnitude_floors<scalar_t>(a, tau_a, shift, grid_bits);
+      qb = magnitude_floors<scalar_t>(bt, tau_b, shift, grid_bits);
+    });
+    at::Tensor pass_bound = at::empty({m, n}, a.options().dtype(at::kFloat));
+    exact_half_gemm(at::cuda::getCurrentCUDABlasHandle(),
+                    reinterpret_cast<const __half*>(qb.const_data_ptr<at::Half>()),
+                    reinterpret_cast<const __half*>(qa.const_data_ptr<at::Half>()), n, m, qa.size(1),
+                    pass_bound.mutable_data_ptr<float>(), n);
+    // Exact power-of-two scaling back to units of 2^(tau_a + tau_b), as on the CPU.
+    pass_bound.mul_(pow2(-2 * shift));
+    bound = pass == 0 ? pass_bound : at::maximum(bound, pass_bound);
+  }
+  return bound;
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+"""The automatic slice count (slices=None) and ozaki.plan (docs/accuracy.md)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from ozaki import _ops, accuracy
+from ozaki.slicing import pair_count
+
+# Pairs of k around every change of beta (the digit width drops by one at each power of 4).
+K_ACROSS_BETA = [16, 17, 64, 65, 256, 257, 1024, 1025, 4096, 4097]
+GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["dgemm", "sgemm"])
+@pytest.mark.parametrize("k", K_ACROSS_BETA)
+@pytest.mark.parametrize("phi", [0.1, 0.5, 1.0, 2.0, 4.0])
+def test_auto_slice_count_no_worse_than_native(dtype, k, phi):
+    A, B = phi_pair(8, k, 8, phi, seed=1000 + k + int(phi * 100), dtype=dtype)
+    exact = accuracy.exact_matmul(A, B)
+    C, native = GEMMS[dtype](A, B), A @ B
+    ours = accuracy.componentwise_errors(C, exact, A, B)
+    theirs = accuracy.componentwise_errors(native, exact, A, B)
+    assert ours.max() <= theirs.max(), (ours.max(), theirs.max(), ozaki.plan(A, B))
+    ours_rel = np.median(accuracy.relative_errors(C, exact))
+    theirs_rel = np.median(accuracy.relative_errors(native, exact))
+    assert ours_rel <= theirs_rel, (ours_rel, theirs_rel, ozaki.plan(A, B))
+    # and the entries are within about one rounding of the exact result where the plan is exact
+    plan = ozaki.plan(A, B)
+    if plan.exact:
+        assert accuracy.ulps_from_nearest(C, exact).max() <= 1
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["dgemm", "sgemm"])
+def test_default_is_the_plan(device, dtype):
+    A, B = phi_pair(33, 300, 21, 0.5, seed=4, dtype=dtype, device=device)
+    plan = ozaki.plan(A, B)
+    assert plan.reason in ("error bound", "exact")
+    assert plan.gemms == pair_count(plan.slices, plan.fast)
+    assert plan.predicted_error <= 2.0 ** -(24 if dtype == torch.float32 else 53)
+    assert_bitwise_equal(GEMMS[dtype](A, B), GEMMS[dtype](A, B, slices=plan.slices, fast=plan.fast))
+
+
+def test_more_spread_needs_more_slices():
+    counts = []
+    for phi in (0.1, 1.0, 2.0):
+        A, B = phi_pair(16, 1000, 16, phi, seed=8)
+        counts.append(ozaki.plan(A, B).gemms)
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+
+
+def test_float32_needs_fewer_slices_than_float64():
+    A, B = phi_pair(16, 500, 16, 0.5, seed=9)
+    assert ozaki.plan(A.float(), B.float()).gemms < ozaki.plan(A, B).gemms
+
+
+def test_small_integers_are_multiplied_exactly():
+    g = seeded(6)
+    A = torch.randint(-50, 50, (20, 70), generator=g).double()
+    B = torch.randint(-50, 50, (70, 9), generator=g).double()
+    plan = ozaki.plan(A, B)
+    assert plan.exact and plan.slices == 1 and plan.gemms == 1
+    assert torch.equal(ozaki.dgemm(A, B), A @ B)  # integer sums far below 2^53: exact
+
+
+def test_unresolvable_estimate_falls_back_to_the_full_split():
+    # Row 0 of A and column 0 of B only meet where one side is 2^-30 of its maximum: the estimate
+    # cannot see the product, so the plan must not rely on it.
+    A = torch.tensor([[1.0, 2.0 ** -30, 0.3], [0.7, 0.1, 0.9]], dtype=torch.float64)
+    B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
+    plan = ozaki.plan(A, B)
+    assert not plan.fast and plan.slices == plan.full_split_slices and plan.exact
+    exact = accuracy.exact_matmul(A, B)
+    assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
+
+
+def test_zero_and_nonfinite_rows_do_not_constrain_the_plan():
+    A, B = phi_pair(10, 50, 10, 0.5, seed=12)
+    reference = ozaki.plan(A, B)
+    A[3] = 0.0
+    A[4, 7] = float("nan")
+    B[:, 2] = 0.0
+    assert ozaki.plan(A, B).slices <= reference.slices
+    A = torch.zeros(4, 5, dtype=torch.float64)
+    assert ozaki.plan(A, B[:5]).slices == 1
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("phi", [0.1, 2.0, 4.0])
+def test_magnitude_estimate_is_an_exact_lower_bound(device, phi):
+    A, B = phi_pair(12, 130, 11, phi, seed=14)
+    a, bt = A.to(device), B.t().contiguous().to(device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    bound = _ops.magnitude_product(a, bt, stats_a, stats_b).cpu()
+    magnitudes = accuracy.abs_product(A, B)
+    scale = torch.ldexp(torch.ones(12, 11, dtype=torch.float64),
+                        (stats_a[0].cpu()[:, None] + stats_b[0].cpu()[None, :]).to(torch.float64))
+    true_value = magnitudes / scale
+    assert (bound.double() <= true_value).all()
+    # coarse, but not uselessly so: within a factor 2^12 for these inputs wherever positive
+    assert (bound > 0).float().mean() > 0.9
+    positive = bound > 0
+    assert (true_value[positive] / bound.double()[positive]).max() < 2.0 ** 12
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("phi", [0.1, 1.0, 4.0])
+@pytest.mark.parametrize("k", [7, 257, 4097])
+def test_cpu_and_cuda_plan_the_same(phi, k):
+    A, B = phi_pair(40, k, 30, phi, seed=k + int(phi))
+    for dtype in (torch.float64, torch.float32):
+        A_, B_ = A.to(dtype), B.to(dtype)
+        assert ozaki.plan(A_, B_) == ozaki.plan(A_.cuda(), B_.cuda())
+        a, bt = A_.contiguous(), B_.t().contiguous()
+        cpu = _ops.magnitude_product(a, bt, _ops.row_stats(a), _ops.row_stats(bt))
+        ac, btc = a.cuda(), bt.cuda()
+        gpu = _ops.magnitude_product(ac, btc, _ops.row_stats(ac), _ops.row_stats(btc))
+        assert_bitwise_equal(cpu, gpu)
+        assert_bitwise_equal(GEMMS[dtype](A_, B_), GEMMS[dtype](A_.cuda(), B_.cuda()))
+
+
+def test_plan_reports_the_native_level_and_describes_itself():
+    A, B = phi_pair(8, 100, 8, 0.5, seed=15)
+    plan = ozaki.plan(A, B)
+    assert plan.native_level == pytest.approx(math.sqrt(100) * 2.0 ** -53)
+    text = str(plan)
+    assert f"{plan.slices} slices" in text and f"{plan.gemms} FP16 GEMMs" in text
+    nearest = ozaki.plan(A, B, rounding="nearest")
+    assert nearest.rounding == "nearest" and "rounded once" in str(nearest)
+    fixed = ozaki.plan(A, B, slices=5)
+    assert fixed.slices == 5 and fixed.fast and fixed.reason == "requested"
