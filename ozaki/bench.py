@@ -330,7 +330,8 @@ class ExactReference:
                                                       self.B_cols)
         return {"median_rel_err": float(np.median(relative)),
                 "max_rel_err": float(np.max(relative)),
-                "max_comp_err": float(np.max(componentwise))}
+                "max_comp_err": float(np.max(componentwise)),
+                "rounded_share": accuracy.correctly_rounded_share(C_sampled, self.exact)}
 
 
 # ---------------------------------------------------------------------------
@@ -348,11 +349,20 @@ class RowSpec:
     slices: int = None    # requested slice count (None: automatic)
     fast: bool = None     # requested mode
     default: bool = False  # call ozaki with its own defaults (no slices / fast arguments)
+    rounding: str = None  # None or "nearest"
 
     def options(self):
         """Keyword arguments of the ozaki call: none at all for a default row, so that it
         measures exactly what `ozaki.dgemm(A, B)` does."""
-        return {} if self.default else {"slices": self.slices, "fast": self.fast}
+        options = {} if self.default else {"slices": self.slices, "fast": self.fast}
+        if self.rounding:
+            options["rounding"] = self.rounding
+        return options
+
+    @property
+    def is_default_product(self):
+        """The row every other ozaki row of its dtype is compared with ("x default")."""
+        return self.kind == "ozaki" and self.default and self.rounding is None
 
     def label(self):
         if self.kind not in ("ozaki", "plan"):
@@ -372,10 +382,12 @@ def row_specs(slices, all_pairs_slices):
              RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16),
              RowSpec("ozaki dgemm", "ozaki", f64, default=True),
              RowSpec("ozaki plan", "plan", f64, default=True),
+             RowSpec("ozaki dgemm nearest", "ozaki", f64, default=True, rounding="nearest"),
              RowSpec("ozaki dgemm", "ozaki", f64, None, True)]
     specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, True) for s in slices]
     specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, False) for s in all_pairs_slices]
     specs.append(RowSpec("ozaki sgemm", "ozaki", f32, default=True))
+    specs.append(RowSpec("ozaki sgemm nearest", "ozaki", f32, default=True, rounding="nearest"))
     return specs
 
 
@@ -393,7 +405,7 @@ class ShapeRun:
     references: dict     # dtype -> ExactReference
     native_ms: dict = field(default_factory=dict)   # dtype -> median ms of native matmul
     floor_unit_ms: float = None
-    default_ms: float = None                         # ozaki.dgemm(A, B) with its defaults
+    default_ms: dict = field(default_factory=dict)  # dtype -> ms of ozaki's default product
 
     def timed(self, fn):
         times, result = time_call(fn, self.device, self.warmup, self.repeats)
@@ -407,7 +419,8 @@ def shape_label(shape):
 
 def _plan_fields(plan):
     return {"slices": plan.slices, "fast": plan.fast, "gemms": plan.gemms, "beta": plan.beta,
-            "bits_captured": plan.bits_captured, "capped": plan.capped}
+            "bits_captured": plan.bits_captured, "capped": plan.capped, "exact": plan.exact,
+            "plan_reason": plan.reason, "predicted_error": plan.predicted_error}
 
 
 def measure_native(spec, run):
@@ -433,8 +446,8 @@ def measure_plan(spec, run):
     A, B = run.operands[spec.dtype]
     fields, plan = run.timed(lambda: ozaki.plan(A, B, **spec.options()))
     fields.update(_plan_fields(plan))
-    if run.default_ms:
-        fields["share_of_default"] = fields["time_ms"] / run.default_ms
+    if run.default_ms.get(spec.dtype):
+        fields["share_of_default"] = fields["time_ms"] / run.default_ms[spec.dtype]
     return fields
 
 
@@ -444,8 +457,10 @@ def measure_ozaki(spec, run):
     fields = _plan_fields(ozaki.plan(A, B, **spec.options()))
     timing, C = run.timed(lambda: product(A, B, **spec.options()))
     fields.update(timing)
-    if spec.dtype == torch.float64 and spec.default:
-        run.default_ms = timing["time_ms"]
+    if spec.is_default_product:
+        run.default_ms[spec.dtype] = timing["time_ms"]
+    elif run.default_ms.get(spec.dtype):
+        fields["vs_default"] = timing["time_ms"] / run.default_ms[spec.dtype]
     fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))
     return fields
 
@@ -518,6 +533,10 @@ def _error(value):
     return "0" if value == 0 else f"{value:.1e}"
 
 
+def _ratio_cell(value):
+    return f"{value:.2f}" if value else ""
+
+
 def _slices_cell(row):
     if row["kind"] not in ("ozaki", "plan"):
         return "-"
@@ -548,9 +567,12 @@ COLUMNS = [
     ("x native", lambda row: f"{row['speedup']:.2f}x" if row.get("speedup") else "", True),
     ("floor ms", lambda row: _time(row.get("floor_ms")), True),
     ("of floor", lambda row: f"{row['of_floor']:.0%}" if row.get("of_floor") else "", True),
+    ("x default", lambda row: _ratio_cell(row.get("vs_default") or row.get("share_of_default")), True),
     ("median rel err", lambda row: _error(row.get("median_rel_err")), True),
     ("max rel err", lambda row: _error(row.get("max_rel_err")), True),
     ("max comp err", lambda row: _error(row.get("max_comp_err")), True),
+    ("RN share", lambda row: (f"{row['rounded_share']:.1%}" if row.get("rounded_share") is not None
+                              else ""), True),
 ]
 
 

@@ -18,10 +18,11 @@ ERROR_FIELDS = ("median_rel_err", "max_rel_err", "max_comp_err")
 # (method, default, slices requested, fast requested)
 EXPECTED_ROWS = ([("native dgemm", False, None, None), ("native sgemm", False, None, None),
                   ("fp16 gemm (floor unit)", False, None, None), ("ozaki dgemm", True, None, None),
-                  ("ozaki plan", True, None, None), ("ozaki dgemm", False, None, True)]
+                  ("ozaki plan", True, None, None), ("ozaki dgemm nearest", True, None, None),
+                  ("ozaki dgemm", False, None, True)]
                  + [("ozaki dgemm", False, s, True) for s in SLICES]
                  + [("ozaki dgemm", False, s, False) for s in ALL_PAIRS]
-                 + [("ozaki sgemm", True, None, None)])
+                 + [("ozaki sgemm", True, None, None), ("ozaki sgemm nearest", True, None, None)])
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_stdout_and_markdown(tiny_run):
     process, report, markdown = tiny_run
     total = len(report["rows"])
     assert f"[1/{total}] n=32 native dgemm ... " in process.stdout
-    assert f"[{total}/{total}] m x k x n = 24x40x16 ozaki sgemm default ... " in process.stdout
+    assert f"[{total}/{total}] m x k x n = 24x40x16 ozaki sgemm nearest default ... " in process.stdout
     table_header = [line for line in process.stdout.splitlines()
                     if line.split()[:2] == ["n", "method"]]
     assert len(table_header) == 1 and "of floor" in table_header[0]
@@ -220,3 +221,11 @@ def test_help_lists_the_options(capsys):
     for option in ("--sizes", "--shape", "--slices", "--all-pairs-slices", "--repeats",
                    "--samples", "--json", "--markdown", "--device", "--phi", "--seed"):
         assert option in out
+
+
+def test_nearest_rows_are_correctly_rounded(tiny_run):
+    _, report, _ = tiny_run
+    nearest = [row for row in report["rows"] if row["method"].endswith("nearest")]
+    assert len(nearest) == 2 * len(SHAPES)
+    for row in nearest:
+        assert row["rounded_share"] == 1.0 and row["vs_default"] > 0, row
