@@ -16,7 +16,7 @@ TORCH_LIBRARY(ozaki, m) {
   // The FP16 slices of every row, scaled by 2^-tau: shape (slices, m, k), float16.
   m.def("split_rows(Tensor a, Tensor tau, int slices) -> Tensor");
   // Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j) from magnitudes floored onto a
-  // coarse grid: float32 (m, n). The automatic slice count is planned from it.
+  // coarse grid: float64 (m, n). The automatic slice count is planned from it.
   m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b) -> Tensor");
   // C = a @ bt.T by Ozaki scheme I with FP16 slices; bt holds B's columns as rows and tau_*,
   // span_*, nonfinite_* are the row_stats of a and bt. nearest: correctly rounded result.

@@ -199,17 +199,21 @@ OZAKI_HD double scaled_entry(double a, int tau) {
 // stays below 2^24 units; the FP16 GEMM with FP32 accumulation of these values is exact.
 OZAKI_HD int magnitude_grid_bits(int64_t k) { return (24 - ceil_log2(k)) / 2; }
 
-// Shifts of the estimate's passes: pass p sees |a| 2^(p r - tau), clamped to 1, so together they
-// resolve magnitudes down to 2^(-kMagnitudePasses r) of each row's maximum.
-constexpr int kMagnitudePasses = 2;
-
-// A lower bound of min(|a| 2^(shift - tau), 1) on the grid 2^-r, cut to 11 significant bits so
-// FP16 holds it (r <= 12: the integer count of grid steps is at most 2^12).
-OZAKI_HD double magnitude_floor(double a, int tau, int shift, int r) {
-  const double x = abs_value(scaled_entry(a, tau - shift));
-  double units = x >= 1.0 ? pow2(r) : floor(x * pow2(r));
-  if (units >= 2048.0 && units < pow2(r)) units = 2.0 * floor(units * 0.5);
-  return units * pow2(-r);
+// Two fixed-point digits of |a| 2^-tau on the grid 2^-r, each an integer count of 2^-r below 2^r
+// cut to 11 significant bits (FP16 holds it): |a| 2^-tau >= high + low 2^-r. The estimate
+// multiplies high * high, high * low and low * high exactly and drops low * low, so it is a lower
+// bound of (|A||B|)_ij 2^-(tau_a + tau_b) that resolves entries down to 2^(-2 r) of a row's maximum.
+OZAKI_HD double fp16_grid_count(double units) {  // units < 2^12: keep its top 11 bits
+  return units >= 2048.0 ? 2.0 * floor(units * 0.5) : units;
+}
+OZAKI_HD void magnitude_digits(double a, int tau, int r, double* high, double* low) {
+  const double x = abs_value(scaled_entry(a, tau));  // < 1
+  const double high_units = fp16_grid_count(floor(x * pow2(r)));
+  const double rest = x - high_units * pow2(-r);  // exact: removes leading bits of x
+  // rest < 2^-r unless the cut to 11 bits dropped one (only when r = 12, k <= 2): then no low digit
+  const double low_units = rest < pow2(-r) ? fp16_grid_count(floor(rest * pow2(2 * r))) : 0.0;
+  *high = high_units * pow2(-r);
+  *low = low_units * pow2(-r);
 }
 
 // ---- Sum (docs/algorithm.md, "Sum") --------------------------------------------------------------

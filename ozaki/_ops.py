@@ -37,7 +37,7 @@ def split_rows(a: torch.Tensor, tau: torch.Tensor, slices: int) -> torch.Tensor:
 
 
 def magnitude_product(a, bt, stats_a, stats_b) -> torch.Tensor:
-    """Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j), float32 (m, n)."""
+    """Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j), float64 (m, n)."""
     return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0])
 
 

@@ -21,7 +21,7 @@ EXACT_COST_RATIO = 2
 #: Bits between the rigorous bound of what a correctly rounded plan leaves out and the unit
 #: roundoff of the product's scale: the share of entries that need the exact slow path is about
 #: 2^-NEAREST_MARGIN_BITS times the ratio of that scale to |C_ij|.
-NEAREST_MARGIN_BITS = 10
+NEAREST_MARGIN_BITS = 17
 
 
 def term_bound(slices: int, fast: bool) -> int:
