@@ -22,6 +22,10 @@ EXACT_COST_RATIO = 2
 #: roundoff of the product's scale: the share of entries that need the exact slow path is about
 #: 2^-NEAREST_MARGIN_BITS times the ratio of that scale to |C_ij|.
 NEAREST_MARGIN_BITS = 17
+#: rounding="nearest" multiplies exactly (all pairs of the full split) when that costs at most this
+#: many times the fast plan: its cost does not depend on the data, while the fast plan's slow path
+#: can take a large share of the entries for data spread over many binades.
+NEAREST_EXACT_COST_RATIO = 3
 
 
 def term_bound(slices: int, fast: bool) -> int:
@@ -91,16 +95,21 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
         if not fast and exact_slices is not None:
             slices = min(slices, exact_slices)
     capped = slices < full and need[fast] is None
-    reason = "capped full split" if capped else ("exact" if not fast and slices >= full
-                                                 else "error bound")
+    if capped:
+        reason = "capped full split"
+    elif not fast and slices >= full:
+        reason = "exact" if need[False] is not None else "exact (estimate unresolved)"
+    else:
+        reason = "error bound"
     return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, capped)
 
 
 def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> SlicePlan:
     """Slices for rounding='nearest'. Any plan gives the same (correctly rounded) bits; this one
-    is the cheaper of the exact full split (all pairs) and fast mode with enough slices that the
-    rigorous bound of the dropped part, k (2 s + 1) 2^-(s w), sits NEAREST_MARGIN_BITS below the
-    unit roundoff, so that few entries need the exact slow path."""
+    is the exact full split (all pairs, no entry ever takes the slow path) when it costs at most
+    NEAREST_EXACT_COST_RATIO times fast mode with enough slices that the rigorous bound of the
+    dropped part, k (2 s + 1) 2^-(s w), sits NEAREST_MARGIN_BITS below the unit roundoff; that fast
+    plan otherwise (rows spanning many binades), where a few entries take the slow path."""
     precision = SIGNIFICAND_BITS[dtype]
     beta = digit_bits_for(k)
     w = grid_step_bits(beta)
@@ -108,7 +117,9 @@ def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> Sli
     if slices is None:
         margin = precision + NEAREST_MARGIN_BITS + ceil_log2(k)
         decided = _smallest(lambda s: s * w >= margin + ceil_log2(2 * s + 1), MAX_SLICES) or MAX_SLICES
-        if fast is False or (full <= MAX_SLICES and full * full <= pair_count(decided, True)):
+        exact_gemms = pair_count(full, False)
+        if fast is False or (full <= MAX_SLICES
+                             and exact_gemms <= NEAREST_EXACT_COST_RATIO * pair_count(decided, True)):
             slices, fast = min(full, MAX_SLICES), False
         else:
             slices, fast = decided, True

@@ -73,9 +73,9 @@ class SlicePlan:
     capped: bool             # the error bound could not be met below the cap: capped full split
     exact: bool              # all pairs of the full split: the sum is the exact product
     rounding: Optional[str]  # None or "nearest"
-    reason: str              # "error bound", "exact", "capped full split", "requested",
-                             # "correctly rounded"
-    predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij at its largest, if known
+    reason: str              # "error bound", "exact", "exact (estimate unresolved)",
+                             # "capped full split", "requested", "correctly rounded"
+    predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij, worst entry, if known
     native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error
 
     def __str__(self):

@@ -75,6 +75,7 @@ def test_unresolvable_estimate_falls_back_to_the_full_split():
     B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
     plan = ozaki.plan(A, B)
     assert not plan.fast and plan.slices == plan.full_split_slices and plan.exact
+    assert plan.reason == "exact (estimate unresolved)"
     exact = accuracy.exact_matmul(A, B)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
 
