@@ -22,9 +22,10 @@ EXACT_COST_RATIO = 2
 #: roundoff of the product's scale: the share of entries that need the exact slow path is about
 #: 2^-NEAREST_MARGIN_BITS times the ratio of that scale to |C_ij|.
 NEAREST_MARGIN_BITS = 17
-#: rounding="nearest" multiplies exactly (all pairs of the full split) when that costs at most this
-#: many times the fast plan: its cost does not depend on the data, while the fast plan's slow path
-#: can take a large share of the entries for data spread over many binades.
+#: For rows spanning more bits than its fast plan splits, rounding="nearest" multiplies exactly
+#: (all pairs of the full split) when that costs at most this many times the fast plan: the exact
+#: split's cost does not depend on the data, while the fast plan's slow path can take a large share
+#: of the entries for data spread over many binades.
 NEAREST_EXACT_COST_RATIO = 3
 
 
@@ -105,11 +106,11 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
 
 
 def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> SlicePlan:
-    """Slices for rounding='nearest'. Any plan gives the same (correctly rounded) bits; this one
-    is the exact full split (all pairs, no entry ever takes the slow path) when it costs at most
-    NEAREST_EXACT_COST_RATIO times fast mode with enough slices that the rigorous bound of the
-    dropped part, k (2 s + 1) 2^-(s w), sits NEAREST_MARGIN_BITS below the unit roundoff; that fast
-    plan otherwise (rows spanning many binades), where a few entries take the slow path."""
+    """Slices for rounding='nearest'. Any plan gives the same (correctly rounded) bits. The fast
+    plan has enough slices that the rigorous bound of the dropped part, k (2 s + 1) 2^-(s w), sits
+    NEAREST_MARGIN_BITS below the unit roundoff; the exact full split (all pairs, no entry ever
+    takes the slow path) is used instead when it is cheaper or, for rows spanning more bits than
+    the fast plan splits, when it costs at most NEAREST_EXACT_COST_RATIO times the fast plan."""
     precision = SIGNIFICAND_BITS[dtype]
     beta = digit_bits_for(k)
     w = grid_step_bits(beta)
@@ -118,8 +119,12 @@ def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> Sli
         margin = precision + NEAREST_MARGIN_BITS + ceil_log2(k)
         decided = _smallest(lambda s: s * w >= margin + ceil_log2(2 * s + 1), MAX_SLICES) or MAX_SLICES
         exact_gemms = pair_count(full, False)
+        # Rows split completely within the fast plan leave only its dropped pairs to the bound,
+        # and few entries take the slow path: fast mode unless the exact split is cheaper. Rows
+        # spanning more bits can send many entries there: exact when within the cost ratio.
+        ratio = 1 if full <= decided else NEAREST_EXACT_COST_RATIO
         if fast is False or (full <= MAX_SLICES
-                             and exact_gemms <= NEAREST_EXACT_COST_RATIO * pair_count(decided, True)):
+                             and exact_gemms <= ratio * pair_count(decided, True)):
             slices, fast = min(full, MAX_SLICES), False
         else:
             slices, fast = decided, True
