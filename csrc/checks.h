@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "scheme.h"
@@ -43,6 +44,15 @@ inline void check_row_stats(const at::Tensor& tau, const at::Tensor& span,
   check_row_vector(nonfinite, rows, at::kBool, op, ("nonfinite_" + name).c_str());
 }
 
+// Every tensor of a CUDA call on the device of `first`.
+inline void check_same_device(const at::Tensor& first, std::initializer_list<const at::Tensor*> others,
+                              const char* op) {
+  for (const at::Tensor* t : others) {
+    TORCH_CHECK(t->device() == first.device(), op, ": every tensor must be on ", first.device(),
+                ", got ", t->device());
+  }
+}
+
 inline void check_slices(int64_t slices, const char* op) {
   TORCH_CHECK(slices >= 1 && slices <= kMaxSlices, op, ": slices must be in [1, ", kMaxSlices,
               "], got ", slices);
@@ -54,6 +64,18 @@ inline int digit_bits_checked(int64_t k, const char* op) {
   TORCH_CHECK(beta >= 1, op, ": inner dimension k = ", k,
               " is too large for exact FP16 slice products (k must be <= 2^22)");
   return beta;
+}
+
+// The arguments of ozaki::magnitude_product: two row-major operands and their row exponents.
+inline void check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                      const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                      const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  check_same_operands(a, bt, op);
+  check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
+  check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
+  digit_bits_checked(a.size(1), op);
 }
 
 // Slices are stored with rows padded to a multiple of 8 halves (16 bytes) for the tensor cores;

@@ -33,14 +33,8 @@ std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, cons
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b) {
   constexpr const char* op = "ozaki::magnitude_product";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
-  digit_bits_checked(k, op);
-  const int grid_bits = magnitude_grid_bits(k);
+  check_magnitude_arguments(a, bt, tau_a, tau_b, op);
+  const int grid_bits = magnitude_grid_bits(a.size(1));
   std::pair<at::Tensor, at::Tensor> da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a.const_data_ptr<int>(), grid_bits);

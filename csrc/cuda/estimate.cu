@@ -64,18 +64,10 @@ at::Tensor digit_product(const at::Tensor& x, const at::Tensor& y) {
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b) {
   constexpr const char* op = "ozaki::magnitude_product";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  for (const at::Tensor* t : {&bt, &tau_a, &tau_b}) {
-    TORCH_CHECK(t->device() == a.device(), op, ": every tensor must be on ", a.device(), ", got ",
-                t->device());
-  }
+  check_magnitude_arguments(a, bt, tau_a, tau_b, op);
+  check_same_device(a, {&bt, &tau_a, &tau_b}, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
   const c10::cuda::CUDAGuard guard(a.device());
-  digit_bits_checked(k, op);
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options().dtype(at::kDouble));
   TORCH_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31), op, ": m and n must be below 2^31");
   const int grid_bits = magnitude_grid_bits(k);

@@ -190,10 +190,7 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
   check_same_operands(a, bt, op);
-  for (const at::Tensor* t : {&bt, &tau_a, &tau_b, &span_a, &span_b, &nonfinite_a, &nonfinite_b}) {
-    TORCH_CHECK(t->device() == a.device(), op, ": every tensor must be on ", a.device(), ", got ",
-                t->device());
-  }
+  check_same_device(a, {&bt, &tau_a, &tau_b, &span_a, &span_b, &nonfinite_a, &nonfinite_b}, op);
   check_slices(slices, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
   check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
