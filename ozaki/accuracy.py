@@ -370,15 +370,15 @@ def _fraction_to_float(value: Fraction, fmt=_FORMATS[torch.float64]) -> float:
     return _round_rational(value.numerator, value.denominator, fmt)
 
 
-def _check_exact_array(func: str, E) -> np.ndarray:
+def _check_exact_array(func: str, E, name: str = "E") -> np.ndarray:
     array = np.asarray(E, dtype=object)
     if array.ndim != 2:
-        raise ValueError(f"{func}: E must be a 2-D array of Fractions, got shape {array.shape}")
+        raise ValueError(f"{func}: {name} must be a 2-D array of Fractions, got shape {array.shape}")
     for entry in array.flat:
         # numbers.Rational covers int and Fraction; bool is excluded as a likely mistake.
         if isinstance(entry, bool) or not isinstance(entry, numbers.Rational):
             raise TypeError(
-                f"{func}: E must hold exact rationals (fractions.Fraction or int), "
+                f"{func}: {name} must hold exact rationals (fractions.Fraction or int), "
                 f"got an entry of type {type(entry).__name__}: {entry!r}"
             )
     return array
@@ -474,6 +474,8 @@ def componentwise_errors(
     B: torch.Tensor,
     rows: Sequence[int] | None = None,
     cols: Sequence[int] | None = None,
+    *,
+    magnitudes=None,
 ) -> np.ndarray:
     """Per-entry componentwise errors ``|C_ij - E_ij| / (|A||B|)_ij``.
 
@@ -488,6 +490,10 @@ def componentwise_errors(
     ``C_ij == E_ij == 0`` and inf otherwise; an infinite ``C_ij`` gives inf and
     a NaN gives NaN.
 
+    ``magnitudes``: the exact ``|A||B|`` of the same sub-grid,
+    ``exact_matmul(A.abs(), B.abs(), rows=rows, cols=cols)``, when many
+    products of the same A and B are compared (computed here when not given).
+
     Returns a float64 numpy array of shape ``(len(rows), len(cols))``.
     """
     func = "componentwise_errors"
@@ -500,7 +506,14 @@ def componentwise_errors(
             f"{func}: C must have shape (A rows, B cols) = {(A.shape[0], B.shape[1])}, "
             f"got {tuple(C.shape)}"
         )
-    normaliser = _exact_int(_as_cpu_float64(A), _as_cpu_float64(B), row_index, col_index, magnitudes=True)
+    if magnitudes is None:
+        normaliser = _exact_int(_as_cpu_float64(A), _as_cpu_float64(B), row_index, col_index,
+                                magnitudes=True)
+    else:
+        normaliser = _check_exact_array(func, magnitudes, "magnitudes")
+        if normaliser.shape != exact.shape:
+            raise ValueError(f"{func}: magnitudes must have the shape of E {exact.shape}, "
+                             f"got {normaliser.shape}")
 
     errors = np.empty(exact.shape, dtype=np.float64)
     for (a, b), exact_value in np.ndenumerate(exact):
@@ -526,6 +539,8 @@ def componentwise_error(
     B: torch.Tensor,
     rows: Sequence[int] | None = None,
     cols: Sequence[int] | None = None,
+    *,
+    magnitudes=None,
 ) -> float:
     """Largest componentwise error ``max |C_ij - E_ij| / (|A||B|)_ij``.
 
@@ -533,7 +548,7 @@ def componentwise_error(
     zero normalisers; returns a Python float (NaN if any compared entry of C is
     NaN).
     """
-    errors = componentwise_errors(C, E, A, B, rows, cols)
+    errors = componentwise_errors(C, E, A, B, rows, cols, magnitudes=magnitudes)
     if errors.size == 0:
         raise ValueError("componentwise_error: no entries to compare (empty rows, cols or matrix)")
     return float(np.max(errors))

@@ -2,16 +2,25 @@
 
     python -m ozaki.bench --sizes 2048 4096 8192 16384 --json bench.json --markdown bench.md
     python -m ozaki.bench --shape 4096 16384 2048 --device cpu
+    python -m ozaki.bench --dtype float32 --modes default fixed --sgemm-slices 4 5 6
 
 For every shape (m, k, n) the same run measures, on the same phi-matrix inputs:
 
-* native DGEMM (torch.matmul, float64) and native SGEMM (torch.matmul on float32 copies, TF32
-  switched off for the measurement);
-* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit");
-* ozaki.dgemm(A, B) with the library's defaults (the "default" row: automatic slice count, and
-  the mode ozaki picks for it), ozaki.plan(A, B) alone (the planning overhead of that call),
-  ozaki.dgemm with the automatic slice count in fast mode, at the fixed slice counts of --slices
-  (fast mode) and of --all-pairs-slices (all pairs), and ozaki.sgemm(A32, B32) with its defaults.
+* the native product of each --dtype: native DGEMM (torch.matmul, float64) and native SGEMM
+  (torch.matmul on float32 copies, TF32 switched off for the measurement);
+* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit"), whatever the options;
+* for each --dtype and each of --backends, the ozaki rows of the selected --modes, in this order:
+  - default: ozaki.dgemm(A, B) / ozaki.sgemm(A32, B32) with the library's defaults (automatic
+    slice count, and the mode ozaki picks for it);
+  - plan: ozaki.plan on the same operands alone (the planning overhead of the default call);
+  - nearest: the default call with rounding="nearest";
+  - auto: the automatic slice count in fast mode (dgemm only);
+  - fixed: the slice counts of --slices (dgemm) and of --sgemm-slices (sgemm) in fast mode;
+  - all-pairs: the slice counts of --all-pairs-slices with fast=False (dgemm only).
+
+The natives and the floor unit come first, and each dtype's default row before the rows compared
+with it ("x default"; left empty when default is not among the --modes). The backend is the kind
+of slice products of the ozaki rows: this build has only fp16 (BACKENDS).
 
 Columns: time is the median of --repeats timed runs after --warmup untimed ones (CUDA events on
 the GPU, perf_counter on the CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row;
@@ -20,15 +29,18 @@ of an ozaki row is its number of slice GEMMs times the floor unit's time, and "o
 floor time / ozaki time (100% would be an ozaki product as fast as its GEMMs alone).
 
 Accuracy: a --samples x --samples grid of entries (ozaki.accuracy.sample_entries) is checked
-against exact products (ozaki.accuracy.exact_matmul), computed once per shape: one for the float64
-inputs, one for their float32 copies (the reference of the sgemm rows). The sampled rows of A and
-columns of B are gathered on the device and only they go to the host, which by the sampling
-convention of ozaki.accuracy gives the same values as passing rows=/cols= with the whole matrices,
-without copying whole matrices to the host for every row. Reported: median and max relative
-error and max componentwise error |C - AB| / (|A||B|) over the sample.
+against exact products (ozaki.accuracy.exact_matmul), computed once per shape and selected dtype:
+of the float64 inputs, and of their float32 copies (the reference of the sgemm rows). The sampled
+rows of A and columns of B are gathered on the device and only they go to the host, which by the
+sampling convention of ozaki.accuracy gives the same values as passing rows=/cols= with the whole
+matrices, without copying whole matrices to the host for every row. Reported: median and max
+relative error and max componentwise error |C - AB| / (|A||B|) over the sample.
 
-JSON and markdown outputs are rewritten after every row, so an interrupted run keeps what it
-measured (meta.complete says whether the run finished).
+Output: stdout has a header line (device, versions, inputs), the final table and its notes. A
+progress bar (ozaki.progress) goes to stderr, one step per row, with the time each shape's inputs
+and exact references took; --quiet turns it off. JSON and markdown outputs are rewritten after
+every row, so an interrupted run keeps what it measured (meta.complete says whether the run
+finished).
 """
 
 import argparse
@@ -37,7 +49,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -49,8 +60,10 @@ import numpy as np
 import torch
 
 import ozaki
-from ozaki import _ops, accuracy
-from ozaki.slicing import MAX_SLICES
+from ozaki import accuracy
+from ozaki.cli import (DTYPE_NAMES, DTYPES, check_output_path, device_name, nonnegative_int,
+                       phi_value, positive_int, resolve_device, slice_count)
+from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
 LARGE_PRODUCT = 16384 ** 3
@@ -59,50 +72,17 @@ MAX_INNER = 1 << 22
 DEFAULT_SIZES = {"cuda": [2048, 4096, 8192], "cpu": [128, 256]}
 FLOOR_FP32_OUT = "torch.mm(float16, float16, out_dtype=float32)"
 FLOOR_FP16_OUT = "torch.matmul(float16, float16) -> float16 (out_dtype=float32 unsupported here)"
-DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16"}
+#: The ozaki routine of each operand dtype.
+ROUTINES = {torch.float64: "dgemm", torch.float32: "sgemm"}
+MODES = ("default", "plan", "nearest", "auto", "fixed", "all-pairs")
+#: The slice backends of this build of ozaki: FP16 slices on tensor cores. The INT8/CRT backends
+#: (a later issue) will add their names here and a backend= argument to the ozaki calls.
+BACKENDS = ("fp16",)
 
 
 # ---------------------------------------------------------------------------
 # Arguments
 # ---------------------------------------------------------------------------
-
-
-def _int_at_least(minimum, description):
-    """argparse type: an integer >= minimum, with a message naming the value received."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {description}, got {text!r}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1, "a positive integer")
-_nonnegative_int = _int_at_least(0, "an integer >= 0")
-
-
-def _slice_count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or not 1 <= value <= MAX_SLICES:
-        raise argparse.ArgumentTypeError(f"slice counts must be integers in 1..{MAX_SLICES}, "
-                                         f"got {text!r}")
-    return value
-
-
-def _phi(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def build_parser():
@@ -112,69 +92,62 @@ def build_parser():
                     "matmul and the FP16-GEMM floor, with exact-reference accuracy on sampled "
                     "entries. Inputs: ozaki.accuracy.phi_matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--sizes", type=_positive_int, nargs="+", metavar="N",
+    parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                         help="square sizes n (n x n times n x n); default "
                              f"{DEFAULT_SIZES['cuda']} on cuda, {DEFAULT_SIZES['cpu']} on cpu "
                              "when neither --sizes nor --shape is given")
-    parser.add_argument("--shape", type=_positive_int, nargs=3, action="append",
+    parser.add_argument("--shape", type=positive_int, nargs=3, action="append",
                         metavar=("M", "K", "N"),
                         help="a non-square product (m x k) times (k x n); repeat for several")
     parser.add_argument("--device", default=None,
                         help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
-    parser.add_argument("--phi", type=_phi, default=0.5,
+    parser.add_argument("--phi", type=phi_value, default=0.5,
                         help="exponent spread of the inputs (rand - 0.5) * exp(phi * randn)")
-    parser.add_argument("--seed", type=_nonnegative_int, default=0,
+    parser.add_argument("--seed", type=nonnegative_int, default=0,
                         help="seed of the inputs and the sampled entries (same for every shape)")
-    parser.add_argument("--slices", type=_slice_count, nargs="*", default=[8, 10, 12],
-                        metavar="S", help="fixed slice counts timed in fast mode")
-    parser.add_argument("--all-pairs-slices", type=_slice_count, nargs="*", default=[8],
-                        metavar="S", help="fixed slice counts timed with fast=False")
-    parser.add_argument("--repeats", type=_positive_int, default=5,
+    parser.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=list(DTYPES),
+                        dest="dtypes", metavar="DTYPE",
+                        help="operand precisions: float64 measures native dgemm and the ozaki "
+                             "dgemm rows, float32 native sgemm and the ozaki sgemm rows (on "
+                             "float32 copies of the inputs); the FP16 floor unit is always "
+                             "measured")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        metavar="MODE",
+                        help="ozaki rows measured for each dtype and backend: default = "
+                             "ozaki.dgemm(A, B) / ozaki.sgemm(A, B) with the library's defaults; "
+                             "plan = ozaki.plan(A, B) alone; nearest = the default call with "
+                             "rounding='nearest'; auto = automatic slice count in fast mode "
+                             "(dgemm only); fixed = --slices (dgemm) and --sgemm-slices (sgemm) "
+                             "in fast mode; all-pairs = --all-pairs-slices with fast=False (dgemm "
+                             "only). Natives and the floor unit are always measured; without "
+                             "default, the 'x default' column stays empty")
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS),
+                        metavar="BACKEND",
+                        help="slice backends of the ozaki rows, among those of this build: "
+                             f"{', '.join(BACKENDS)}")
+    parser.add_argument("--slices", type=slice_count, nargs="*", default=[8, 10, 12],
+                        metavar="S", help="fixed slice counts timed with ozaki.dgemm in fast "
+                                          "mode (mode fixed)")
+    parser.add_argument("--sgemm-slices", type=slice_count, nargs="*", default=[],
+                        metavar="S", help="fixed slice counts timed with ozaki.sgemm in fast "
+                                          "mode (mode fixed)")
+    parser.add_argument("--all-pairs-slices", type=slice_count, nargs="*", default=[8],
+                        metavar="S", help="fixed slice counts timed with ozaki.dgemm and "
+                                          "fast=False (mode all-pairs)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
                         help="timed runs per row (the median is reported)")
-    parser.add_argument("--large-repeats", type=_positive_int, default=3,
+    parser.add_argument("--large-repeats", type=positive_int, default=3,
                         help="timed runs per row when m*k*n >= 16384^3 (at most --repeats)")
-    parser.add_argument("--warmup", type=_nonnegative_int, default=2,
+    parser.add_argument("--warmup", type=nonnegative_int, default=2,
                         help="untimed runs before the timed ones")
-    parser.add_argument("--samples", type=_positive_int, default=16,
+    parser.add_argument("--samples", type=positive_int, default=16,
                         help="sampled rows and columns for the exact accuracy check")
     parser.add_argument("--json", metavar="PATH", help="write all rows and metadata as JSON")
     parser.add_argument("--markdown", metavar="PATH",
                         help="write the table as markdown (for docs/benchmarks.md)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar, nor input and reference times, on stderr")
     return parser
-
-
-def _resolve_device(parser, text):
-    """The --device value as a torch.device (cuda with its index), or a parser error."""
-    if text is None:
-        text = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
-    if device.type not in ("cpu", "cuda"):
-        parser.error(f"argument --device: expected cpu, cuda or cuda:I, got {text!r}")
-    if device.type == "cpu":
-        return device
-    if not torch.cuda.is_available():
-        parser.error(f"argument --device: {text!r} requested but torch.cuda.is_available() "
-                     "is False")
-    if device.index is not None and device.index >= torch.cuda.device_count():
-        parser.error(f"argument --device: {text!r} but only {torch.cuda.device_count()} "
-                     "CUDA device(s) are visible")
-    if not _ops.cuda_backend_built():
-        parser.error(f"argument --device: {text!r} but this ozaki build has no CUDA backend "
-                     "(rebuild with OZAKI_FORCE_CUDA=1, or pass --device cpu)")
-    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
-
-
-def _check_output_path(parser, option, path):
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        parser.error(f"argument {option}: folder {folder!r} of {path!r} does not exist")
-    if os.path.isdir(path):
-        parser.error(f"argument {option}: {path!r} is a folder, expected a file path")
 
 
 def _shapes(args, device):
@@ -182,18 +155,27 @@ def _shapes(args, device):
     return shapes or [(n, n, n) for n in DEFAULT_SIZES[device.type]]
 
 
+def _in_order(chosen, available):
+    """The chosen names once each, in the order of `available` (which sets the row order)."""
+    return [name for name in available if name in chosen]
+
+
 def parse_args(argv=None):
-    """Parsed and validated arguments; adds .device (torch.device) and .shapes [(m, k, n)]."""
+    """Parsed and validated arguments; adds .device (torch.device) and .shapes [(m, k, n)], and
+    puts .dtypes, .modes and .backends in their canonical order."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.device = _resolve_device(parser, args.device)
+    args.dtypes = _in_order(args.dtypes, DTYPES)
+    args.modes = _in_order(args.modes, MODES)
+    args.backends = _in_order(args.backends, BACKENDS)
+    args.device = resolve_device(parser, args.device)
     args.shapes = _shapes(args, args.device)
     for m, k, n in args.shapes:
         if k > MAX_INNER:
             parser.error(f"argument --sizes/--shape: inner dimension k = {k} exceeds 2^22, "
                          "ozaki's limit for exact FP16 slice products")
-    _check_output_path(parser, "--json", args.json)
-    _check_output_path(parser, "--markdown", args.markdown)
+    check_output_path(parser, "--json", args.json)
+    check_output_path(parser, "--markdown", args.markdown)
     return args
 
 
@@ -350,6 +332,7 @@ class RowSpec:
     fast: bool = None     # requested mode
     default: bool = False  # call ozaki with its own defaults (no slices / fast arguments)
     rounding: str = None  # None or "nearest"
+    backend: str = None   # one of BACKENDS for ozaki and plan rows, None for native / floor rows
 
     def options(self):
         """Keyword arguments of the ozaki call: none at all for a default row, so that it
@@ -373,21 +356,34 @@ class RowSpec:
         return f"{self.method} {slices} {'fast' if self.fast else 'all pairs'}"
 
 
-def row_specs(slices, all_pairs_slices):
+def _ozaki_specs(dtype, backend, modes, fixed_slices, all_pairs_slices):
+    """The ozaki rows of one dtype and backend among `modes`, the default product first."""
+    method = f"ozaki {ROUTINES[dtype]}"
+    by_mode = [("default", RowSpec(method, "ozaki", dtype, default=True, backend=backend)),
+               ("plan", RowSpec("ozaki plan", "plan", dtype, default=True, backend=backend)),
+               ("nearest", RowSpec(f"{method} nearest", "ozaki", dtype, default=True,
+                                   rounding="nearest", backend=backend))]
+    if dtype == torch.float64:  # dgemm only, as are the all-pairs rows
+        by_mode.append(("auto", RowSpec(method, "ozaki", dtype, None, True, backend=backend)))
+    by_mode += [("fixed", RowSpec(method, "ozaki", dtype, s, True, backend=backend))
+                for s in fixed_slices]
+    by_mode += [("all-pairs", RowSpec(method, "ozaki", dtype, s, False, backend=backend))
+                for s in all_pairs_slices]
+    return [spec for mode, spec in by_mode if mode in modes]
+
+
+def row_specs(*, dtypes, modes, backends, slices, sgemm_slices, all_pairs_slices):
     """The rows measured for every shape, in order (natives and the floor unit come first: the
-    ozaki rows' speed-ups and floors refer to them)."""
-    f64, f32 = torch.float64, torch.float32
-    specs = [RowSpec("native dgemm", "native", f64),
-             RowSpec("native sgemm", "native", f32),
-             RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16),
-             RowSpec("ozaki dgemm", "ozaki", f64, default=True),
-             RowSpec("ozaki plan", "plan", f64, default=True),
-             RowSpec("ozaki dgemm nearest", "ozaki", f64, default=True, rounding="nearest"),
-             RowSpec("ozaki dgemm", "ozaki", f64, None, True)]
-    specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, True) for s in slices]
-    specs += [RowSpec("ozaki dgemm", "ozaki", f64, s, False) for s in all_pairs_slices]
-    specs.append(RowSpec("ozaki sgemm", "ozaki", f32, default=True))
-    specs.append(RowSpec("ozaki sgemm nearest", "ozaki", f32, default=True, rounding="nearest"))
+    ozaki rows' speed-ups and floors refer to them). dtypes are names ("float64", "float32");
+    slices and sgemm_slices are the fixed counts of dgemm and sgemm, all_pairs_slices dgemm's."""
+    dtypes = [DTYPES[name] for name in dtypes]
+    specs = [RowSpec(f"native {ROUTINES[dtype]}", "native", dtype) for dtype in dtypes]
+    specs.append(RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16))
+    fixed = {torch.float64: slices, torch.float32: sgemm_slices}
+    all_pairs = {torch.float64: all_pairs_slices, torch.float32: ()}
+    for dtype in dtypes:
+        for backend in backends:
+            specs += _ozaki_specs(dtype, backend, modes, fixed[dtype], all_pairs[dtype])
     return specs
 
 
@@ -405,7 +401,7 @@ class ShapeRun:
     references: dict     # dtype -> ExactReference
     native_ms: dict = field(default_factory=dict)   # dtype -> median ms of native matmul
     floor_unit_ms: float = None
-    default_ms: dict = field(default_factory=dict)  # dtype -> ms of ozaki's default product
+    default_ms: dict = field(default_factory=dict)  # (dtype, backend) -> ms of ozaki's default
 
     def timed(self, fn):
         times, result = time_call(fn, self.device, self.warmup, self.repeats)
@@ -446,21 +442,23 @@ def measure_plan(spec, run):
     A, B = run.operands[spec.dtype]
     fields, plan = run.timed(lambda: ozaki.plan(A, B, **spec.options()))
     fields.update(_plan_fields(plan))
-    if run.default_ms.get(spec.dtype):
-        fields["share_of_default"] = fields["time_ms"] / run.default_ms[spec.dtype]
+    default_ms = run.default_ms.get((spec.dtype, spec.backend))
+    if default_ms:
+        fields["share_of_default"] = fields["time_ms"] / default_ms
     return fields
 
 
 def measure_ozaki(spec, run):
     A, B = run.operands[spec.dtype]
-    product = ozaki.dgemm if spec.dtype == torch.float64 else ozaki.sgemm
+    product = getattr(ozaki, ROUTINES[spec.dtype])
     fields = _plan_fields(ozaki.plan(A, B, **spec.options()))
     timing, C = run.timed(lambda: product(A, B, **spec.options()))
     fields.update(timing)
+    default_ms = run.default_ms.get((spec.dtype, spec.backend))
     if spec.is_default_product:
-        run.default_ms[spec.dtype] = timing["time_ms"]
-    elif run.default_ms.get(spec.dtype):
-        fields["vs_default"] = timing["time_ms"] / run.default_ms[spec.dtype]
+        run.default_ms[spec.dtype, spec.backend] = timing["time_ms"]
+    elif default_ms:
+        fields["vs_default"] = timing["time_ms"] / default_ms
     fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))
     return fields
 
@@ -482,7 +480,7 @@ def derived_fields(spec, run, fields):
         derived["tflops"] = 2.0 * m * k * n / (time_ms * 1e-3) / 1e12
     if spec.kind in ("native", "ozaki"):
         derived["speedup"] = _ratio(run.native_ms.get(spec.dtype), time_ms)
-        derived["speedup_vs"] = "native " + ("dgemm" if spec.dtype == torch.float64 else "sgemm")
+        derived["speedup_vs"] = f"native {ROUTINES[spec.dtype]}"
     if spec.kind == "ozaki" and fields.get("gemms") and run.floor_unit_ms:
         derived["floor_ms"] = fields["gemms"] * run.floor_unit_ms
         derived["of_floor"] = _ratio(derived["floor_ms"], time_ms)
@@ -493,7 +491,8 @@ def measure_row(spec, run):
     """One row as a dict; status "OOM" when the device ran out of memory."""
     m, k, n = run.shape
     row = {"shape": shape_label(run.shape), "m": m, "k": k, "n": n, "method": spec.method,
-           "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "default": spec.default,
+           "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "backend": spec.backend,
+           "default": spec.default,
            "slices_requested": spec.slices, "fast_requested": spec.fast, "fast": spec.fast,
            "slices": None, "repeats": run.repeats, "status": "ok"}
     out_of_memory = False
@@ -559,6 +558,7 @@ def _timing_cell(key, formatter):
 COLUMNS = [
     ("n", lambda row: row["shape"], True),
     ("method", lambda row: row["method"] + (" (default)" if row["default"] else ""), False),
+    ("backend", lambda row: row.get("backend") or "-", False),  # .get: rows of older JSON files
     ("slices", _slices_cell, True),
     ("fast", _fast_cell, False),
     ("GEMMs", lambda row: str(row["gemms"]) if row.get("gemms") else "-", True),
@@ -596,11 +596,13 @@ def format_table(rows):
 
 def describe_run(meta):
     """One line: device, date, versions and inputs."""
+    # runs from before --dtype have no meta["dtypes"]: they measured both
+    copies = " (float32 copies for sgemm)" if "float32" in meta.get("dtypes", DTYPES) else ""
     return (f"{meta['device_name']} ({meta['device']}), {meta['date']}, torch "
             f"{meta['torch_version']}, CUDA {meta['cuda_version'] or 'none'}, ozaki "
             f"{meta['ozaki_version']}{' @ ' + meta['git_commit'] if meta['git_commit'] else ''}; "
-            f"inputs phi_matrix(phi={meta['phi']}, seed={meta['seed']}), float64 "
-            f"(float32 copies for sgemm); median of {meta['repeats']} runs "
+            f"inputs phi_matrix(phi={meta['phi']}, seed={meta['seed']}), float64{copies}; "
+            f"median of {meta['repeats']} runs "
             f"({meta['large_repeats']} from 16384^3) after {meta['warmup']} warm-up")
 
 
@@ -652,6 +654,9 @@ def write_outputs(args, rows, meta):
 
 
 def _git_commit():
+    """The checkout's commit; OZAKI_GIT_COMMIT names it where the tree travelled without .git."""
+    if os.environ.get("OZAKI_GIT_COMMIT"):
+        return os.environ["OZAKI_GIT_COMMIT"]
     try:
         result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, timeout=5,
@@ -663,12 +668,6 @@ def _git_commit():
     return result.stdout.strip() or None
 
 
-def device_name(device):
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
-
-
 def run_metadata(args, argv, floor_kind):
     return {"device": str(args.device), "device_name": device_name(args.device),
             "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
@@ -677,6 +676,7 @@ def run_metadata(args, argv, floor_kind):
             "phi": args.phi, "seed": args.seed, "samples": args.samples,
             "repeats": args.repeats, "large_repeats": min(args.repeats, args.large_repeats),
             "warmup": args.warmup, "shapes": [list(s) for s in args.shapes],
+            "dtypes": args.dtypes, "modes": args.modes, "backends": args.backends,
             "floor_gemm": floor_kind, "argv": list(argv), "complete": False}
 
 
@@ -685,41 +685,45 @@ def repeats_for(shape, args):
     return min(args.repeats, args.large_repeats) if m * k * n >= LARGE_PRODUCT else args.repeats
 
 
-def prepare_shape(shape, args, floor_kind):
-    """Inputs, float32 copies, sampled entries and both exact references for one shape."""
+def prepare_shape(shape, args, floor_kind, progress=None):
+    """Inputs (and their float32 copies if float32 is among args.dtypes), sampled entries and the
+    exact references of args.dtypes for one shape. The time they took is written on the stream of
+    `progress` (None: nowhere)."""
     begin = time.perf_counter()
     A, B, rows, cols = make_inputs(shape, args.phi, args.seed, args.samples, args.device)
-    operands = {torch.float64: (A, B), torch.float32: (A.float(), B.float())}
+    operands = {DTYPES[name]: (A.to(DTYPES[name]), B.to(DTYPES[name])) for name in args.dtypes}
     synchronize(args.device)
     made = time.perf_counter()
     sample = Sample.on(rows, cols, args.device)
     references = {dtype: ExactReference.build(*pair, sample) for dtype, pair in operands.items()}
-    print(f"{shape_label(shape)}: inputs {made - begin:.1f} s, exact references "
-          f"{time.perf_counter() - made:.1f} s", flush=True)
+    if progress is not None:
+        progress.write(f"{shape_label(shape)}: inputs {made - begin:.1f} s, exact references "
+                       f"{time.perf_counter() - made:.1f} s")
     return ShapeRun(shape, args.device, args.warmup, repeats_for(shape, args), floor_kind,
                     operands, sample, references)
 
 
-def progress_line(index, total, spec, row):
+def progress_message(spec, row):
+    """What the progress bar says after a row: `n=4096 ozaki dgemm default ... 11.2 ms ...`."""
     shape = row["shape"]
     where = f"n={shape}" if "x" not in shape else f"m x k x n = {shape}"
     if row["status"] == "OOM":
-        return f"[{index}/{total}] {where} {spec.label()} ... OOM"
-    line = f"[{index}/{total}] {where} {spec.label()} ... {_time(row['time_ms'])} ms"
+        return f"{where} {spec.label()} ... OOM"
+    line = f"{where} {spec.label()} ... {_time(row['time_ms'])} ms"
     if spec.default:
         mode = "fast" if row["fast"] else "all pairs"
         line += f" [{_slices_cell(row)} slices, {mode}, {row['gemms']} GEMMs]"
     if "max_rel_err" in row:
         line += f" (max rel err {_error(row['max_rel_err'])})"
     if "share_of_default" in row:
-        line += f" ({row['share_of_default']:.1%} of the default dgemm row)"
+        line += f" ({row['share_of_default']:.1%} of the default {ROUTINES[spec.dtype]} row)"
     return line
 
 
-def run_shape(shape, args, floor_kind, specs, on_row):
+def run_shape(shape, args, floor_kind, specs, on_row, progress):
     """Measure every spec on one shape; on_row(spec, row) after each. The shape's tensors are
     released when this returns."""
-    run = prepare_shape(shape, args, floor_kind)
+    run = prepare_shape(shape, args, floor_kind, progress)
     for spec in specs:
         on_row(spec, measure_row(spec, run))
 
@@ -731,19 +735,22 @@ def main(argv=None):
         torch.cuda.set_device(args.device)
     floor_kind = floor_gemm_kind(args.device)
     meta = run_metadata(args, argv, floor_kind)
-    specs = row_specs(args.slices, args.all_pairs_slices)
-    total = len(specs) * len(args.shapes)
+    specs = row_specs(dtypes=args.dtypes, modes=args.modes, backends=args.backends,
+                      slices=args.slices, sgemm_slices=args.sgemm_slices,
+                      all_pairs_slices=args.all_pairs_slices)
     rows = []
     print(describe_run(meta), flush=True)
+    progress = Progress(len(specs) * len(args.shapes), "bench", enabled=not args.quiet)
 
     def on_row(spec, row):
         rows.append(row)
-        print(progress_line(len(rows), total, spec, row), flush=True)
+        progress.step(progress_message(spec, row))
         write_outputs(args, rows, meta)
 
     for shape in args.shapes:
-        run_shape(shape, args, floor_kind, specs, on_row)
+        run_shape(shape, args, floor_kind, specs, on_row, progress)
         free_memory(args.device)
+    progress.close()
     meta["complete"] = True
     write_outputs(args, rows, meta)
     print()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
-# included) and the benchmark, and write every log under $OUT (default ./gpu-logs).
-#   scripts/gpu_run.sh [all|tests|bench] [extra arguments for python -m ozaki.bench]
+# included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
+#   scripts/gpu_run.sh [all|tests|bench|study] [extra arguments for python -m ozaki.bench]
+# all = tests + bench + study. The study step writes study.csv (the accuracy study behind
+# notebooks/accuracy.ipynb) and reproducibility.log (CPU threads vs GPU, bitwise).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -31,6 +33,14 @@ fi
 if [[ $what == all || $what == bench ]]; then
   echo "== benchmark"
   python3 -m ozaki.bench --json "$OUT/bench.json" --markdown "$OUT/bench.md" "$@" 2>&1 | tee "$OUT/bench.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ $what == all || $what == study ]]; then
+  echo "== accuracy study"
+  python3 -m ozaki.study accuracy --device cuda --csv "$OUT/study.csv" 2>&1 | tee "$OUT/study.log" | grep -v '^accuracy \['
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  echo "== reproducibility"
+  python3 -m ozaki.study reproducibility 2>&1 | tee "$OUT/reproducibility.log" | grep -v '^reproducibility \['
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 exit "$status"

@@ -1,0 +1,98 @@
+"""Argument types and checks shared by the command-line tools (ozaki.bench, ozaki.study).
+
+Every error names the option and the value received.
+"""
+
+import argparse
+import math
+import os
+import platform
+
+import torch
+
+from . import _ops
+from .slicing import MAX_SLICES
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16"}
+
+
+def int_at_least(minimum, description):
+    """argparse type: an integer >= minimum, with a message naming the value received."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {description}, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1, "a positive integer")
+nonnegative_int = int_at_least(0, "an integer >= 0")
+
+
+def slice_count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_SLICES:
+        raise argparse.ArgumentTypeError(f"slice counts must be integers in 1..{MAX_SLICES}, "
+                                         f"got {text!r}")
+    return value
+
+
+def phi_value(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def resolve_device(parser, text, option="--device"):
+    """`text` (cpu, cuda, cuda:I; None: cuda if usable, else cpu) as a torch.device with its index,
+    or a parser error saying why it cannot be used."""
+    if text is None:
+        text = "cuda" if torch.cuda.is_available() and _ops.cuda_backend_built() else "cpu"
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        parser.error(f"argument {option}: expected cpu, cuda or cuda:I, got {text!r}")
+    if device.type == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        parser.error(f"argument {option}: {text!r} requested but torch.cuda.is_available() "
+                     "is False")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        parser.error(f"argument {option}: {text!r} but only {torch.cuda.device_count()} "
+                     "CUDA device(s) are visible")
+    if not _ops.cuda_backend_built():
+        parser.error(f"argument {option}: {text!r} but this ozaki build has no CUDA backend "
+                     "(rebuild with OZAKI_FORCE_CUDA=1, or pass --device cpu)")
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def check_output_path(parser, option, path):
+    """A parser error unless `path` can be written as a file (its folder exists)."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        parser.error(f"argument {option}: folder {folder!r} of {path!r} does not exist")
+    if os.path.isdir(path):
+        parser.error(f"argument {option}: {path!r} is a folder, expected a file path")
+
+
+def device_name(device):
+    """Human-readable name of a torch.device: the GPU's name, or the CPU and its thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"

@@ -1,0 +1,225 @@
+"""Figures of the accuracy study (ozaki.study CSV) and the benchmark (ozaki.bench JSON).
+
+Used by the notebooks and by scripts/make_figures.py (the README's figure). Needs matplotlib,
+which ozaki itself does not: it is imported when a figure is drawn.
+"""
+
+import csv
+import json
+import math
+
+#: How CSV columns of ozaki.study are read back (the rest stay strings).
+_STUDY_TYPES = {"phi": float, "m": int, "k": int, "n": int, "slices": int, "gemms": int,
+                "median_rel_err": float, "max_rel_err": float, "max_comp_err": float,
+                "rounded_share": float, "seed": int}
+_BOOLEANS = {"True": True, "False": False}
+#: Markers per phi and per mode, so the figures also read in black and white.
+_MARKERS = "osD^v<>p*h"
+NATIVE_NAMES = {"float64": "native DGEMM", "float32": "native SGEMM"}
+
+
+def _pyplot():
+    import matplotlib.pyplot as plt  # optional dependency: only for figures
+    return plt
+
+
+def _study_value(column, text):
+    if text == "":
+        return None
+    if text in _BOOLEANS:
+        return _BOOLEANS[text]
+    return _STUDY_TYPES.get(column, str)(text)
+
+
+def load_study_csv(path):
+    """Rows of an `ozaki.study accuracy --csv` file with numbers and booleans typed."""
+    with open(path, newline="") as handle:
+        return [{column: _study_value(column, text) for column, text in row.items()}
+                for row in csv.DictReader(handle)]
+
+
+def load_bench_json(path):
+    """(meta, rows) of an `ozaki.bench --json` file."""
+    with open(path) as handle:
+        data = json.load(handle)
+    return data["meta"], data["rows"]
+
+
+def _select(rows, **fields):
+    return [row for row in rows if all(row.get(key) == value for key, value in fields.items())]
+
+
+def _distinct(rows, key):
+    return sorted({row[key] for row in rows})
+
+
+def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, axes=None):
+    """Error of fast mode against the slice count, one line per phi and one panel per k, with the
+    native product's error on the same inputs as a dashed line of the same colour and the
+    automatic plan as a star. Returns the figure."""
+    plt = _pyplot()
+    rows = _select(rows, dtype=dtype)
+    if not rows:
+        raise ValueError(f"plot_error_vs_slices: no rows with dtype {dtype!r}")
+    ks = ks or _distinct(rows, "k")
+    if axes is None:
+        figure, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks), 3.8), sharey=True,
+                                    squeeze=False)
+        axes = axes[0]
+    for ax, k in zip(axes, ks):
+        for index, phi in enumerate(_distinct(_select(rows, k=k), "phi")):
+            case = _select(rows, k=k, phi=phi)
+            fast = sorted(_select(case, mode="fast"), key=lambda row: row["slices"])
+            colour = f"C{index}"
+            # zero errors (exact results) sit at the bottom of the log axis
+            floor = 2.0 ** -80 if dtype == "float64" else 2.0 ** -50
+            line = ax.semilogy([r["slices"] for r in fast], [max(r[metric], floor) for r in fast],
+                               marker=_MARKERS[index % len(_MARKERS)], color=colour, ms=4,
+                               label=f"phi = {phi:g}")
+            for native in _select(case, mode="native"):
+                ax.axhline(max(native[metric], floor), color=line[0].get_color(), ls="--", lw=1)
+            for auto in _select(case, mode="auto"):
+                ax.plot(auto["slices"], max(auto[metric], floor), marker="*", ms=13,
+                        color=colour, markeredgecolor="black", zorder=5)
+        ax.set_title(f"k = {k}")
+        ax.set_xlabel("slices (fast mode)")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel(_METRIC_LABELS[metric])
+    axes[0].legend(fontsize=8, title=f"dashed: {NATIVE_NAMES[dtype]}\nstar: automatic plan",
+                   title_fontsize=8)
+    figure = axes[0].figure
+    figure.suptitle(f"ozaki {'dgemm' if dtype == 'float64' else 'sgemm'}: error vs slice count"
+                    f" ({_where(rows)})")
+    figure.tight_layout()
+    return figure
+
+
+_METRIC_LABELS = {"max_comp_err": "max |C - AB| / (|A||B|)",
+                  "median_rel_err": "median |C - AB| / |AB|",
+                  "max_rel_err": "max |C - AB| / |AB|"}
+
+
+def _where(rows):
+    names = {row.get("device_name") or row.get("device") for row in rows}
+    return ", ".join(sorted(str(name) for name in names))
+
+
+def plot_rounded_share(rows, dtype="float64"):
+    """Share of correctly rounded entries per mode (native, automatic plan, exact all-pairs split
+    at the largest swept count, rounding='nearest') for every (phi, k). Returns the figure."""
+    plt = _pyplot()
+    rows = _select(rows, dtype=dtype)
+    if not rows:
+        raise ValueError(f"plot_rounded_share: no rows with dtype {dtype!r}")
+    cases = sorted({(row["phi"], row["k"]) for row in rows})
+    modes = [("native", NATIVE_NAMES[dtype]), ("auto", "ozaki automatic"),
+             ("nearest", "ozaki rounding='nearest'")]
+    modes = [(mode, label) for mode, label in modes if _select(rows, mode=mode)]
+    figure, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(cases) * len(modes)), 3.6))
+    width = 0.8 / len(modes)
+    for index, (mode, label) in enumerate(modes):
+        shares = []
+        for phi, k in cases:
+            found = _select(rows, mode=mode, phi=phi, k=k)
+            shares.append(100 * found[0]["rounded_share"] if found else math.nan)
+        positions = [c + (index - (len(modes) - 1) / 2) * width for c in range(len(cases))]
+        ax.bar(positions, shares, width, label=label, color=f"C{index}",
+               hatch=["", "//", ".."][index % 3], edgecolor="black", lw=0.5)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([f"phi={phi:g}\nk={k}" for phi, k in cases], fontsize=8)
+    ax.set_ylabel("correctly rounded entries (%)")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title(f"{dtype}: share of entries equal to the correctly rounded exact product "
+                 f"({_where(rows)})", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def bench_label(row):
+    """A benchmark row's name: 'native dgemm', 'ozaki dgemm default', 'ozaki dgemm s=10 fast'."""
+    if row["kind"] not in ("ozaki", "plan"):
+        return row["method"]
+    if row["default"]:
+        return f"{row['method']} default"
+    slices = "auto" if row["slices_requested"] is None else f"s={row['slices_requested']}"
+    return f"{row['method']} {slices} {'fast' if row['fast_requested'] else 'all pairs'}"
+
+
+def _by_label(rows):
+    series = {}
+    for row in rows:
+        if row.get("status", "ok") == "ok" and row.get("tflops"):
+            series.setdefault(bench_label(row), []).append(row)
+    return series
+
+
+def plot_throughput(meta, rows, dtype="float64", show_floor=True):
+    """DGEMM-equivalent TFLOPS against n, one line per ozaki mode of `dtype`, next to native DGEMM
+    and SGEMM; the dotted line of the same colour is the mode's FP16 floor (its GEMM count times
+    the measured FP16 GEMM). Square shapes only. Returns the figure."""
+    plt = _pyplot()
+    square = [row for row in rows if row["m"] == row["k"] == row["n"]]
+    series = _by_label(square)
+    if not series:
+        raise ValueError("plot_throughput: no measured square shapes in the rows")
+    figure, ax = plt.subplots(figsize=(7.5, 4.6))
+    for label, colour, name in [("native dgemm", "black", NATIVE_NAMES["float64"]),
+                                ("native sgemm", "grey", NATIVE_NAMES["float32"])]:
+        if label in series:
+            points = sorted(series[label], key=lambda row: row["n"])
+            ax.plot([r["n"] for r in points], [r["tflops"] for r in points], color=colour, lw=2.5,
+                    label=name)
+    ozaki_labels = [label for label in series if label.startswith("ozaki")
+                    and series[label][0]["dtype"] == dtype and series[label][0]["kind"] == "ozaki"]
+    for index, label in enumerate(ozaki_labels):
+        points = sorted(series[label], key=lambda row: row["n"])
+        n = [r["n"] for r in points]
+        colour = f"C{index}"
+        ax.plot(n, [r["tflops"] for r in points], marker=_MARKERS[index % len(_MARKERS)],
+                color=colour, label=label.replace("ozaki ", ""))
+        if show_floor:
+            floors = [2.0 * r["n"] ** 3 / (r["floor_ms"] * 1e-3) / 1e12 if r.get("floor_ms")
+                      else math.nan for r in points]
+            ax.plot(n, floors, ls=":", color=colour, lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({row["n"] for row in square}))
+    ax.get_xaxis().set_major_formatter(_integer_formatter())
+    ax.set_xlabel("n (n x n times n x n)")
+    ax.set_ylabel("DGEMM-equivalent TFLOPS (2n³ / time)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, ncol=2, title="dotted: FP16 floor of the mode", title_fontsize=8)
+    ax.set_title(f"{meta['device_name']}, torch {meta['torch_version']}, {meta['date'][:10]}",
+                 fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def _integer_formatter():
+    from matplotlib.ticker import FuncFormatter
+    return FuncFormatter(lambda value, _: f"{value:g}")
+
+
+def plot_error_vs_n(meta, rows, dtype="float64", metric="max_rel_err"):
+    """Error on the benchmark's sampled entries against n for every mode of `dtype` and its native
+    routine. Returns the figure."""
+    plt = _pyplot()
+    series = {label: points for label, points in _by_label(rows).items()
+              if points[0]["dtype"] == dtype and points[0]["kind"] in ("ozaki", "native")}
+    figure, ax = plt.subplots(figsize=(7.5, 4.0))
+    for index, (label, points) in enumerate(series.items()):
+        points = sorted(points, key=lambda row: row["n"])
+        native = points[0]["kind"] == "native"
+        ax.semilogy([r["n"] for r in points], [max(r[metric], 1e-300) for r in points],
+                    marker=_MARKERS[index % len(_MARKERS)], color="black" if native else f"C{index}",
+                    lw=2.5 if native else 1.5, label=label)
+    ax.set_xscale("log", base=2)
+    ax.get_xaxis().set_major_formatter(_integer_formatter())
+    ax.set_xlabel("n")
+    ax.set_ylabel(_METRIC_LABELS[metric])
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{dtype} errors on {meta['samples']}x{meta['samples']} sampled entries, "
+                 f"{meta['device_name']}", fontsize=10)
+    figure.tight_layout()
+    return figure

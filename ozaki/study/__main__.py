@@ -1,0 +1,167 @@
+"""Command line of the studies: `python -m ozaki.study accuracy|reproducibility [options]`."""
+
+import argparse
+import csv
+import datetime
+import sys
+
+import torch
+
+from ozaki import _ops
+from ozaki.cli import (DTYPES, check_output_path, device_name, nonnegative_int, phi_value,
+                       positive_int, resolve_device, slice_count)
+from ozaki.progress import Progress
+from ozaki.slicing import MAX_SLICES
+
+from . import errors, reproducibility
+
+MAX_INNER = 1 << 22
+
+
+def inner_dimension(text):
+    value = positive_int(text)
+    if value > MAX_INNER:
+        raise argparse.ArgumentTypeError(f"k must be at most 2^22 = {MAX_INNER} (the limit of "
+                                         f"exact FP16 slice products), got {text!r}")
+    return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m ozaki.study",
+        description="Accuracy and reproducibility studies of ozaki's products.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    study = commands.add_parser(
+        "accuracy", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="error against exact references vs slices, mode, phi and k, next to native matmul",
+        description="Error of ozaki.dgemm / ozaki.sgemm against the exact product (every entry "
+                    "of a size x size product), versus slice count, mode, phi and k, next to "
+                    "torch's native float64/float32 matmul (TF32 off) on the same inputs. Inputs: "
+                    "ozaki.accuracy.phi_matrix, drawn afresh for each (dtype, phi, k) from --seed.")
+    study.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    study.add_argument("--phi", nargs="+", type=phi_value, default=[0.1, 0.5, 1.0, 2.0, 4.0],
+                       help="exponent spreads of the inputs (rand - 0.5) * exp(phi * randn)")
+    study.add_argument("--k", nargs="+", type=inner_dimension, default=[64, 1024, 4096],
+                       help="inner dimensions")
+    study.add_argument("--size", type=positive_int, default=24,
+                       help="m = n: rows of A and columns of B (every entry is checked)")
+    study.add_argument("--modes", nargs="+", choices=list(errors.MODES), default=list(errors.MODES),
+                       help="fast / all-pairs: every count of --slices; auto: ozaki's default "
+                            "call; nearest: rounding='nearest'. Native matmul is always measured")
+    study.add_argument("--slices", nargs="+", type=slice_count, metavar="S",
+                       help="slice counts of the fast and all-pairs modes (default: 1..14 for "
+                            f"float64, 1..7 for float32; at most {MAX_SLICES})")
+    study.add_argument("--reference", choices=["int", "mpmath"], default="int",
+                       help="exact reference: Python integers, or mpmath at exact precision")
+    study.add_argument("--device", default=None,
+                       help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
+    study.add_argument("--seed", type=nonnegative_int, default=0)
+    study.add_argument("--csv", metavar="PATH", help="write every row as CSV")
+    study.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    repro = commands.add_parser(
+        "reproducibility", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="bitwise comparison across CPU thread counts, CUDA devices and streams",
+        description="Compute dgemm/sgemm products in several modes under each CPU thread count "
+                    "and on each CUDA device (default and a side stream), --repeats times each, "
+                    "and compare the bits of every result with the first setting's first run. "
+                    "Prints a one-line verdict; exits with 1 when any bit differs.")
+    repro.add_argument("--shape", nargs=3, type=positive_int, action="append",
+                       metavar=("M", "K", "N"),
+                       help="a product (m x k) times (k x n); repeat for several (default: "
+                            + ", ".join("x".join(map(str, s)) for s in reproducibility.DEFAULT_SHAPES)
+                            + ")")
+    repro.add_argument("--threads", nargs="+", type=positive_int, default=None,
+                       help="CPU thread counts (default: 1, 2 and torch.get_num_threads())")
+    repro.add_argument("--devices", nargs="+", default=None,
+                       help="cpu, cuda, cuda:I (default: cpu, and every visible CUDA device when "
+                            "ozaki has its CUDA backend)")
+    repro.add_argument("--phi", type=phi_value, default=1.0)
+    repro.add_argument("--seed", type=nonnegative_int, default=0)
+    repro.add_argument("--repeats", type=positive_int, default=2, help="runs per setting")
+    repro.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "accuracy":
+        args.device = resolve_device(parser, args.device)
+        args.dtypes = [DTYPES[name] for name in dict.fromkeys(args.dtype)]
+        check_output_path(parser, "--csv", args.csv)
+    else:
+        args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
+        for m, k, n in args.shapes:
+            if k > MAX_INNER:
+                parser.error(f"argument --shape: k = {k} exceeds 2^22, the limit of exact FP16 "
+                             "slice products")
+        args.threads = list(dict.fromkeys(args.threads or [1, 2, torch.get_num_threads()]))
+        args.devices = default_devices() if args.devices is None else [
+            resolve_device(parser, text, "--devices") for text in dict.fromkeys(args.devices)]
+    return args
+
+
+def default_devices():
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available() and _ops.cuda_backend_built():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return devices
+
+
+def format_table(rows):
+    """Aligned text table of a list of dicts with the same keys."""
+    headers = list(rows[0])
+    body = [[str(row[h]) for h in headers] for row in rows]
+    widths = [max(len(line[i]) for line in [headers] + body) for i in range(len(headers))]
+    lines = [headers, ["-" * w for w in widths]] + body
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+                     for line in lines)
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=errors.CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def run_accuracy(args):
+    cases = errors.cases_for(args.dtypes, args.phi, args.k, args.size)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    print(f"accuracy study on {device_name(args.device)} ({args.device}), {date}, torch "
+          f"{torch.__version__}: {len(cases)} cases of {args.size} x k x {args.size}, exact "
+          f"reference: {args.reference}", flush=True)
+    progress = Progress(len(cases), "accuracy", enabled=not args.quiet)
+    rows = errors.error_study(cases, args.modes, args.slices, args.seed, args.device,
+                              args.reference, progress)
+    progress.close()
+    if args.csv:
+        write_csv(args.csv, rows)
+        print(f"{len(rows)} rows written to {args.csv}")
+    print(format_table(errors.summarize(rows)))
+    print("max comp err = max |C - AB| / (|A||B|) over all entries; RN share = entries equal to "
+          "the correctly rounded exact product")
+    return 0
+
+
+def run_reproducibility(args):
+    print(f"reproducibility check on {reproducibility.describe_devices(args.devices)}", flush=True)
+    steps = len(args.shapes) * len(reproducibility.PRODUCTS)
+    progress = Progress(steps, "reproducibility", enabled=not args.quiet)
+    report = reproducibility.check(args.shapes, args.devices, args.threads, args.seed, args.phi,
+                                   args.repeats, progress)
+    progress.close()
+    print(report.verdict())
+    return 0 if report.reproducible else 1
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
+    return run_accuracy(args) if args.command == "accuracy" else run_reproducibility(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
