@@ -89,6 +89,8 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
             slices, fast = exact_slices, False
         elif fast_gemms is not None:
             slices, fast = need[True], True
+        elif need[False] is not None:  # only all pairs meets the target within the cap
+            slices, fast = need[False], False
         else:
             slices, fast = cap, False
     else:
@@ -100,6 +102,8 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
         reason = "capped full split"
     elif not fast and slices >= full:
         reason = "exact" if need[False] is not None else "exact (estimate unresolved)"
+    elif need[fast] is None:  # fast mode asked for, and no count meets the target
+        reason = "full split, fast (estimate unresolved)"
     else:
         reason = "error bound"
     return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, capped)
@@ -123,11 +127,13 @@ def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> Sli
         # and few entries take the slow path: fast mode unless the exact split is cheaper. Rows
         # spanning more bits can send many entries there: exact when within the cost ratio.
         ratio = 1 if full <= decided else NEAREST_EXACT_COST_RATIO
-        if fast is False or (full <= MAX_SLICES
+        if fast is False or (fast is None and full <= MAX_SLICES
                              and exact_gemms <= ratio * pair_count(decided, True)):
             slices, fast = min(full, MAX_SLICES), False
         else:
             slices, fast = decided, True
+    elif fast is None:
+        fast = True  # as for the other modes: fast when slices are given
     return _plan(slices, bool(fast), beta, full, k, dtype, None, "nearest", "correctly rounded")
 
 

@@ -136,21 +136,27 @@ def plot_rounded_share(rows, dtype="float64"):
     return figure
 
 
-def bench_label(row):
-    """A benchmark row's name: 'native dgemm', 'ozaki dgemm default', 'ozaki dgemm s=10 fast'."""
+def bench_label(row, with_backend=False):
+    """A benchmark row's name: 'native dgemm', 'ozaki dgemm default', 'ozaki dgemm nearest',
+    'ozaki dgemm s=10 fast'; with the backend appended (' [fp16]') when asked."""
     if row["kind"] not in ("ozaki", "plan"):
         return row["method"]
     if row["default"]:
-        return f"{row['method']} default"
-    slices = "auto" if row["slices_requested"] is None else f"s={row['slices_requested']}"
-    return f"{row['method']} {slices} {'fast' if row['fast_requested'] else 'all pairs'}"
+        label = row["method"] if row["method"].endswith("nearest") else f"{row['method']} default"
+    else:
+        slices = "auto" if row["slices_requested"] is None else f"s={row['slices_requested']}"
+        label = f"{row['method']} {slices} {'fast' if row['fast_requested'] else 'all pairs'}"
+    return f"{label} [{row['backend']}]" if with_backend and row.get("backend") else label
 
 
 def _by_label(rows):
+    """Measured rows with a throughput, grouped by name (the backend named only when the rows
+    hold several)."""
+    several = len({row.get("backend") for row in rows if row["kind"] == "ozaki"}) > 1
     series = {}
     for row in rows:
         if row.get("status", "ok") == "ok" and row.get("tflops"):
-            series.setdefault(bench_label(row), []).append(row)
+            series.setdefault(bench_label(row, several), []).append(row)
     return series
 
 

@@ -74,6 +74,7 @@ class SlicePlan:
     exact: bool              # all pairs of the full split: the sum is the exact product
     rounding: Optional[str]  # None or "nearest"
     reason: str              # "error bound", "exact", "exact (estimate unresolved)",
+                             # "full split, fast (estimate unresolved)",
                              # "capped full split", "requested", "correctly rounded"
     predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij, worst entry, if known
     native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error

@@ -1,6 +1,7 @@
 """The automatic slice count (slices=None) and ozaki.plan (docs/accuracy.md)."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -8,8 +9,8 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
-from ozaki import _ops, accuracy
-from ozaki.slicing import pair_count
+from ozaki import _ops, accuracy, planner
+from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for, full_split_cap, pair_count
 
 # Pairs of k around every change of beta (the digit width drops by one at each power of 4).
 K_ACROSS_BETA = [16, 17, 64, 65, 256, 257, 1024, 1025, 4096, 4097]
@@ -78,6 +79,40 @@ def test_unresolvable_estimate_falls_back_to_the_full_split():
     assert plan.reason == "exact (estimate unresolved)"
     exact = accuracy.exact_matmul(A, B)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
+
+
+def test_fast_mode_with_an_unresolvable_estimate_says_so():
+    A = torch.tensor([[1.0, 2.0 ** -30, 0.3], [0.7, 0.1, 0.9]], dtype=torch.float64)
+    B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
+    plan = ozaki.plan(A, B, fast=True)
+    assert plan.fast and plan.slices == plan.full_split_slices and not plan.capped
+    assert plan.reason == "full split, fast (estimate unresolved)"
+
+
+def test_all_pairs_when_only_all_pairs_meets_the_target_within_the_cap():
+    k, dtype = 1024, torch.float64
+    beta, cap = digit_bits_for(k), full_split_cap(k, dtype)
+
+    def need(fast, magnitude):
+        return planner._smallest(lambda s: planner.meets_target(
+            s, fast, k, beta, SIGNIFICAND_BITS[dtype], Fraction(magnitude)), cap)
+
+    # the largest magnitude that fast mode cannot reach within the cap while all pairs can
+    magnitude = next(2.0 ** -e for e in range(200) if need(True, 2.0 ** -e) is None)
+    assert need(False, magnitude) is not None
+    plan = planner.auto_plan(k, dtype, 300, magnitude, None)  # rows spanning 300 bits: no exact split
+    assert (plan.slices, plan.fast) == (need(False, magnitude), False)
+    assert plan.reason == "error bound" and not plan.capped
+
+
+def test_nearest_with_slices_given_is_fast_unless_asked_otherwise():
+    A, B = phi_pair(12, 300, 7, 1.0, seed=21)
+    assert ozaki.plan(A, B, slices=6, rounding="nearest").fast
+    assert not ozaki.plan(A, B, slices=6, fast=False, rounding="nearest").fast
+    assert ozaki.plan(A, B, fast=True, rounding="nearest").fast
+    exact = accuracy.round_exact(accuracy.exact_matmul(A, B))
+    for options in [{"slices": 6}, {"fast": True}, {"fast": False}]:
+        assert_bitwise_equal(ozaki.dgemm(A, B, rounding="nearest", **options), exact)
 
 
 def test_zero_and_nonfinite_rows_do_not_constrain_the_plan():

@@ -6,6 +6,7 @@ generator seeded with the study's seed, so a case's inputs do not depend on the 
 whole size x size product is compared with the exact one (Python integers, or mpmath).
 """
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ MODES = ("fast", "all-pairs", "auto", "nearest")
 DEFAULT_SLICES = {torch.float64: list(range(1, 15)), torch.float32: list(range(1, 8))}
 CSV_COLUMNS = ["dtype", "phi", "m", "k", "n", "mode", "slices", "fast", "gemms", "exact_plan",
                "median_rel_err", "max_rel_err", "max_comp_err", "rounded_share", "device",
-               "device_name", "torch_version", "reference", "seed"]
+               "device_name", "torch_version", "reference", "seed", "inputs"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ class Case:
 
     def label(self):
         return f"{DTYPE_NAMES[self.dtype]} phi={self.phi:g} k={self.k}"
+
+
+def fingerprint(A, B):
+    """16 hex digits of the SHA-256 of the operands' bytes: rows of two runs are comparable bit
+    for bit only where their inputs match (torch's CPU random and exp kernels may differ in the
+    last bit between machines, so the same seed need not give the same inputs everywhere)."""
+    digest = hashlib.sha256()
+    for T in (A, B):
+        digest.update(T.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -108,12 +119,13 @@ def error_study(cases, modes, slices, seed, device, reference="int", progress=No
         A, B = case.inputs(seed, device)
         exact = accuracy.exact_matmul(A, B, method=reference)
         magnitudes = accuracy.exact_matmul(A.abs(), B.abs())
+        inputs = fingerprint(A, B)
         swept = slices if slices is not None else DEFAULT_SLICES[case.dtype]
         for method in methods(modes, swept):
             C, plan = product(method, A, B)
             row = error_row(case, method, C, plan, exact, magnitudes, A, B)
             row.update(device=str(device), device_name=where, torch_version=torch.__version__,
-                       reference=reference, seed=seed)
+                       reference=reference, seed=seed, inputs=inputs)
             rows.append(row)
         if progress is not None:
             progress.step(case.label())
