@@ -666,6 +666,35 @@ def _finish(func: str, values: torch.Tensor, dtype: torch.dtype, device, what: s
     return result.to(device)
 
 
+_LOG2_E = 1.4426950408889634
+# ln 2 split Cody-Waite style: the high part has 20 trailing zero bits, so n * _LN_2_HIGH is exact.
+_LN_2_HIGH = 6.93147180369123816490e-01
+_LN_2_LOW = 1.90821492927058770002e-10
+_TAYLOR_DEGREE = 14
+
+
+def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
+    """2^exponent (integer-valued float64 tensor, normal range) built from its bit pattern."""
+    return ((exponent.to(torch.int64) + 1023) << 52).view(torch.float64)
+
+
+def _portable_exp(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) in float64 from basic IEEE operations only, so that a seed gives the same inputs on
+    every machine: torch.exp's vectorised CPU kernels differ in the last bit between instruction
+    sets (AVX2 and AVX-512 do). exp(x) = 2^n exp(t) with n = round(x log2 e) and
+    t = x - n ln 2 (|t| <= 0.35, ln 2 in two parts) by a degree-14 Taylor polynomial, truncated
+    below 2^-60: a few ulps, which is all an input generator needs. 2^n is applied in two exact
+    halves so that n may leave the normal exponent range of one factor."""
+    n = torch.round(x * _LOG2_E)
+    t = (x - n * _LN_2_HIGH) - n * _LN_2_LOW
+    polynomial = torch.ones_like(t)
+    for degree in range(_TAYLOR_DEGREE, 0, -1):
+        polynomial = polynomial * t * (1.0 / degree) + 1.0
+    n = n.clamp(-2100, 2100)
+    half = torch.div(n, 2, rounding_mode="floor")
+    return polynomial * _power_of_two(half) * _power_of_two(n - half)
+
+
 def phi_matrix(
     rows: int,
     cols: int,
@@ -693,7 +722,7 @@ def phi_matrix(
     while True:
         uniform = torch.rand(rows, cols, generator=generator, dtype=torch.float64, device=source)
         normal = torch.randn(rows, cols, generator=generator, dtype=torch.float64, device=source)
-        values = (uniform - 0.5) * torch.exp(float(phi) * normal)
+        values = (uniform - 0.5) * _portable_exp(float(phi) * normal)
         result = _finish(func, values, dtype, device, f"phi={phi}")
         if bool((result != 0).any()):  # redraw the (astronomically rare) all-zero case
             return result
@@ -745,8 +774,11 @@ def exponent_range_matrix(
     signs = torch.where(
         torch.rand(rows, cols, generator=generator, device=source) < 0.5, -1.0, 1.0
     ).to(torch.float64)
-    # 10**e as float64 on its own, then the mantissa: stays finite for high <= 307.
-    powers = torch.pow(torch.tensor(10.0, dtype=torch.float64, device=source), exponents.to(torch.float64))
+    # 10**e as float64 on its own (correctly rounded, from a table: torch.pow's vectorised kernels
+    # may differ between CPUs), then the mantissa: stays finite for high <= 307.
+    table = torch.tensor([_fraction_to_float(Fraction(10) ** e) for e in range(low, high + 1)],
+                         dtype=torch.float64, device=source)
+    powers = table[exponents - low]
     return _finish(func, signs * mantissas * powers, dtype, device, f"high={high}")
 
 
