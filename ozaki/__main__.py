@@ -9,38 +9,35 @@ import time
 
 import torch
 
-from . import _ops, accuracy, dgemm, plan, sgemm
+from . import accuracy, dgemm, plan, sgemm
+from .cli import device_name, nonnegative_int, phi_value, positive_int, resolve_device
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ozaki", description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=None,
+    parser.add_argument("--size", type=positive_int, default=None,
                         help="m = k = n (default 2048 on a GPU, 512 on the CPU)")
-    parser.add_argument("--phi", type=float, default=1.0,
+    parser.add_argument("--phi", type=phi_value, default=1.0,
                         help="exponent spread of the inputs (rand - 0.5) * exp(phi * randn)")
-    parser.add_argument("--samples", type=int, default=8,
+    parser.add_argument("--samples", type=positive_int, default=8,
                         help="rows and columns checked against the exact product")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or cuda:I (default: cuda if usable, else cpu)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     args = parser.parse_args(argv)
-    if args.device is None:
-        args.device = "cuda" if torch.cuda.is_available() and _ops.cuda_backend_built() else "cpu"
+    args.device = resolve_device(parser, args.device)
     if args.size is None:
-        args.size = 2048 if args.device == "cuda" else 512
-    if args.size < 1:
-        parser.error(f"--size must be >= 1, got {args.size}")
-    if args.samples < 1:
-        parser.error(f"--samples must be >= 1, got {args.samples}")
+        args.size = 2048 if args.device.type == "cuda" else 512
     return args
 
 
 def timed(fn, device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     result = fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return result, time.perf_counter() - start
 
 
@@ -51,7 +48,7 @@ def main(argv=None):
     A = accuracy.phi_matrix(n, n, args.phi, generator=g).to(device)
     B = accuracy.phi_matrix(n, n, args.phi, generator=g).to(device)
     rows, cols = accuracy.sample_entries(n, n, args.samples, generator=g)
-    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    name = device_name(device)
     print(f"ozaki demo: {n} x {n} x {n}, phi = {args.phi}, on {name}; errors on "
           f"{len(rows)} x {len(cols)} sampled entries against the exact product")
     for label, routine, dtype in [("dgemm", dgemm, torch.float64), ("sgemm", sgemm, torch.float32)]:

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-"$PYTHON" -m pip install -q "torch==2.14.1" numpy mpmath pytest nbclient ninja pybind11 setuptools wheel
+# matplotlib, nbclient, nbformat and ipykernel: the notebooks, their figures and their test
+"$PYTHON" -m pip install -q "torch==2.14.1" numpy mpmath pytest ninja pybind11 setuptools wheel \
+  matplotlib nbclient nbformat ipykernel
 if [[ -z "${CUDA_HOME:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDA_HOME=/usr/local/cuda
 fi
