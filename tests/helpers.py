@@ -31,3 +31,12 @@ def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):
     yb = y.detach().cpu().contiguous().view(int_type)
     differing = (xb != yb).sum().item()
     assert differing == 0, f"{differing} of {x.numel()} entries differ bitwise"
+
+
+def assert_usage_error(parse, argv, message, capsys):
+    """A command line rejected by argparse: exit status 2 and `message` on stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from helpers import assert_usage_error
 from ozaki import bench
 from ozaki.progress import BAR_WIDTH
 
@@ -248,10 +249,7 @@ def test_out_of_memory_becomes_an_oom_row(monkeypatch):
      "does not exist"),
 ])
 def test_bad_arguments_name_the_argument_and_value(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        bench.main(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_usage_error(bench.main, argv, message, capsys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message when CUDA is absent")

@@ -2,6 +2,7 @@
 
 import pytest
 
+from helpers import assert_usage_error
 from ozaki import __main__ as demo
 
 
@@ -22,6 +23,4 @@ def test_demo_prints_plans_times_and_errors(capsys):
     (["--device", "tpu"], "argument --device: expected cpu, cuda or cuda:I, got 'tpu'"),
 ])
 def test_bad_arguments_name_the_argument_and_value(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        demo.parse_args(argv)
-    assert message in capsys.readouterr().err
+    assert_usage_error(demo.parse_args, argv, message, capsys)

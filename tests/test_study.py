@@ -13,7 +13,7 @@ from ozaki import accuracy, plots
 from ozaki.study import __main__ as cli
 from ozaki.study import errors, reproducibility
 
-from helpers import cpu_and_cuda
+from helpers import assert_usage_error, cpu_and_cuda
 
 SMALL = ["accuracy", "--device", "cpu", "--phi", "0.5", "3", "--k", "16", "100", "--size", "6",
          "--slices", "1", "2", "5", "--quiet"]
@@ -158,10 +158,7 @@ def test_negative_zero_and_nan_payloads_count_as_differences():
     ([], "the following arguments are required: COMMAND"),
 ])
 def test_bad_arguments_name_the_argument_and_value(argv, message, capsys):
-    with pytest.raises(SystemExit) as raised:
-        cli.parse_args(argv)
-    assert raised.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_usage_error(cli.parse_args, argv, message, capsys)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without a GPU")
