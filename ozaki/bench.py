@@ -61,8 +61,9 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki.cli import (DTYPE_NAMES, DTYPES, check_output_path, device_name, nonnegative_int,
-                       phi_value, positive_int, resolve_device, slice_count)
+from ozaki.cli import (DTYPE_NAMES, DTYPES, check_output_path, check_plot_path, device_name,
+                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
+                       slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -143,6 +144,10 @@ def build_parser():
     parser.add_argument("--samples", type=positive_int, default=16,
                         help="sampled rows and columns for the exact accuracy check")
     parser.add_argument("--json", metavar="PATH", help="write all rows and metadata as JSON")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="draw throughput against n (square shapes) with ozaki.plots: PATH "
+                             "(.png, .pdf, .svg) for one --dtype, PATH-float64 / PATH-float32 for "
+                             "both; needs matplotlib")
     parser.add_argument("--markdown", metavar="PATH",
                         help="write the table as markdown (for docs/benchmarks.md)")
     parser.add_argument("--quiet", action="store_true",
@@ -176,6 +181,9 @@ def parse_args(argv=None):
                          "ozaki's limit for exact FP16 slice products")
     check_output_path(parser, "--json", args.json)
     check_output_path(parser, "--markdown", args.markdown)
+    check_plot_path(parser, "--plot", args.plot)
+    if args.plot and not any(m == k == n for m, k, n in args.shapes):
+        parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
     return args
 
 
@@ -757,6 +765,11 @@ def main(argv=None):
     print(format_table(rows))
     print()
     print("\n".join(notes(meta)), flush=True)
+    if args.plot:
+        from ozaki import plots
+        for dtype, path in per_dtype_paths(args.plot, args.dtypes).items():
+            plots.save(plots.plot_throughput(meta, rows, dtype), path)
+            print(f"figure written to {path}")
     return 0
 
 

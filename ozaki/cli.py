@@ -4,6 +4,7 @@ Every error names the option and the value received.
 """
 
 import argparse
+import importlib.util
 import math
 import os
 import platform
@@ -96,3 +97,28 @@ def device_name(device):
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(parser, option, path):
+    """A parser error unless `path` can take a figure: a writable file ending in .png, .pdf or
+    .svg, and matplotlib (optional for ozaki) importable."""
+    if path is None:
+        return
+    check_output_path(parser, option, path)
+    if os.path.splitext(path)[1].lower() not in PLOT_SUFFIXES:
+        parser.error(f"argument {option}: expected a file ending in {', '.join(PLOT_SUFFIXES)}, "
+                     f"got {path!r}")
+    if importlib.util.find_spec("matplotlib") is None:
+        parser.error(f"argument {option}: figures need matplotlib (pip install matplotlib)")
+
+
+def per_dtype_paths(path, dtypes):
+    """{dtype name: file}: `path` itself for one dtype, 'name-float64.png' etc. for several."""
+    if len(dtypes) == 1:
+        return {dtypes[0]: path}
+    stem, suffix = os.path.splitext(path)
+    return {name: f"{stem}-{name}{suffix}" for name in dtypes}
+

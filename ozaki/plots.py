@@ -23,6 +23,12 @@ def _pyplot():
     return plt
 
 
+def save(figure, path):
+    """Write a figure to a file (format from the suffix) and release it."""
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    _pyplot().close(figure)
+
+
 def _study_value(column, text):
     if text == "":
         return None
@@ -115,7 +121,7 @@ def plot_rounded_share(rows, dtype="float64"):
     modes = [("native", NATIVE_NAMES[dtype]), ("auto", "ozaki automatic"),
              ("nearest", "ozaki rounding='nearest'")]
     modes = [(mode, label) for mode, label in modes if _select(rows, mode=mode)]
-    figure, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(cases) * len(modes)), 3.6))
+    figure, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.3 * len(cases) * len(modes))), 4.0))
     width = 0.8 / len(modes)
     for index, (mode, label) in enumerate(modes):
         shares = []
@@ -129,9 +135,10 @@ def plot_rounded_share(rows, dtype="float64"):
     ax.set_xticklabels([f"phi={phi:g}\nk={k}" for phi, k in cases], fontsize=8)
     ax.set_ylabel("correctly rounded entries (%)")
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=8, loc="lower left")
-    ax.set_title(f"{dtype}: share of entries equal to the correctly rounded exact product "
-                 f"({_where(rows)})", fontsize=10)
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(modes),
+              frameon=False)
+    figure.suptitle(f"{dtype}: share of entries equal to the correctly rounded exact product "
+                    f"({_where(rows)})", fontsize=10)
     figure.tight_layout()
     return figure
 

@@ -391,3 +391,21 @@ def test_rows_name_their_backend(tiny_run):
         ozaki_call = row["kind"] in ("ozaki", "plan")
         assert row["backend"] == ("fp16" if ozaki_call else None), row
         assert line.split("|")[3].strip() == ("fp16" if ozaki_call else "-")
+
+
+def test_plot_writes_the_throughput_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "throughput.png"
+    assert bench.main([*TINY, "--dtype", "float64", "--modes", "default", "--quiet", "--plot",
+                       str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--plot", "figure.txt"], "argument --plot: expected a file ending in .png, .pdf, .svg"),
+    (["--shape", "4", "5", "6", "--plot", "figure.png"],
+     "argument --plot: the throughput figure needs square shapes (--sizes)"),
+])
+def test_bad_plot_arguments(argv, message, capsys):
+    assert_usage_error(bench.parse_args, ["--device", "cpu", *argv], message, capsys)
+

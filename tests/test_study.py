@@ -183,3 +183,28 @@ def test_magnitudes_argument_gives_the_same_componentwise_errors():
     with pytest.raises(TypeError, match="magnitudes must hold exact rationals"):
         accuracy.componentwise_errors(C, exact, A, B, magnitudes=[[0.5] * 4] * 5)
     assert Fraction(magnitudes[0, 0]) > 0
+
+
+def test_plot_writes_one_figure_per_dtype(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "errors.png"
+    assert cli.main(["accuracy", "--device", "cpu", "--phi", "1", "--k", "16", "--size", "4",
+                     "--slices", "1", "2", "--quiet", "--plot", str(path)]) == 0
+    out = capsys.readouterr().out
+    for dtype in ("float64", "float32"):
+        written = tmp_path / f"errors-{dtype}.png"
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"figure written to {written}" in out
+    one = tmp_path / "one.svg"
+    cli.main(["accuracy", "--device", "cpu", "--phi", "1", "--k", "16", "--size", "4", "--slices",
+              "1", "--dtype", "float32", "--quiet", "--plot", str(one)])
+    assert b"<svg" in one.read_bytes()[:400]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--plot", "figure.txt"], "argument --plot: expected a file ending in .png, .pdf, .svg, got "
+                               "'figure.txt'"),
+    (["--modes", "auto", "--plot", "figure.png"], "argument --plot: the figure shows fast mode"),
+])
+def test_bad_plot_arguments(argv, message, capsys):
+    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", *argv], message, capsys)

@@ -8,8 +8,8 @@ import sys
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, check_output_path, device_name, nonnegative_int, phi_value,
-                       positive_int, resolve_device, slice_count)
+from ozaki.cli import (DTYPES, check_output_path, check_plot_path, device_name, nonnegative_int,
+                       per_dtype_paths, phi_value, positive_int, resolve_device, slice_count)
 from ozaki.progress import Progress
 from ozaki.slicing import MAX_SLICES
 
@@ -59,6 +59,10 @@ def build_parser():
                        help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
     study.add_argument("--seed", type=nonnegative_int, default=0)
     study.add_argument("--csv", metavar="PATH", help="write every row as CSV")
+    study.add_argument("--plot", metavar="PATH",
+                       help="draw the error against the slice count with ozaki.plots: PATH (.png, "
+                            ".pdf, .svg) for one --dtype, PATH-float64 / PATH-float32 for both; "
+                            "needs matplotlib and the fast mode")
     study.add_argument("--quiet", action="store_true", help="no progress bar")
 
     repro = commands.add_parser(
@@ -92,6 +96,9 @@ def parse_args(argv=None):
         args.device = resolve_device(parser, args.device)
         args.dtypes = [DTYPES[name] for name in dict.fromkeys(args.dtype)]
         check_output_path(parser, "--csv", args.csv)
+        check_plot_path(parser, "--plot", args.plot)
+        if args.plot and "fast" not in args.modes:
+            parser.error("argument --plot: the figure shows fast mode; add fast to --modes")
     else:
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
         for m, k, n in args.shapes:
@@ -144,6 +151,12 @@ def run_accuracy(args):
     print(format_table(errors.summarize(rows)))
     print("max comp err = max |C - AB| / (|A||B|) over all entries; RN share = entries equal to "
           "the correctly rounded exact product")
+    if args.plot:
+        from ozaki import plots
+        names = [name for name in DTYPES if DTYPES[name] in args.dtypes]
+        for dtype, path in per_dtype_paths(args.plot, names).items():
+            plots.save(plots.plot_error_vs_slices(rows, dtype), path)
+            print(f"figure written to {path}")
     return 0
 
 
