@@ -16,7 +16,12 @@ def _check_operands(name, A, B, dtype):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype != dtype:
-            hint = f" (use {other} for {t.dtype})" if t.dtype in (torch.float32, torch.float64) else ""
+            if name == "ozaki.plan":  # plan follows A's dtype: only B can mismatch
+                hint = " (B must have A's dtype)"
+            elif t.dtype in (torch.float32, torch.float64):
+                hint = f" (use {other} for {t.dtype})"
+            else:
+                hint = ""
             raise TypeError(f"{name}: {arg} must be {dtype}, got {t.dtype}{hint}")
         if t.dim() != 2:
             raise ValueError(f"{name}: {arg} must be 2-D, got {t.dim()}-D with shape {tuple(t.shape)}")

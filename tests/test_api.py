@@ -112,3 +112,13 @@ def test_plan_reports_counts():
     all_pairs = ozaki.plan(A, B, fast=False)
     assert not all_pairs.fast and all_pairs.gemms == all_pairs.slices ** 2
     assert "slices" in str(auto)
+
+
+def test_plan_with_mixed_dtypes_asks_for_matching_b():
+    A, B = phi_pair(4, 6, 3, 1.0, seed=3)
+    with pytest.raises(TypeError, match=r"^ozaki\.plan: B must be torch\.float64, got "
+                                        r"torch\.float32 \(B must have A's dtype\)$"):
+        ozaki.plan(A, B.float())
+    with pytest.raises(TypeError, match=r"B must be torch\.float32, got torch\.float64 \(B must "
+                                        r"have A's dtype\)$"):
+        ozaki.plan(A.float(), B)
