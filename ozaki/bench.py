@@ -61,15 +61,13 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki.cli import (DTYPE_NAMES, DTYPES, check_output_path, check_plot_path, device_name,
-                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
-                       slice_count)
+from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_INNER, check_output_path, check_plot_path,
+                       device_name, nonnegative_int, per_dtype_paths, phi_value, positive_int,
+                       resolve_device, slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
 LARGE_PRODUCT = 16384 ** 3
-#: ozaki's FP16 slice products are exact only for k <= 2^22 (ozaki.slicing.digit_bits_for).
-MAX_INNER = 1 << 22
 DEFAULT_SIZES = {"cuda": [2048, 4096, 8192], "cpu": [128, 256]}
 FLOOR_FP32_OUT = "torch.mm(float16, float16, out_dtype=float32)"
 FLOOR_FP16_OUT = "torch.matmul(float16, float16) -> float16 (out_dtype=float32 unsupported here)"

@@ -15,6 +15,8 @@ from . import _ops
 from .slicing import MAX_SLICES
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
+#: ozaki's FP16 slice products are exact only for k <= 2^22 (ozaki.slicing.digit_bits_for).
+MAX_INNER = 1 << 22
 DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16"}
 
 

@@ -8,14 +8,13 @@ import sys
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, check_output_path, check_plot_path, device_name, nonnegative_int,
-                       per_dtype_paths, phi_value, positive_int, resolve_device, slice_count)
+from ozaki.cli import (DTYPES, MAX_INNER, check_output_path, check_plot_path, device_name,
+                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
+                       slice_count)
 from ozaki.progress import Progress
 from ozaki.slicing import MAX_SLICES
 
 from . import errors, reproducibility
-
-MAX_INNER = 1 << 22
 
 
 def inner_dimension(text):
