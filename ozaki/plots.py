@@ -72,13 +72,13 @@ def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, 
         figure, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks), 3.8), sharey=True,
                                     squeeze=False)
         axes = axes[0]
+    # zero errors (exact results) sit at the bottom of the log axis
+    floor = 2.0 ** -80 if dtype == "float64" else 2.0 ** -50
     for ax, k in zip(axes, ks):
         for index, phi in enumerate(_distinct(_select(rows, k=k), "phi")):
             case = _select(rows, k=k, phi=phi)
             fast = sorted(_select(case, mode="fast"), key=lambda row: row["slices"])
             colour = f"C{index}"
-            # zero errors (exact results) sit at the bottom of the log axis
-            floor = 2.0 ** -80 if dtype == "float64" else 2.0 ** -50
             line = ax.semilogy([r["slices"] for r in fast], [max(r[metric], floor) for r in fast],
                                marker=_MARKERS[index % len(_MARKERS)], color=colour, ms=4,
                                label=f"phi = {phi:g}")

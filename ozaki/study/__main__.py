@@ -93,7 +93,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.command == "accuracy":
         args.device = resolve_device(parser, args.device)
-        args.dtypes = [DTYPES[name] for name in dict.fromkeys(args.dtype)]
+        args.dtype = list(dict.fromkeys(args.dtype))
         check_output_path(parser, "--csv", args.csv)
         check_plot_path(parser, "--plot", args.plot)
         if args.plot and "fast" not in args.modes:
@@ -135,7 +135,7 @@ def write_csv(path, rows):
 
 
 def run_accuracy(args):
-    cases = errors.cases_for(args.dtypes, args.phi, args.k, args.size)
+    cases = errors.cases_for([DTYPES[name] for name in args.dtype], args.phi, args.k, args.size)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"accuracy study on {device_name(args.device)} ({args.device}), {date}, torch "
           f"{torch.__version__}: {len(cases)} cases of {args.size} x k x {args.size}, exact "
@@ -152,8 +152,7 @@ def run_accuracy(args):
           "the correctly rounded exact product")
     if args.plot:
         from ozaki import plots
-        names = [name for name in DTYPES if DTYPES[name] in args.dtypes]
-        for dtype, path in per_dtype_paths(args.plot, names).items():
+        for dtype, path in per_dtype_paths(args.plot, args.dtype).items():
             plots.save(plots.plot_error_vs_slices(rows, dtype), path)
             print(f"figure written to {path}")
     return 0

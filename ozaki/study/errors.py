@@ -62,11 +62,6 @@ class Method:
     mode: str         # "native" or one of MODES
     options: tuple    # keyword arguments of the ozaki call, as sorted (name, value) pairs
 
-    def label(self):
-        if self.mode in ("fast", "all-pairs"):
-            return f"{self.mode} s={dict(self.options)['slices']}"
-        return self.mode
-
 
 def methods(modes, slices):
     """The methods of one case, native first."""
