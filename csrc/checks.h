@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "crt.h"
 #include "scheme.h"
 
 namespace ozaki {
@@ -66,6 +67,15 @@ inline int digit_bits_checked(int64_t k, const char* op) {
   return beta;
 }
 
+// beta of the FP16 or INT8 digits for the inner dimension, with the same kind of error.
+inline int slice_digit_bits_checked(int64_t k, bool int8, const char* op) {
+  if (!int8) return digit_bits_checked(k, op);
+  const int beta = int8_digit_bits_for(k);
+  TORCH_CHECK(beta >= 1, op, ": inner dimension k = ", k,
+              " is too large for exact INT8 slice products (k must be < 2^29)");
+  return beta;
+}
+
 // The arguments of ozaki::magnitude_product: two row-major operands and their row exponents.
 inline void check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
                                       const at::Tensor& tau_a, const at::Tensor& tau_b,
@@ -76,6 +86,28 @@ inline void check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
   check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
   check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
   digit_bits_checked(a.size(1), op);
+}
+
+// The per-row int32 vectors of a scheme-II call (shifts, exponents) and its moduli count.
+inline void check_crt_inner(int64_t k, const char* op) {
+  TORCH_CHECK(k <= kCrtMaxInner, op, ": inner dimension k = ", k,
+              " is too large for exact INT8 residue products (k must be < 2^17)");
+}
+inline void check_moduli(int64_t moduli, const char* op) {
+  TORCH_CHECK(moduli >= 1 && moduli <= kMaxModuli, op, ": moduli must be in [1, ", kMaxModuli,
+              "], got ", moduli);
+}
+
+// The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.
+inline void check_int8_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
+  for (const auto* t : {&a, &bt}) {
+    TORCH_CHECK(t->dim() == 2 && t->scalar_type() == at::kChar && t->is_contiguous(), op,
+                ": operands must be contiguous 2-D int8 tensors, got ", t->sizes(), " ",
+                t->scalar_type());
+  }
+  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
+              a.size(1), " and ", bt.size(1));
+  check_crt_inner(a.size(1), op);
 }
 
 // Slices are stored with rows padded to a multiple of 8 halves (16 bytes) for the tensor cores;

@@ -171,7 +171,7 @@ OZAKI_HD DroppedBound dropped_bound(const PairLayout& layout, int beta, int64_t 
 
 // Correctly rounded sum of the kept slice products of entry (i, j) (rounding="nearest").
 //
-// The level sums of csrc/scheme.h are exact integers below 2^30 in units of 2^(-2 beta) at level
+// The level sums of csrc/scheme.h are exact integers below 2^37 in units of 2^(-2 beta) at level
 // weight 2^(-l w); they are added exactly into a long integer whose bit 0 weighs
 // 2^(tau_sum - 2 beta - top_level * w). When the kept pairs are the whole exact product
 // (dropped.multiple == 0) that integer is rounded once. Otherwise the dropped part (slices past
@@ -196,8 +196,12 @@ OZAKI_HD double nearest_from_levels(Load load, const PairLayout& layout, int64_t
       load(layout.index(p, level - p, i, j), value);
       level_sum += value[0];
     }
-    // An integer below 2^30 once scaled by 2^(2 beta): the conversion is exact.
-    low.add(static_cast<int64_t>(level_sum * pow2(2 * beta)), (top_level - level) * w);
+    // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact; added as
+    // two parts below 2^32.
+    const int64_t units = static_cast<int64_t>(level_sum * pow2(2 * beta));
+    const int64_t high_part = units / (int64_t(1) << 31);
+    low.add(units - high_part * (int64_t(1) << 31), (top_level - level) * w);
+    low.add(high_part, (top_level - level) * w + 31);
   }
   const int64_t unit = int64_t(tau_sum) - 2 * beta - int64_t(top_level) * w;
   *undecided = false;

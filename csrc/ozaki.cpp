@@ -18,10 +18,26 @@ TORCH_LIBRARY(ozaki, m) {
   // Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j) from magnitudes floored onto a
   // coarse grid: float64 (m, n). The automatic slice count is planned from it.
   m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b) -> Tensor");
-  // C = a @ bt.T by Ozaki scheme I with FP16 slices; bt holds B's columns as rows and tau_*,
-  // span_*, nonfinite_* are the row_stats of a and bt. nearest: correctly rounded result.
+  // C = a @ bt.T by Ozaki scheme I with FP16 slices (int8 = false) or INT8 slices (int8 = true);
+  // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt.
+  // nearest: correctly rounded result.
   m.def(
-      "gemm_fp16(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
-      "Tensor nonfinite_a, Tensor nonfinite_b, int slices, bool fast, bool nearest, "
+      "gemm_slices(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
+      "Tensor nonfinite_a, Tensor nonfinite_b, int slices, bool fast, bool nearest, bool int8, "
       "int workspace_bytes) -> Tensor");
+  // Scheme II (backend="crt"). Per row: nu with ||row||_2 <= 2^nu (int32).
+  m.def("row_norm_exponents(Tensor a, Tensor tau) -> Tensor");
+  // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j) from
+  // 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets a usable column.
+  m.def(
+      "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor nu_a, Tensor nu_b, "
+      "Tensor usable_a, Tensor usable_b) -> Tensor");
+  // C = a @ bt.T from A' = RN(a_i 2^shift_a_i), B' = RN(bt_j 2^shift_b_j): A'B' exactly from INT8
+  // residues of the first `moduli` moduli, rounded once. The shifts must keep |A'B'| below P / 2.
+  m.def(
+      "gemm_crt(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, Tensor nonfinite_a, "
+      "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
+  // a @ bt.T of int8 (m, k) and (n, k) matrices with exact int32 accumulation (k < 2^17): the
+  // tensor-core GEMM both INT8 backends run, exposed for benchmarks and tests.
+  m.def("int8_matmul(Tensor a, Tensor bt) -> Tensor");
 }

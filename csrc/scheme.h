@@ -126,6 +126,15 @@ OZAKI_HD int digit_bits_for(int64_t k) {
   return beta < kMaxDigitBits ? beta : kMaxDigitBits;
 }
 
+// beta of INT8 digits (backend="int8"): |d| <= 2^beta must fit INT8, and rounded digits reach
+// +-2^beta, so beta <= 6 (+128 is not an INT8); k products of at most 2^(2 beta) must stay below
+// 2^31 (INT32 holds 2^31 - 1), so k 2^(2 beta) < 2^31, i.e. 2 beta + ceil(log2(k + 1)) <= 31.
+constexpr int kMaxInt8DigitBits = 6;
+OZAKI_HD int int8_digit_bits_for(int64_t k) {
+  const int beta = (31 - ceil_log2(k + 1)) / 2;
+  return beta < kMaxInt8DigitBits ? beta : kMaxInt8DigitBits;
+}
+
 // What the split needs to know about one row, folded entry by entry (and merged across threads
 // on the GPU): tau with every finite |entry| < 2^tau (0 for a zero row), the bit span from tau
 // down to the lowest set bit of any entry, and whether the row holds NaN or +-Inf.

@@ -9,7 +9,7 @@ from . import _C  # noqa: F401  (loading the library registers torch.ops.ozaki.*
 
 def cuda_backend_built() -> bool:
     """Whether this build of ozaki has the CUDA backend (setup.py decides at build time)."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key("ozaki::gemm_fp16", "CUDA")
+    return torch._C._dispatch_has_kernel_for_dispatch_key("ozaki::gemm_slices", "CUDA")
 
 
 def workspace_bytes() -> int:
@@ -41,8 +41,27 @@ def magnitude_product(a, bt, stats_a, stats_b) -> torch.Tensor:
     return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0])
 
 
-def gemm_fp16(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool = False,
-              workspace: int = 0):
-    """a @ bt.T with FP16 slices; stats_* are row_stats of a and bt; nearest: correctly rounded."""
-    return torch.ops.ozaki.gemm_fp16(a, bt, stats_a[0], stats_b[0], stats_a[1], stats_b[1],
-                                     stats_a[2], stats_b[2], slices, fast, nearest, workspace)
+def gemm_slices(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool = False,
+                workspace: int = 0, int8: bool = False):
+    """a @ bt.T by scheme I with FP16 (or, int8=True, INT8) slices; stats_* are row_stats of a and
+    bt; nearest: correctly rounded."""
+    return torch.ops.ozaki.gemm_slices(a, bt, stats_a[0], stats_b[0], stats_a[1], stats_b[1],
+                                       stats_a[2], stats_b[2], slices, fast, nearest, int8,
+                                       workspace)
+
+
+def row_norm_exponents(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Per row of a: nu (int32) with ||row||_2 <= 2^nu."""
+    return torch.ops.ozaki.row_norm_exponents(a, tau)
+
+
+def crt_magnitude(a, bt, stats_a, stats_b, nu_a, nu_b, usable_a, usable_b) -> torch.Tensor:
+    """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j), 0-d."""
+    return torch.ops.ozaki.crt_magnitude(a, bt, stats_a[0], stats_b[0], nu_a, nu_b, usable_a,
+                                         usable_b)
+
+
+def gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli: int, workspace: int = 0):
+    """a @ bt.T by scheme II: RN(A'B' 2^-(shift_a_i + shift_b_j)), A' = RN(a_i 2^shift_a_i)."""
+    return torch.ops.ozaki.gemm_crt(a, bt, shift_a, shift_b, stats_a[2], stats_b[2], moduli,
+                                    workspace)

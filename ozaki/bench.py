@@ -1,32 +1,46 @@
-"""Benchmark ozaki.dgemm / ozaki.sgemm against torch's native matmul and the FP16 GEMM floor.
+"""Benchmark ozaki.dgemm / ozaki.sgemm against torch's native matmul and the GEMM floors.
 
     python -m ozaki.bench --sizes 2048 4096 8192 16384 --json bench.json --markdown bench.md
     python -m ozaki.bench --shape 4096 16384 2048 --device cpu
     python -m ozaki.bench --dtype float32 --modes default fixed --sgemm-slices 4 5 6
+    python -m ozaki.bench --backends crt --modes default fixed --moduli 12 13 14 15 16
 
 For every shape (m, k, n) the same run measures, on the same phi-matrix inputs:
 
 * the native product of each --dtype: native DGEMM (torch.matmul, float64) and native SGEMM
   (torch.matmul on float32 copies, TF32 switched off for the measurement);
-* the FP16 x FP16 -> FP32 GEMM of the full shape (the "floor unit"), whatever the options;
-* for each --dtype and each of --backends, the ozaki rows of the selected --modes, in this order:
-  - default: ozaki.dgemm(A, B) / ozaki.sgemm(A32, B32) with the library's defaults (automatic
-    slice count, and the mode ozaki picks for it);
+* the floor units, GEMMs of the full shape: the FP16 x FP16 -> FP32 GEMM (always), and the
+  INT8 x INT8 -> INT32 GEMM that the int8 and crt backends run (torch.ops.ozaki.int8_matmul on
+  random full-range int8 operands; whenever auto, crt or int8 is among --backends);
+* for each --dtype and each of --backends (BACKENDS, in that order), the ozaki rows of the
+  selected --modes, in this order:
+  - default: ozaki.dgemm(A, B) / ozaki.sgemm(A32, B32) with the library's defaults for backend
+    auto (the automatic backend, slice or moduli count and mode), with backend=B alone for the
+    others;
   - plan: ozaki.plan on the same operands alone (the planning overhead of the default call);
   - nearest: the default call with rounding="nearest";
-  - auto: the automatic slice count in fast mode (dgemm only);
-  - fixed: the slice counts of --slices (dgemm) and of --sgemm-slices (sgemm) in fast mode;
-  - all-pairs: the slice counts of --all-pairs-slices with fast=False (dgemm only).
+  - auto: the automatic slice count in fast mode (dgemm; backends fp16 and int8);
+  - fixed: backends fp16 and int8: the slice counts of --slices (dgemm) and of --sgemm-slices
+    (sgemm) in fast mode; backend crt: the moduli counts of --moduli (dgemm) and of
+    --sgemm-moduli (sgemm), ozaki.dgemm(A, B, backend="crt", moduli=M);
+  - all-pairs: the slice counts of --all-pairs-slices with fast=False (dgemm; fp16 and int8).
+  Every ozaki and plan row passes backend=<its backend>, except the default row of auto:
+  ozaki.dgemm(A, B) with no option at all, the product a user gets. Backend auto has only the
+  default, plan and nearest rows (its other rows would be fp16 rows again), crt no auto or
+  all-pairs rows.
 
-The natives and the floor unit come first, and each dtype's default row before the rows compared
-with it ("x default"; left empty when default is not among the --modes). The backend is the kind
-of slice products of the ozaki rows: this build has only fp16 (BACKENDS).
+The natives and the floor units come first, and each (dtype, backend)'s default row before the
+rows compared with it ("x default"; left empty when default is not among the --modes).
 
-Columns: time is the median of --repeats timed runs after --warmup untimed ones (CUDA events on
-the GPU, perf_counter on the CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row;
-"x native" is the speed-up over native DGEMM (dgemm rows) or native SGEMM (sgemm rows); the floor
-of an ozaki row is its number of slice GEMMs times the floor unit's time, and "of floor" is
-floor time / ozaki time (100% would be an ozaki product as fast as its GEMMs alone).
+Columns: backend is the row's backend, "auto>crt" (say) when the plan ran another one (what auto
+chose, or the INT8 scheme I that rounding="nearest" runs for crt); slices is the slice count
+(scheme I, "auto:S" when planned) or "m=M" for M moduli (scheme II); time is the median of
+--repeats timed runs after --warmup untimed ones (CUDA events on the GPU, perf_counter on the
+CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row; "x native" is the speed-up over
+native DGEMM (dgemm rows) or native SGEMM (sgemm rows); the floor of an ozaki row is its number of
+GEMMs (plan.gemms) times the time of the floor unit of its plan's backend (the FP16 GEMM for
+fp16, the INT8 GEMM for int8 and crt), and "of floor" is floor time / ozaki time (100% would be
+an ozaki product as fast as its GEMMs alone).
 
 Accuracy: a --samples x --samples grid of entries (ozaki.accuracy.sample_entries) is checked
 against exact products (ozaki.accuracy.exact_matmul), computed once per shape and selected dtype:
@@ -40,7 +54,9 @@ Output: stdout has a header line (device, versions, inputs), the final table and
 progress bar (ozaki.progress) goes to stderr, one step per row, with the time each shape's inputs
 and exact references took; --quiet turns it off. JSON and markdown outputs are rewritten after
 every row, so an interrupted run keeps what it measured (meta.complete says whether the run
-finished).
+finished). A crt row (other than nearest) of a shape with k > 2^17 - 1, beyond scheme II's
+limit, or with fewer --moduli than the shape's k needs (ozaki.moduli.smallest_moduli), gets status
+"n/a" and the run goes on.
 """
 
 import argparse
@@ -61,9 +77,10 @@ import torch
 
 import ozaki
 from ozaki import accuracy
+from ozaki import moduli as crt
 from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_INNER, check_output_path, check_plot_path,
-                       device_name, nonnegative_int, per_dtype_paths, phi_value, positive_int,
-                       resolve_device, slice_count)
+                       device_name, moduli_count, nonnegative_int, per_dtype_paths, phi_value,
+                       positive_int, resolve_device, slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -71,12 +88,24 @@ LARGE_PRODUCT = 16384 ** 3
 DEFAULT_SIZES = {"cuda": [2048, 4096, 8192], "cpu": [128, 256]}
 FLOOR_FP32_OUT = "torch.mm(float16, float16, out_dtype=float32)"
 FLOOR_FP16_OUT = "torch.matmul(float16, float16) -> float16 (out_dtype=float32 unsupported here)"
+#: The INT8 floor unit: the exact INT8 GEMM of the int8 and crt backends (k chunked beyond its
+#: limit of 2^17 - 1, one call per chunk).
+FLOOR_INT8 = "torch.ops.ozaki.int8_matmul(int8 (m, k), int8 (n, k)) -> int32"
 #: The ozaki routine of each operand dtype.
 ROUTINES = {torch.float64: "dgemm", torch.float32: "sgemm"}
 MODES = ("default", "plan", "nearest", "auto", "fixed", "all-pairs")
-#: The slice backends of this build of ozaki: FP16 slices on tensor cores. The INT8/CRT backends
-#: (a later issue) will add their names here and a backend= argument to the ozaki calls.
-BACKENDS = ("fp16",)
+#: The backends of the ozaki rows, in row order (ozaki.dgemm's backend=): auto (the library's
+#: choice), crt (scheme II), int8 and fp16 (scheme I with INT8 or FP16 slices).
+BACKENDS = ("auto", "crt", "int8", "fp16")
+#: The modes each backend has rows for: auto's other rows would be fp16 rows again, and crt's
+#: fixed rows are moduli counts.
+BACKEND_MODES = {"auto": ("default", "plan", "nearest"),
+                 "crt": ("default", "plan", "nearest", "fixed"),
+                 "int8": MODES, "fp16": MODES}
+#: The floor unit of each plan backend: the GEMM its products are made of.
+FLOOR_UNIT = {"fp16": "fp16", "int8": "int8", "crt": "int8"}
+#: The backends whose plans may run INT8 GEMMs (the INT8 floor unit is measured for them).
+INT8_BACKENDS = ("auto", "crt", "int8")
 
 
 # ---------------------------------------------------------------------------
@@ -87,9 +116,10 @@ BACKENDS = ("fp16",)
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m ozaki.bench",
-        description="Time ozaki.dgemm / ozaki.sgemm against torch's native float64/float32 "
-                    "matmul and the FP16-GEMM floor, with exact-reference accuracy on sampled "
-                    "entries. Inputs: ozaki.accuracy.phi_matrix.",
+        description="Time ozaki.dgemm / ozaki.sgemm with each backend against torch's native "
+                    "float64/float32 matmul and the FP16- and INT8-GEMM floors, with "
+                    "exact-reference accuracy on sampled entries. Inputs: "
+                    "ozaki.accuracy.phi_matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                         help="square sizes n (n x n times n x n); default "
@@ -108,31 +138,42 @@ def build_parser():
                         dest="dtypes", metavar="DTYPE",
                         help="operand precisions: float64 measures native dgemm and the ozaki "
                              "dgemm rows, float32 native sgemm and the ozaki sgemm rows (on "
-                             "float32 copies of the inputs); the FP16 floor unit is always "
-                             "measured")
+                             "float32 copies of the inputs); the floor units are measured "
+                             "whatever the dtypes")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         metavar="MODE",
                         help="ozaki rows measured for each dtype and backend: default = "
-                             "ozaki.dgemm(A, B) / ozaki.sgemm(A, B) with the library's defaults; "
-                             "plan = ozaki.plan(A, B) alone; nearest = the default call with "
+                             "ozaki.dgemm(A, B) / ozaki.sgemm(A, B) (backend auto: the library's "
+                             "defaults; others: backend=B alone); plan = ozaki.plan with the same "
+                             "arguments alone; nearest = the default call with "
                              "rounding='nearest'; auto = automatic slice count in fast mode "
-                             "(dgemm only); fixed = --slices (dgemm) and --sgemm-slices (sgemm) "
-                             "in fast mode; all-pairs = --all-pairs-slices with fast=False (dgemm "
-                             "only). Natives and the floor unit are always measured; without "
-                             "default, the 'x default' column stays empty")
+                             "(dgemm; fp16 and int8); fixed = --slices (dgemm) and --sgemm-slices "
+                             "(sgemm) in fast mode for fp16 and int8, --moduli (dgemm) and "
+                             "--sgemm-moduli (sgemm) for crt; all-pairs = --all-pairs-slices with "
+                             "fast=False (dgemm; fp16 and int8). Backend auto has only default, "
+                             "plan and nearest rows. Natives and floor units are always "
+                             "measured; without default, the 'x default' column stays empty")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS),
                         metavar="BACKEND",
-                        help="slice backends of the ozaki rows, among those of this build: "
-                             f"{', '.join(BACKENDS)}")
+                        help="backends of the ozaki rows (ozaki.dgemm's backend=): auto = "
+                             "the library's choice, crt = scheme II (INT8 GEMMs on residues), "
+                             "int8 / fp16 = scheme I with INT8 / FP16 slices. The INT8 floor "
+                             "unit is measured when auto, crt or int8 is among them")
     parser.add_argument("--slices", type=slice_count, nargs="*", default=[8, 10, 12],
                         metavar="S", help="fixed slice counts timed with ozaki.dgemm in fast "
-                                          "mode (mode fixed)")
+                                          "mode, backends fp16 and int8 (mode fixed)")
     parser.add_argument("--sgemm-slices", type=slice_count, nargs="*", default=[],
                         metavar="S", help="fixed slice counts timed with ozaki.sgemm in fast "
-                                          "mode (mode fixed)")
+                                          "mode, backends fp16 and int8 (mode fixed)")
     parser.add_argument("--all-pairs-slices", type=slice_count, nargs="*", default=[8],
                         metavar="S", help="fixed slice counts timed with ozaki.dgemm and "
-                                          "fast=False (mode all-pairs)")
+                                          "fast=False, backends fp16 and int8 (mode all-pairs)")
+    parser.add_argument("--moduli", type=moduli_count, nargs="*", default=[14, 15, 16],
+                        metavar="M", help="moduli counts (1..16) timed with ozaki.dgemm and "
+                                          "backend='crt' (mode fixed)")
+    parser.add_argument("--sgemm-moduli", type=moduli_count, nargs="*", default=[7, 8],
+                        metavar="M", help="moduli counts (1..16) timed with ozaki.sgemm and "
+                                          "backend='crt' (mode fixed)")
     parser.add_argument("--repeats", type=positive_int, default=5,
                         help="timed runs per row (the median is reported)")
     parser.add_argument("--large-repeats", type=positive_int, default=3,
@@ -333,24 +374,33 @@ class RowSpec:
 
     method: str           # "native dgemm", "ozaki sgemm", ...
     kind: str             # "native", "floor_unit", "plan" or "ozaki"
-    dtype: torch.dtype    # operand dtype
+    dtype: torch.dtype    # operand dtype (float16 / int8 for the floor units)
     slices: int = None    # requested slice count (None: automatic)
     fast: bool = None     # requested mode
-    default: bool = False  # call ozaki with its own defaults (no slices / fast arguments)
+    default: bool = False  # call ozaki with its own defaults (no slices / fast / moduli arguments)
     rounding: str = None  # None or "nearest"
     backend: str = None   # one of BACKENDS for ozaki and plan rows, None for native / floor rows
+    moduli: int = None    # requested moduli count (crt fixed rows)
 
     def options(self):
-        """Keyword arguments of the ozaki call: none at all for a default row, so that it
+        """Keyword arguments of the ozaki call: backend=<the row's backend> and what the mode
+        asks for, except the default product of backend auto, which gets none at all so that it
         measures exactly what `ozaki.dgemm(A, B)` does."""
-        options = {} if self.default else {"slices": self.slices, "fast": self.fast}
+        options = {}
+        if self.backend is not None and not (self.backend == "auto" and self.is_default_product):
+            options["backend"] = self.backend
+        if self.moduli is not None:
+            options["moduli"] = self.moduli
+        elif not self.default:
+            options.update(slices=self.slices, fast=self.fast)
         if self.rounding:
             options["rounding"] = self.rounding
         return options
 
     @property
     def is_default_product(self):
-        """The row every other ozaki row of its dtype is compared with ("x default")."""
+        """The row every other ozaki row of its dtype and backend is compared with
+        ("x default")."""
         return self.kind == "ozaki" and self.default and self.rounding is None
 
     def label(self):
@@ -358,39 +408,63 @@ class RowSpec:
             return self.method
         if self.default:
             return f"{self.method} default"
+        if self.moduli is not None:
+            return f"{self.method} m={self.moduli}"
         slices = "auto" if self.slices is None else f"s={self.slices}"
         return f"{self.method} {slices} {'fast' if self.fast else 'all pairs'}"
 
 
-def _ozaki_specs(dtype, backend, modes, fixed_slices, all_pairs_slices):
-    """The ozaki rows of one dtype and backend among `modes`, the default product first."""
+def _ozaki_specs(dtype, backend, modes, fixed_slices, all_pairs_slices, fixed_moduli=()):
+    """The ozaki rows of one dtype and backend among `modes` (and the modes of the backend,
+    BACKEND_MODES), the default product first."""
     method = f"ozaki {ROUTINES[dtype]}"
     by_mode = [("default", RowSpec(method, "ozaki", dtype, default=True, backend=backend)),
                ("plan", RowSpec("ozaki plan", "plan", dtype, default=True, backend=backend)),
                ("nearest", RowSpec(f"{method} nearest", "ozaki", dtype, default=True,
                                    rounding="nearest", backend=backend))]
-    if dtype == torch.float64:  # dgemm only, as are the all-pairs rows
-        by_mode.append(("auto", RowSpec(method, "ozaki", dtype, None, True, backend=backend)))
-    by_mode += [("fixed", RowSpec(method, "ozaki", dtype, s, True, backend=backend))
-                for s in fixed_slices]
-    by_mode += [("all-pairs", RowSpec(method, "ozaki", dtype, s, False, backend=backend))
-                for s in all_pairs_slices]
-    return [spec for mode, spec in by_mode if mode in modes]
+    if backend == "crt":  # scheme II: fixed moduli counts instead of slices
+        by_mode += [("fixed", RowSpec(method, "ozaki", dtype, backend=backend, moduli=count))
+                    for count in fixed_moduli]
+    else:
+        if dtype == torch.float64:  # dgemm only, as are the all-pairs rows
+            by_mode.append(("auto", RowSpec(method, "ozaki", dtype, None, True, backend=backend)))
+        by_mode += [("fixed", RowSpec(method, "ozaki", dtype, s, True, backend=backend))
+                    for s in fixed_slices]
+        by_mode += [("all-pairs", RowSpec(method, "ozaki", dtype, s, False, backend=backend))
+                    for s in all_pairs_slices]
+    return [spec for mode, spec in by_mode if mode in modes and mode in BACKEND_MODES[backend]]
 
 
-def row_specs(*, dtypes, modes, backends, slices, sgemm_slices, all_pairs_slices):
-    """The rows measured for every shape, in order (natives and the floor unit come first: the
+def floor_specs(backends):
+    """The floor-unit rows: the FP16 GEMM always, the INT8 GEMM when a backend of INT8_BACKENDS
+    is among `backends`."""
+    specs = [RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16)]
+    if any(backend in INT8_BACKENDS for backend in backends):
+        specs.append(RowSpec("int8 gemm (floor unit)", "floor_unit", torch.int8))
+    return specs
+
+
+def row_specs(*, dtypes, modes, backends, slices, sgemm_slices, all_pairs_slices, moduli=(),
+              sgemm_moduli=()):
+    """The rows measured for every shape, in order (natives and the floor units come first: the
     ozaki rows' speed-ups and floors refer to them). dtypes are names ("float64", "float32");
-    slices and sgemm_slices are the fixed counts of dgemm and sgemm, all_pairs_slices dgemm's."""
+    slices and sgemm_slices are the fixed slice counts of dgemm and sgemm (backends fp16, int8),
+    all_pairs_slices dgemm's, moduli and sgemm_moduli the fixed moduli counts (backend crt)."""
     dtypes = [DTYPES[name] for name in dtypes]
     specs = [RowSpec(f"native {ROUTINES[dtype]}", "native", dtype) for dtype in dtypes]
-    specs.append(RowSpec("fp16 gemm (floor unit)", "floor_unit", torch.float16))
+    specs += floor_specs(backends)
     fixed = {torch.float64: slices, torch.float32: sgemm_slices}
     all_pairs = {torch.float64: all_pairs_slices, torch.float32: ()}
+    fixed_moduli = {torch.float64: moduli, torch.float32: sgemm_moduli}
     for dtype in dtypes:
         for backend in backends:
-            specs += _ozaki_specs(dtype, backend, modes, fixed[dtype], all_pairs[dtype])
+            specs += _ozaki_specs(dtype, backend, modes, fixed[dtype], all_pairs[dtype],
+                                  fixed_moduli[dtype])
     return specs
+
+
+#: The floor unit a floor_unit row measures, by its dtype.
+FLOOR_UNIT_OF_DTYPE = {torch.float16: "fp16", torch.int8: "int8"}
 
 
 @dataclass
@@ -406,7 +480,7 @@ class ShapeRun:
     sample: Sample
     references: dict     # dtype -> ExactReference
     native_ms: dict = field(default_factory=dict)   # dtype -> median ms of native matmul
-    floor_unit_ms: float = None
+    floor_units: dict = field(default_factory=dict)  # "fp16" / "int8" -> ms of the floor unit
     default_ms: dict = field(default_factory=dict)  # (dtype, backend) -> ms of ozaki's default
 
     def timed(self, fn):
@@ -420,7 +494,9 @@ def shape_label(shape):
 
 
 def _plan_fields(plan):
-    return {"slices": plan.slices, "fast": plan.fast, "gemms": plan.gemms, "beta": plan.beta,
+    """The SlicePlan's fields in a row; plan_backend is the backend it runs (what auto chose)."""
+    return {"plan_backend": plan.backend, "slices": plan.slices, "fast": plan.fast,
+            "moduli": plan.moduli, "gemms": plan.gemms, "beta": plan.beta,
             "bits_captured": plan.bits_captured, "capped": plan.capped, "exact": plan.exact,
             "plan_reason": plan.reason, "predicted_error": plan.predicted_error}
 
@@ -434,13 +510,48 @@ def measure_native(spec, run):
     return fields
 
 
-def measure_floor_unit(spec, run):
+def _fp16_floor_call(run):
     m, k, n = run.shape
     a = torch.empty(m, k, dtype=torch.float16, device=run.device).uniform_(-1, 1)
     b = torch.empty(k, n, dtype=torch.float16, device=run.device).uniform_(-1, 1)
-    fields, _ = run.timed(lambda: _floor_gemm(a, b, run.floor_kind))
-    run.floor_unit_ms = fields["time_ms"]
+    return lambda: _floor_gemm(a, b, run.floor_kind), {}
+
+
+def int8_chunks(k):
+    """(chunks, width): the fewest equal slices of the inner dimension that int8_matmul accepts
+    (k <= 2^17 - 1 keeps its INT32 sums of full-range INT8 products exact)."""
+    chunks = -(-k // crt.MAX_INNER)
+    return chunks, -(-k // chunks)
+
+
+def _int8_floor_call(run):
+    """The INT8 GEMM of the full shape on random full-range int8 operands, a (m, k) and bt (n, k)
+    as the int8 and crt backends lay them out; one call per chunk of k beyond int8_matmul's
+    limit."""
+    m, k, n = run.shape
+    chunks, width = int8_chunks(k)
+    pieces = []
+    for start in range(0, k, width):
+        columns = min(width, k - start)
+        pieces.append((torch.randint(-128, 128, (m, columns), dtype=torch.int8, device=run.device),
+                       torch.randint(-128, 128, (n, columns), dtype=torch.int8, device=run.device)))
+
+    def call():
+        for a, bt in pieces:
+            out = None  # let the previous chunk's output go first
+            out = torch.ops.ozaki.int8_matmul(a, bt)
+        return out
+
+    return call, ({"k_chunks": chunks} if chunks > 1 else {})
+
+
+def measure_floor_unit(spec, run):
+    unit = FLOOR_UNIT_OF_DTYPE[spec.dtype]
+    call, extra = (_int8_floor_call if unit == "int8" else _fp16_floor_call)(run)
+    fields, _ = run.timed(call)
+    run.floor_units[unit] = fields["time_ms"]
     fields["gemms"] = 1
+    fields.update(extra)
     return fields
 
 
@@ -487,20 +598,42 @@ def derived_fields(spec, run, fields):
     if spec.kind in ("native", "ozaki"):
         derived["speedup"] = _ratio(run.native_ms.get(spec.dtype), time_ms)
         derived["speedup_vs"] = f"native {ROUTINES[spec.dtype]}"
-    if spec.kind == "ozaki" and fields.get("gemms") and run.floor_unit_ms:
-        derived["floor_ms"] = fields["gemms"] * run.floor_unit_ms
+    unit = FLOOR_UNIT.get(fields.get("plan_backend"))
+    if spec.kind == "ozaki" and fields.get("gemms") and run.floor_units.get(unit):
+        derived["floor_unit"] = unit
+        derived["floor_ms"] = fields["gemms"] * run.floor_units[unit]
         derived["of_floor"] = _ratio(derived["floor_ms"], time_ms)
     return derived
 
 
+def unsupported(spec, run):
+    """Why the row cannot run on this shape, or None: scheme II (backend crt, but not its
+    rounding="nearest" rows, which run INT8 scheme I) needs k <= 2^17 - 1, and a fixed moduli
+    count of at least ozaki.moduli.smallest_moduli(k) (fewer leave no scale for the operands)."""
+    if spec.kind not in ("ozaki", "plan") or spec.backend != "crt" or spec.rounding is not None:
+        return None
+    k = run.shape[1]
+    if k > crt.MAX_INNER:
+        return f"backend crt needs k <= {crt.MAX_INNER}, got k = {k}"
+    if spec.moduli is not None and spec.moduli < crt.smallest_moduli(k):
+        return f"k = {k} needs at least {crt.smallest_moduli(k)} moduli, got {spec.moduli}"
+    return None
+
+
 def measure_row(spec, run):
-    """One row as a dict; status "OOM" when the device ran out of memory."""
+    """One row as a dict; status "OOM" when the device ran out of memory, "n/a" (with a note)
+    when the row's backend cannot take the shape."""
     m, k, n = run.shape
     row = {"shape": shape_label(run.shape), "m": m, "k": k, "n": n, "method": spec.method,
            "kind": spec.kind, "dtype": DTYPE_NAMES[spec.dtype], "backend": spec.backend,
            "default": spec.default,
-           "slices_requested": spec.slices, "fast_requested": spec.fast, "fast": spec.fast,
+           "slices_requested": spec.slices, "fast_requested": spec.fast,
+           "moduli_requested": spec.moduli, "fast": spec.fast,
            "slices": None, "repeats": run.repeats, "status": "ok"}
+    reason = unsupported(spec, run)
+    if reason:
+        row.update(status="n/a", note=reason)
+        return row
     out_of_memory = False
     try:
         fields = MEASURE[spec.kind](spec, run)
@@ -543,8 +676,17 @@ def _ratio_cell(value):
 
 
 def _slices_cell(row):
+    """Scheme I: the slice count ("auto:S" when planned, "*" when capped); scheme II: "m=M" for
+    M moduli ("auto:m=M" when planned)."""
     if row["kind"] not in ("ozaki", "plan"):
         return "-"
+    requested_moduli = row.get("moduli_requested")  # .get: rows of older JSON files
+    if row.get("plan_backend") == "crt" or requested_moduli is not None:
+        if row.get("moduli") is None:
+            return "auto" if requested_moduli is None else f"m={requested_moduli}"
+        if requested_moduli is None:
+            return f"auto:m={row['moduli']}" + ("*" if row.get("capped") else "")
+        return f"m={row['moduli']}"
     if row.get("slices") is None:
         return "auto" if row["slices_requested"] is None else str(row["slices_requested"])
     if row["slices_requested"] is None:
@@ -556,15 +698,23 @@ def _fast_cell(row):
     return "-" if row["fast"] is None else ("yes" if row["fast"] else "no")
 
 
+def _backend_cell(row):
+    """The row's backend, "auto>crt" when its plan runs another one (.get: older JSON files)."""
+    backend, ran = row.get("backend"), row.get("plan_backend")
+    if not backend:
+        return "-"
+    return f"{backend}>{ran}" if ran and ran != backend else backend
+
+
 def _timing_cell(key, formatter):
-    return lambda row: "OOM" if row["status"] == "OOM" else formatter(row.get(key))
+    return lambda row: formatter(row.get(key)) if row["status"] == "ok" else row["status"]
 
 
 #: (header, cell of a row, right-aligned)
 COLUMNS = [
     ("n", lambda row: row["shape"], True),
     ("method", lambda row: row["method"] + (" (default)" if row["default"] else ""), False),
-    ("backend", lambda row: row.get("backend") or "-", False),  # .get: rows of older JSON files
+    ("backend", _backend_cell, False),
     ("slices", _slices_cell, True),
     ("fast", _fast_cell, False),
     ("GEMMs", lambda row: str(row["gemms"]) if row.get("gemms") else "-", True),
@@ -613,10 +763,16 @@ def describe_run(meta):
 
 
 def notes(meta):
-    lines = [f"Floor unit: {meta['floor_gemm']}; floor = GEMMs x its time; "
-             "of floor = floor time / ozaki time.",
+    int8_floor = meta.get("int8_floor_gemm")  # .get: runs from before the INT8 backends
+    units = (f"Floor units: FP16 {meta['floor_gemm']}" + (f"; INT8 {int8_floor}" if int8_floor
+                                                          else "")
+             + ". floor = GEMMs x the unit of the plan's backend (FP16 for fp16"
+             + (", INT8 for int8 and crt" if int8_floor else "")
+             + "); of floor = floor time / ozaki time.")
+    lines = [units,
              "TFLOPS are DGEMM-equivalent (2mnk / time). x native: vs native DGEMM for dgemm "
-             "rows, vs native SGEMM (TF32 off) for sgemm rows. auto:S* = automatic split capped.",
+             "rows, vs native SGEMM (TF32 off) for sgemm rows. auto:S* = automatic split capped; "
+             "m=M: M moduli (crt); backend X>Y: the plan of backend X runs Y.",
              f"Errors on a {meta['samples']}x{meta['samples']} sample of entries against exact "
              "products (float32 rows: exact product of the float32 inputs)."]
     if meta["floor_gemm"] == FLOOR_FP16_OUT:
@@ -683,7 +839,10 @@ def run_metadata(args, argv, floor_kind):
             "repeats": args.repeats, "large_repeats": min(args.repeats, args.large_repeats),
             "warmup": args.warmup, "shapes": [list(s) for s in args.shapes],
             "dtypes": args.dtypes, "modes": args.modes, "backends": args.backends,
-            "floor_gemm": floor_kind, "argv": list(argv), "complete": False}
+            "floor_gemm": floor_kind,
+            "int8_floor_gemm": (FLOOR_INT8 if any(backend in INT8_BACKENDS
+                                                  for backend in args.backends) else None),
+            "argv": list(argv), "complete": False}
 
 
 def repeats_for(shape, args):
@@ -709,16 +868,27 @@ def prepare_shape(shape, args, floor_kind, progress=None):
                     operands, sample, references)
 
 
+def _plan_summary(row):
+    """`crt: auto:m=15, 15 INT8 GEMMs` or `fp16: auto:6 slices, fast, 21 FP16 GEMMs`."""
+    ran = row["plan_backend"]
+    kind = "FP16" if ran == "fp16" else "INT8"
+    if ran == "crt":
+        return f"crt: {_slices_cell(row)}, {row['gemms']} {kind} GEMMs"
+    mode = "fast" if row["fast"] else "all pairs"
+    return f"{ran}: {_slices_cell(row)} slices, {mode}, {row['gemms']} {kind} GEMMs"
+
+
 def progress_message(spec, row):
-    """What the progress bar says after a row: `n=4096 ozaki dgemm default ... 11.2 ms ...`."""
+    """What the progress bar says after a row:
+    `n=4096 ozaki dgemm default (auto) ... 11.2 ms [crt: auto:m=15, 15 INT8 GEMMs] ...`."""
     shape = row["shape"]
     where = f"n={shape}" if "x" not in shape else f"m x k x n = {shape}"
-    if row["status"] == "OOM":
-        return f"{where} {spec.label()} ... OOM"
-    line = f"{where} {spec.label()} ... {_time(row['time_ms'])} ms"
+    name = f"{where} {spec.label()}" + (f" ({spec.backend})" if spec.backend else "")
+    if row["status"] != "ok":
+        return f"{name} ... {row['status']}" + (f" ({row['note']})" if row.get("note") else "")
+    line = f"{name} ... {_time(row['time_ms'])} ms"
     if spec.default:
-        mode = "fast" if row["fast"] else "all pairs"
-        line += f" [{_slices_cell(row)} slices, {mode}, {row['gemms']} GEMMs]"
+        line += f" [{_plan_summary(row)}]"
     if "max_rel_err" in row:
         line += f" (max rel err {_error(row['max_rel_err'])})"
     if "share_of_default" in row:
@@ -743,7 +913,8 @@ def main(argv=None):
     meta = run_metadata(args, argv, floor_kind)
     specs = row_specs(dtypes=args.dtypes, modes=args.modes, backends=args.backends,
                       slices=args.slices, sgemm_slices=args.sgemm_slices,
-                      all_pairs_slices=args.all_pairs_slices)
+                      all_pairs_slices=args.all_pairs_slices, moduli=args.moduli,
+                      sgemm_moduli=args.sgemm_moduli)
     rows = []
     print(describe_run(meta), flush=True)
     progress = Progress(len(specs) * len(args.shapes), "bench", enabled=not args.quiet)

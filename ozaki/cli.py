@@ -12,12 +12,14 @@ import platform
 import torch
 
 from . import _ops
+from .moduli import MAX_MODULI
 from .slicing import MAX_SLICES
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 #: ozaki's FP16 slice products are exact only for k <= 2^22 (ozaki.slicing.digit_bits_for).
 MAX_INNER = 1 << 22
-DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16"}
+DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
+               torch.int8: "int8"}
 
 
 def int_at_least(minimum, description):
@@ -44,6 +46,18 @@ def slice_count(text):
         value = None
     if value is None or not 1 <= value <= MAX_SLICES:
         raise argparse.ArgumentTypeError(f"slice counts must be integers in 1..{MAX_SLICES}, "
+                                         f"got {text!r}")
+    return value
+
+
+def moduli_count(text):
+    """argparse type: a scheme-II moduli count (backend="crt"), 1..MAX_MODULI."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_MODULI:
+        raise argparse.ArgumentTypeError(f"moduli counts must be integers in 1..{MAX_MODULI}, "
                                          f"got {text!r}")
     return value
 

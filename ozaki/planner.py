@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import torch
 
+from . import moduli as crt
 from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
                       digit_bits_for, full_split_cap, grid_step_bits, pair_count, slices_for_bits)
 
@@ -57,7 +58,8 @@ def _smallest(predicate, limit: int):
     return next((s for s in range(1, limit + 1) if predicate(s)), None)
 
 
-def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast) -> SlicePlan:
+def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast,
+              digits: str = "fp16") -> SlicePlan:
     """The automatic slice count: the fewest slices whose predicted truncation stays below the unit
     roundoff of the target format at the scale of (|A||B|)_ij for every (i, j).
 
@@ -66,9 +68,9 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
     some product is below the estimate's resolution.
     """
     precision = SIGNIFICAND_BITS[dtype]
-    beta = digit_bits_for(k)
+    beta = digit_bits_for(k, digits)
     full = slices_for_bits(max_span, beta)
-    cap = full_split_cap(k, dtype)
+    cap = full_split_cap(k, dtype, digits)
     exact_slices = full if full <= cap else None
     if magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column
         need = {False: 1, True: 1}
@@ -106,17 +108,18 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast)
         reason = "full split, fast (estimate unresolved)"
     else:
         reason = "error bound"
-    return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, capped)
+    return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, digits, capped)
 
 
-def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> SlicePlan:
+def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast,
+                 digits: str = "fp16", reason: str = "correctly rounded") -> SlicePlan:
     """Slices for rounding='nearest'. Any plan gives the same (correctly rounded) bits. The fast
     plan has enough slices that the rigorous bound of the dropped part, k (2 s + 1) 2^-(s w), sits
     NEAREST_MARGIN_BITS below the unit roundoff; the exact full split (all pairs, no entry ever
     takes the slow path) is used instead when it is cheaper or, for rows spanning more bits than
     the fast plan splits, when it costs at most NEAREST_EXACT_COST_RATIO times the fast plan."""
     precision = SIGNIFICAND_BITS[dtype]
-    beta = digit_bits_for(k)
+    beta = digit_bits_for(k, digits)
     w = grid_step_bits(beta)
     full = slices_for_bits(max_span, beta)
     if slices is None:
@@ -134,16 +137,56 @@ def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast) -> Sli
             slices, fast = decided, True
     elif fast is None:
         fast = True  # as for the other modes: fast when slices are given
-    return _plan(slices, bool(fast), beta, full, k, dtype, None, "nearest", "correctly rounded")
+    return _plan(slices, bool(fast), beta, full, k, dtype, None, "nearest", reason, digits)
 
 
-def requested_plan(k: int, dtype: torch.dtype, max_span: int, slices: int, fast: bool) -> SlicePlan:
-    beta = digit_bits_for(k)
+def requested_plan(k: int, dtype: torch.dtype, max_span: int, slices: int, fast: bool,
+                   digits: str = "fp16") -> SlicePlan:
+    beta = digit_bits_for(k, digits)
     return _plan(slices, fast, beta, slices_for_bits(max_span, beta), k, dtype, None, None,
-                 "requested")
+                 "requested", digits)
 
 
-def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, capped=False):
+def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> SlicePlan:
+    """Moduli for scheme II (backend="crt"; docs/accuracy.md, "Scheme II"): the fewest whose
+    predicted truncation 2^-(t_a + 1) + 2^-(t_b + 1) (relative to 2^(nu_a_i + nu_b_j), the rows'
+    2-norm bounds) stays below the unit roundoff of the target format at the scale of
+    (|A||B|)_ij for every (i, j), that is below 2^-precision * magnitude.
+
+    magnitude: the exact lower bound of min (|A||B|)_ij 2^-(nu_a_i + nu_b_j) over usable rows and
+    columns (ozaki::crt_magnitude); inf when there is none, 0 when the estimate cannot resolve
+    some product. moduli: a requested count (no estimate needed; magnitude may be None).
+    """
+    precision = SIGNIFICAND_BITS[dtype]
+    smallest = crt.smallest_moduli(k)
+    if moduli is not None and moduli < smallest:
+        raise ValueError(f"moduli = {moduli} is too few for inner dimension k = {k}: their product "
+                         f"cannot hold any scaled product (at least {smallest} needed)")
+    if moduli is not None:
+        count, reason, capped = moduli, "requested", False
+    elif magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column
+        count, reason, capped = smallest, "error bound", False
+    else:
+        target = Fraction(magnitude) / 2 ** precision
+        count = _smallest(lambda n: n >= smallest and crt.predicted_error(n, k) <= target,
+                          crt.MAX_MODULI)
+        capped = count is None
+        reason = "error bound" if not capped else (
+            "capped moduli" if magnitude > 0 else "capped moduli (estimate unresolved)")
+        count = count or crt.MAX_MODULI
+    t_a, _ = crt.scale_bits(count, k)
+    level = None
+    if magnitude is not None and magnitude not in (0, math.inf):
+        level = float(crt.predicted_error(count, k) / Fraction(magnitude))
+    elif magnitude == math.inf:
+        level = 0.0
+    return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
+                     full_split_slices=None, capped=capped, exact=False, rounding=None,
+                     reason=reason, predicted_error=level,
+                     native_level=math.sqrt(k) * 2.0 ** -precision, backend="crt", moduli=count)
+
+
+def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digits, capped=False):
     exact = not fast and slices >= full
     if exact:
         level = 0.0
@@ -153,4 +196,4 @@ def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, cappe
                      bits_captured=bits_captured(slices, beta), full_split_slices=full,
                      capped=capped, exact=exact, rounding=rounding, reason=reason,
                      predicted_error=level,
-                     native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype])
+                     native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype], backend=digits)

@@ -9,12 +9,16 @@ import json
 import math
 
 #: How CSV columns of ozaki.study are read back (the rest stay strings).
-_STUDY_TYPES = {"phi": float, "m": int, "k": int, "n": int, "slices": int, "gemms": int,
-                "median_rel_err": float, "max_rel_err": float, "max_comp_err": float,
-                "rounded_share": float, "seed": int}
+_STUDY_TYPES = {"phi": float, "m": int, "k": int, "n": int, "slices": int, "moduli": int,
+                "gemms": int, "median_rel_err": float, "max_rel_err": float,
+                "max_comp_err": float, "rounded_share": float, "seed": int}
 _BOOLEANS = {"True": True, "False": False}
+#: The backend of study rows written before the CSV had a backend column (ozaki.study.errors).
+_LEGACY_BACKEND = "fp16"
 #: Markers per phi and per mode, so the figures also read in black and white.
 _MARKERS = "osD^v<>p*h"
+#: Line styles per backend where a figure holds several.
+_LINE_STYLES = ["-", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 NATIVE_NAMES = {"float64": "native DGEMM", "float32": "native SGEMM"}
 
 
@@ -37,10 +41,21 @@ def _study_value(column, text):
     return _STUDY_TYPES.get(column, str)(text)
 
 
+def _with_backend(row):
+    """A study row from before the backend columns: its ozaki rows ran scheme I with FP16 slices."""
+    if "backend" not in row:
+        ozaki_row = row.get("mode") != "native"
+        row["backend"] = row["plan_backend"] = _LEGACY_BACKEND if ozaki_row else None
+        row["moduli"] = None
+    return row
+
+
 def load_study_csv(path):
-    """Rows of an `ozaki.study accuracy --csv` file with numbers and booleans typed."""
+    """Rows of an `ozaki.study accuracy --csv` file with numbers and booleans typed. Files written
+    before the backend column get backend (and plan_backend) "fp16" on ozaki rows and moduli
+    None."""
     with open(path, newline="") as handle:
-        return [{column: _study_value(column, text) for column, text in row.items()}
+        return [_with_backend({column: _study_value(column, text) for column, text in row.items()})
                 for row in csv.DictReader(handle)]
 
 
@@ -59,14 +74,33 @@ def _distinct(rows, key):
     return sorted({row[key] for row in rows})
 
 
+def _backend(row):
+    """The backend of an ozaki study row (rows from before the column: fp16); None for native."""
+    if row["mode"] == "native":
+        return None
+    return row.get("backend") or _LEGACY_BACKEND
+
+
+def _backends(rows):
+    """The backends of the ozaki rows, in order of appearance."""
+    return list(dict.fromkeys(_backend(row) for row in rows if row["mode"] != "native"))
+
+
 def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, axes=None):
-    """Error of fast mode against the slice count, one line per phi and one panel per k, with the
-    native product's error on the same inputs as a dashed line of the same colour and the
-    automatic plan as a star. Returns the figure."""
+    """Error of fast mode against the slice count, one line per phi (and per scheme-I backend,
+    named in the legend, where the rows hold both fp16 and int8) and one panel per k, with the
+    native product's error on the same inputs as a dashed line of the same colour and each
+    automatic plan with a slice count as a star. Rows of backend crt have no slice count and
+    are not drawn. Returns the figure."""
     plt = _pyplot()
     rows = _select(rows, dtype=dtype)
     if not rows:
         raise ValueError(f"plot_error_vs_slices: no rows with dtype {dtype!r}")
+    backends = _backends(_select(rows, mode="fast"))
+    if not backends:
+        raise ValueError(f"plot_error_vs_slices: no fast-mode rows with dtype {dtype!r} (fast "
+                         "mode runs with backend fp16 or int8)")
+    several = len(backends) > 1
     ks = ks or _distinct(rows, "k")
     if axes is None:
         figure, axes = plt.subplots(1, len(ks), figsize=(4.2 * len(ks), 3.8), sharey=True,
@@ -77,16 +111,21 @@ def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, 
     for ax, k in zip(axes, ks):
         for index, phi in enumerate(_distinct(_select(rows, k=k), "phi")):
             case = _select(rows, k=k, phi=phi)
-            fast = sorted(_select(case, mode="fast"), key=lambda row: row["slices"])
             colour = f"C{index}"
-            line = ax.semilogy([r["slices"] for r in fast], [max(r[metric], floor) for r in fast],
-                               marker=_MARKERS[index % len(_MARKERS)], color=colour, ms=4,
-                               label=f"phi = {phi:g}")
+            for position, backend in enumerate(backends):
+                fast = sorted((r for r in _select(case, mode="fast") if _backend(r) == backend),
+                              key=lambda row: row["slices"])
+                ax.semilogy([r["slices"] for r in fast], [max(r[metric], floor) for r in fast],
+                            marker=_MARKERS[index % len(_MARKERS)], color=colour, ms=4,
+                            ls=_LINE_STYLES[position % len(_LINE_STYLES)],
+                            mfc=colour if position == 0 else "none",
+                            label=f"phi = {phi:g}" + (f" [{backend}]" if several else ""))
             for native in _select(case, mode="native"):
-                ax.axhline(max(native[metric], floor), color=line[0].get_color(), ls="--", lw=1)
+                ax.axhline(max(native[metric], floor), color=colour, ls="--", lw=1)
             for auto in _select(case, mode="auto"):
-                ax.plot(auto["slices"], max(auto[metric], floor), marker="*", ms=13,
-                        color=colour, markeredgecolor="black", zorder=5)
+                if auto["slices"] is not None:
+                    ax.plot(auto["slices"], max(auto[metric], floor), marker="*", ms=13,
+                            color=colour, markeredgecolor="black", zorder=5)
         ax.set_title(f"k = {k}")
         ax.set_xlabel("slices (fast mode)")
         ax.grid(True, which="major", alpha=0.3)
@@ -111,31 +150,39 @@ def _where(rows):
 
 
 def plot_rounded_share(rows, dtype="float64"):
-    """Share of correctly rounded entries per mode (native, automatic plan, exact all-pairs split
-    at the largest swept count, rounding='nearest') for every (phi, k). Returns the figure."""
+    """Share of correctly rounded entries per mode (native, automatic plan, rounding='nearest';
+    the ozaki modes per backend, named in the legend, where the rows hold several) for every
+    (phi, k). Returns the figure."""
     plt = _pyplot()
     rows = _select(rows, dtype=dtype)
     if not rows:
         raise ValueError(f"plot_rounded_share: no rows with dtype {dtype!r}")
     cases = sorted({(row["phi"], row["k"]) for row in rows})
-    modes = [("native", NATIVE_NAMES[dtype]), ("auto", "ozaki automatic"),
-             ("nearest", "ozaki rounding='nearest'")]
-    modes = [(mode, label) for mode, label in modes if _select(rows, mode=mode)]
+    backends = _backends(rows)
+    several = len(backends) > 1
+    modes = [("native", None, NATIVE_NAMES[dtype])]
+    for backend in backends:
+        tag = f" [{backend}]" if several else ""
+        modes += [("auto", backend, "ozaki automatic" + tag),
+                  ("nearest", backend, "ozaki rounding='nearest'" + tag)]
+    modes = [(mode, backend, label) for mode, backend, label in modes
+             if any(_backend(row) == backend for row in _select(rows, mode=mode))]
     figure, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.3 * len(cases) * len(modes))), 4.0))
     width = 0.8 / len(modes)
-    for index, (mode, label) in enumerate(modes):
+    for index, (mode, backend, label) in enumerate(modes):
         shares = []
         for phi, k in cases:
-            found = _select(rows, mode=mode, phi=phi, k=k)
+            found = [row for row in _select(rows, mode=mode, phi=phi, k=k)
+                     if _backend(row) == backend]
             shares.append(100 * found[0]["rounded_share"] if found else math.nan)
         positions = [c + (index - (len(modes) - 1) / 2) * width for c in range(len(cases))]
         ax.bar(positions, shares, width, label=label, color=f"C{index}",
-               hatch=["", "//", ".."][index % 3], edgecolor="black", lw=0.5)
+               hatch=["", "//", "..", "xx", "\\\\"][index % 5], edgecolor="black", lw=0.5)
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels([f"phi={phi:g}\nk={k}" for phi, k in cases], fontsize=8)
     ax.set_ylabel("correctly rounded entries (%)")
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(modes),
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(modes), 4),
               frameon=False)
     figure.suptitle(f"{dtype}: share of entries equal to the correctly rounded exact product "
                     f"({_where(rows)})", fontsize=10)
@@ -150,6 +197,8 @@ def bench_label(row, with_backend=False):
         return row["method"]
     if row["default"]:
         label = row["method"] if row["method"].endswith("nearest") else f"{row['method']} default"
+    elif row.get("moduli_requested") is not None:
+        label = f"{row['method']} m={row['moduli_requested']}"
     else:
         slices = "auto" if row["slices_requested"] is None else f"s={row['slices_requested']}"
         label = f"{row['method']} {slices} {'fast' if row['fast_requested'] else 'all pairs'}"
@@ -169,8 +218,8 @@ def _by_label(rows):
 
 def plot_throughput(meta, rows, dtype="float64", show_floor=True):
     """DGEMM-equivalent TFLOPS against n, one line per ozaki mode of `dtype`, next to native DGEMM
-    and SGEMM; the dotted line of the same colour is the mode's FP16 floor (its GEMM count times
-    the measured FP16 GEMM). Square shapes only. Returns the figure."""
+    and SGEMM; the dotted line of the same colour is the mode's GEMM floor (its GEMM count times
+    the measured FP16 or INT8 GEMM of its backend). Square shapes only. Returns the figure."""
     plt = _pyplot()
     square = [row for row in rows if row["m"] == row["k"] == row["n"]]
     series = _by_label(square)
@@ -201,7 +250,8 @@ def plot_throughput(meta, rows, dtype="float64", show_floor=True):
     ax.set_xlabel("n (n x n times n x n)")
     ax.set_ylabel("DGEMM-equivalent TFLOPS (2n³ / time)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, ncol=2, title="dotted: FP16 floor of the mode", title_fontsize=8)
+    ax.legend(fontsize=8, ncol=2, title="dotted: GEMM floor of the mode (FP16 or INT8 units)",
+              title_fontsize=8)
     ax.set_title(f"{meta['device_name']}, torch {meta['torch_version']}, {meta['date'][:10]}",
                  fontsize=10)
     figure.tight_layout()

@@ -1,4 +1,4 @@
-"""Slice counts and digit widths of Ozaki scheme I with FP16 slices (docs/algorithm.md).
+"""Slice counts and digit widths of Ozaki scheme I with FP16 or INT8 slices (docs/algorithm.md).
 
 Mirrors the integer formulas of csrc/scheme.h so the Python layer can report and choose plans;
 tests/test_slicing.py checks the two agree through the split operator.
@@ -13,6 +13,10 @@ import torch
 MAX_SLICES = 40
 #: FP16 holds 11 significand bits: digit magnitudes are capped there.
 MAX_DIGIT_BITS = 11
+#: Rounded INT8 digits reach +-2^beta and +128 is not an INT8 (csrc/scheme.h, kMaxInt8DigitBits).
+MAX_INT8_DIGIT_BITS = 6
+#: The scheme-I digit kinds: "fp16" (FP16 x FP16 -> FP32 GEMMs) and "int8" (INT8 x INT8 -> INT32).
+DIGIT_KINDS = ("fp16", "int8")
 #: Significand bits of the formats whose products ozaki computes.
 SIGNIFICAND_BITS = {torch.float64: 53, torch.float32: 24}
 
@@ -21,9 +25,13 @@ def ceil_log2(k: int) -> int:
     return (k - 1).bit_length() if k > 1 else 0
 
 
-def digit_bits_for(k: int) -> int:
+def digit_bits_for(k: int, digits: str = "fp16") -> int:
     """beta: slice digits satisfy |d| <= 2^beta, so 2 beta + ceil(log2 k) <= 24 keeps every FP16
-    slice GEMM with FP32 accumulation exact. Below 1 when k is too large (k > 2^22)."""
+    slice GEMM with FP32 accumulation exact (below 1 when k > 2^22), and
+    2 beta + ceil(log2(k + 1)) <= 31 (k 2^(2 beta) < 2^31, what INT32 holds) every INT8 GEMM with
+    INT32 accumulation (below 1 when k >= 2^29)."""
+    if digits == "int8":
+        return min(MAX_INT8_DIGIT_BITS, (31 - ceil_log2(k + 1)) // 2)
     return min(MAX_DIGIT_BITS, (24 - ceil_log2(k)) // 2)
 
 
@@ -45,13 +53,13 @@ def slices_for_bits(bits: int, beta: int) -> int:
     return 1 + -(-(bits - beta) // step)
 
 
-def full_split_cap(k: int, dtype: torch.dtype) -> int:
+def full_split_cap(k: int, dtype: torch.dtype, digits: str = "fp16") -> int:
     """Most slices the automatic full split uses: enough for 2p + ceil(log2 k) bits below each
     row's leading bit (p = 53 for float64, 24 for float32). What is cut off weighs at most
     2^-2p * max_l |a_il| * max_l |b_lj| in C_ij; it matters only for rows or columns whose entries
     span more than p binades, or for results far smaller than those maxima."""
     bits = 2 * SIGNIFICAND_BITS[dtype] + ceil_log2(k)
-    return min(MAX_SLICES, slices_for_bits(bits, digit_bits_for(k)))
+    return min(MAX_SLICES, slices_for_bits(bits, digit_bits_for(k, digits)))
 
 
 def pair_count(slices: int, fast: bool) -> int:
@@ -61,15 +69,17 @@ def pair_count(slices: int, fast: bool) -> int:
 
 @dataclass(frozen=True)
 class SlicePlan:
-    """How a product is computed (ozaki.plan): slices per operand, digit width, GEMM count, and
-    what accuracy the choice stands for (docs/accuracy.md)."""
+    """How a product is computed (ozaki.plan): the backend, slices per operand and digit width
+    (scheme I) or moduli (scheme II), GEMM count, and what accuracy the choice stands for
+    (docs/accuracy.md). Scheme-II plans have slices, fast, beta and full_split_slices None."""
 
-    slices: int
-    fast: bool
-    beta: int
-    gemms: int
-    bits_captured: int       # bits below each row's leading power of two the slices hold
-    full_split_slices: int   # slices the exact (zero-remainder) split needs
+    slices: Optional[int]
+    fast: Optional[bool]
+    beta: Optional[int]
+    gemms: int               # low-precision GEMMs of the full shape (FP16 or INT8, see backend)
+    bits_captured: int       # scheme I: bits below each row's leading power of two the slices
+                             # hold; scheme II: bits of each scaled row's 2-norm bound (t_a)
+    full_split_slices: Optional[int]  # slices the exact (zero-remainder) split needs
     capped: bool             # the error bound could not be met below the cap: capped full split
     exact: bool              # all pairs of the full split: the sum is the exact product
     rounding: Optional[str]  # None or "nearest"
@@ -78,11 +88,18 @@ class SlicePlan:
                              # "capped full split", "requested", "correctly rounded"
     predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij, worst entry, if known
     native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error
+    backend: str = "fp16"    # "fp16", "int8" (scheme I) or "crt" (scheme II)
+    moduli: Optional[int] = None  # scheme II: moduli, one INT8 GEMM each
 
     def __str__(self):
-        mode = "fast" if self.fast else "all pairs"
-        text = (f"{self.slices} slices ({mode}: {self.gemms} FP16 GEMMs), beta = {self.beta}, "
-                f"{self.bits_captured} bits per row; {self.reason}")
+        if self.backend == "crt":
+            text = (f"crt: {self.moduli} moduli ({self.gemms} INT8 GEMMs), rows scaled to "
+                    f"{self.bits_captured}-bit norms; {self.reason}")
+        else:
+            mode = "fast" if self.fast else "all pairs"
+            kind = "INT8" if self.backend == "int8" else "FP16"
+            text = (f"{self.backend}: {self.slices} slices ({mode}: {self.gemms} {kind} GEMMs), "
+                    f"beta = {self.beta}, {self.bits_captured} bits per row; {self.reason}")
         if self.rounding == "nearest":
             return text + " (every entry rounded once from the exact product)"
         if self.exact:
@@ -90,6 +107,6 @@ class SlicePlan:
         if self.predicted_error is not None:
             text += (f"; predicted error {self.predicted_error:.1e} x |A||B| against the native "
                      f"level {self.native_level:.1e}")
-        if self.capped:
+        if self.capped and self.backend != "crt":
             text += f" (the full split would need {self.full_split_slices})"
         return text

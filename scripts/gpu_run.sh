@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
-#   scripts/gpu_run.sh [all|tests|bench|study] [extra arguments for python -m ozaki.bench]
-# all = tests + bench + study. The study step writes study.csv (the accuracy study behind
-# notebooks/accuracy.ipynb) and reproducibility.log (CPU threads vs GPU, bitwise).
+#   scripts/gpu_run.sh [all|tests|bench|study|profile|rate] [extra arguments for python -m ozaki.bench]
+# all = tests + bench + study + profile. The study step writes study.csv (the accuracy study behind
+# notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and reproducibility.log
+# (CPU threads vs GPU, bitwise); profile writes profile.log/json (where the crt time goes,
+# scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -42,5 +44,17 @@ if [[ $what == all || $what == study ]]; then
   echo "== reproducibility"
   python3 -m ozaki.study reproducibility 2>&1 | tee "$OUT/reproducibility.log" | grep -v '^reproducibility \['
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  echo "== accuracy study, int8 and crt backends"
+  python3 -m ozaki.study accuracy --device cuda --backends crt int8 --csv "$OUT/study-backends.csv" 2>&1 | tee "$OUT/study-backends.log" | grep -v '^accuracy \['
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ $what == all || $what == profile ]]; then
+  echo "== crt profile"
+  python3 scripts/crt_profile.py --out "$OUT" 2>&1 | tee "$OUT/profile.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ $what == rate ]]; then
+  echo "== INT8 GEMM rates"
+  OUT=$OUT bash scripts/int8_rate.sh 2>&1 | tail -60
 fi
 exit "$status"

@@ -1,5 +1,7 @@
 """Helpers shared by the test modules."""
 
+import math
+
 import pytest
 import torch
 
@@ -40,3 +42,30 @@ def assert_usage_error(parse, argv, message, capsys):
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
+
+def ieee_dot(row, col):
+    """The IEEE result of the plain dot product of a row and a column holding NaN or +-Inf (NaN on
+    any NaN, 0 * Inf or infinite products of both signs, else the signed infinity); None when
+    every product is finite."""
+    products = [a * b for a, b in zip(row, col)]
+    if any(math.isnan(p) for p in products):
+        return math.nan
+    infinite = {p for p in products if math.isinf(p)}
+    if len(infinite) == 2:
+        return math.nan
+    return infinite.pop() if infinite else None
+
+
+def assert_special_values_follow_ieee(C, A, B):
+    """Every entry of C = A @ B whose dot product meets NaN or +-Inf holds its IEEE value; the
+    others hold the float sum of the products (inputs chosen so that sum is exact)."""
+    C = C.cpu()
+    for i, row in enumerate(A.cpu().double().tolist()):
+        for j, col in enumerate(B.cpu().double().t().tolist()):
+            expected, got = ieee_dot(row, col), C[i, j].item()
+            if expected is None:
+                assert got == sum(a * b for a, b in zip(row, col)), (i, j, got)
+            elif math.isnan(expected):
+                assert math.isnan(got), (i, j, got)
+            else:
+                assert got == expected, (i, j, got, expected)

@@ -1,38 +1,59 @@
 """Tests for ozaki.bench: a tiny CPU run end to end, the row arithmetic, the row selection
-(--dtype, --modes, --backends), the progress bar, OOM rows and argument errors. Timings are
-measured but never asserted on."""
+(--dtype, --modes, --backends, --moduli), the floor units, the progress bar, OOM and n/a rows and
+argument errors. Timings are measured but never asserted on."""
 
 import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+import ozaki
 from helpers import assert_usage_error
 from ozaki import bench
 from ozaki.progress import BAR_WIDTH
 
 SLICES = (3, 4)
 ALL_PAIRS = (3,)
+MODULI = (2, 9)  # the tiny run's --moduli; --sgemm-moduli keeps its default (7 8)
 SHAPES = [(32, 32, 32), (48, 48, 48), (24, 40, 16)]
 ERROR_FIELDS = ("median_rel_err", "max_rel_err", "max_comp_err")
-# (method, default, slices requested, fast requested)
-EXPECTED_ROWS = ([("native dgemm", False, None, None), ("native sgemm", False, None, None),
-                  ("fp16 gemm (floor unit)", False, None, None), ("ozaki dgemm", True, None, None),
-                  ("ozaki plan", True, None, None), ("ozaki dgemm nearest", True, None, None),
-                  ("ozaki dgemm", False, None, True)]
-                 + [("ozaki dgemm", False, s, True) for s in SLICES]
-                 + [("ozaki dgemm", False, s, False) for s in ALL_PAIRS]
-                 + [("ozaki sgemm", True, None, None), ("ozaki plan", True, None, None),
-                    ("ozaki sgemm nearest", True, None, None)])
+FP16_UNIT, INT8_UNIT = "fp16 gemm (floor unit)", "int8 gemm (floor unit)"
+
+
+def key(method, backend=None, default=False, slices=None, fast=None, moduli=None):
+    """A row's identity (row_keys): method, backend, default, slices, fast and moduli requested."""
+    return (method, backend, default, slices, fast, moduli)
+
+
+def ozaki_keys(routine, backend, auto=False, fixed=(), all_pairs=(), moduli=()):
+    """The ozaki rows of one dtype and backend in their order: default, plan, nearest, then auto,
+    fixed and all-pairs (scheme I) or the fixed moduli counts (crt)."""
+    method = f"ozaki {routine}"
+    return ([key(method, backend, True), key("ozaki plan", backend, True),
+             key(f"{method} nearest", backend, True)]
+            + ([key(method, backend, False, None, True)] if auto else [])
+            + [key(method, backend, False, s, True) for s in fixed]
+            + [key(method, backend, False, s, False) for s in all_pairs]
+            + [key(method, backend, moduli=count) for count in moduli])
+
+
+NATIVES_AND_FLOOR = [key("native dgemm"), key("native sgemm"), key(FP16_UNIT)]
+NATIVES_AND_FLOORS = NATIVES_AND_FLOOR + [key(INT8_UNIT)]
+SCHEME_ONE = dict(auto=True, fixed=SLICES, all_pairs=ALL_PAIRS)
+EXPECTED_ROWS = (NATIVES_AND_FLOORS
+                 + ozaki_keys("dgemm", "auto") + ozaki_keys("dgemm", "crt", moduli=MODULI)
+                 + ozaki_keys("dgemm", "int8", **SCHEME_ONE)
+                 + ozaki_keys("dgemm", "fp16", **SCHEME_ONE)
+                 + ozaki_keys("sgemm", "auto") + ozaki_keys("sgemm", "crt", moduli=(7, 8))
+                 + ozaki_keys("sgemm", "int8") + ozaki_keys("sgemm", "fp16"))
 #: The shapes of the in-process runs of run_tiny (--sizes 16 24).
 TINY_SHAPES = [(16, 16, 16), (24, 24, 24)]
 TINY = ["--device", "cpu", "--sizes", "16", "24", "--repeats", "1", "--warmup", "0",
         "--samples", "4"]
-NATIVES_AND_FLOOR = [("native dgemm", False, None, None), ("native sgemm", False, None, None),
-                     ("fp16 gemm (floor unit)", False, None, None)]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +63,8 @@ def tiny_run(tmp_path_factory):
     json_path, markdown_path = folder / "bench.json", folder / "bench.md"
     command = [sys.executable, "-m", "ozaki.bench", "--sizes", "32", "48", "--shape", "24", "40",
                "16", "--repeats", "1", "--warmup", "1", "--samples", "8", "--slices",
-               *map(str, SLICES), "--all-pairs-slices", *map(str, ALL_PAIRS), "--device", "cpu",
+               *map(str, SLICES), "--all-pairs-slices", *map(str, ALL_PAIRS), "--moduli",
+               *map(str, MODULI), "--device", "cpu",
                "--json", str(json_path), "--markdown", str(markdown_path)]
     process = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert process.returncode == 0, process.stderr
@@ -55,14 +77,20 @@ def rows_of(report, shape, method=None):
             if row["shape"] == label and (method is None or row["method"] == method)]
 
 
-def default_row(report, shape, method):
-    return next(row for row in rows_of(report, shape, method) if row["default"])
+def default_row(report, shape, method, backend="auto"):
+    return next(row for row in rows_of(report, shape, method)
+                if row["default"] and row["backend"] == backend)
+
+
+def unit_time(report, shape, unit):
+    """The floor unit's time ("fp16" or "int8") of the shape."""
+    return rows_of(report, shape, f"{unit} gemm (floor unit)")[0]["time_ms"]
 
 
 def row_keys(report, shape):
-    """(method, default, slices requested, fast requested) of the shape's rows, in order."""
-    return [(r["method"], r["default"], r["slices_requested"], r["fast_requested"])
-            for r in rows_of(report, shape)]
+    """key(...) of the shape's rows, in order."""
+    return [key(r["method"], r["backend"], r["default"], r["slices_requested"],
+                r["fast_requested"], r["moduli_requested"]) for r in rows_of(report, shape)]
 
 
 def run_tiny(capsys, tmp_path, *options):
@@ -95,7 +123,8 @@ def test_metadata(tiny_run):
     assert "--sizes" in meta["argv"]
     assert meta["dtypes"] == ["float64", "float32"]
     assert meta["modes"] == list(bench.MODES)
-    assert meta["backends"] == ["fp16"]
+    assert meta["backends"] == list(bench.BACKENDS) == ["auto", "crt", "int8", "fp16"]
+    assert meta["int8_floor_gemm"] == bench.FLOOR_INT8
 
 
 def test_rows_in_order_for_every_shape(tiny_run):
@@ -119,9 +148,11 @@ def test_errors_finite_and_ozaki_no_worse_than_native(tiny_run):
             else:
                 assert not any(key in row for key in ERROR_FIELDS)
         for ours, native in (("ozaki dgemm", "native dgemm"), ("ozaki sgemm", "native sgemm")):
-            mine, theirs = default_row(report, shape, ours), rows_of(report, shape, native)[0]
-            assert mine["max_rel_err"] <= theirs["max_rel_err"], shape
-            assert mine["max_comp_err"] <= theirs["max_comp_err"], shape
+            theirs = rows_of(report, shape, native)[0]
+            for backend in bench.BACKENDS:
+                mine = default_row(report, shape, ours, backend)
+                assert mine["max_rel_err"] <= theirs["max_rel_err"], (shape, backend)
+                assert mine["max_comp_err"] <= theirs["max_comp_err"], (shape, backend)
 
 
 def test_gemm_counts_floor_and_speedups(tiny_run):
@@ -130,27 +161,38 @@ def test_gemm_counts_floor_and_speedups(tiny_run):
         m, k, n = shape
         native = {row["dtype"]: row["time_ms"] for row in rows_of(report, shape)
                   if row["kind"] == "native"}
-        unit = rows_of(report, shape, "fp16 gemm (floor unit)")[0]["time_ms"]
+        units = {unit: unit_time(report, shape, unit) for unit in ("fp16", "int8")}
         for row in rows_of(report, shape):
             assert row["tflops" if row["kind"] != "plan" else "time_ms"] > 0
             if row["kind"] != "plan":
                 assert row["tflops"] == pytest.approx(2 * m * k * n / row["time_ms"] / 1e9)
             if row["kind"] != "ozaki":
                 continue
-            s = row["slices"]
-            if row["slices_requested"] is not None:
-                assert s == row["slices_requested"]
-            if row["fast_requested"] is not None:
-                assert row["fast"] == row["fast_requested"]
-            assert row["gemms"] == (s * (s + 1) // 2 if row["fast"] else s * s)
-            assert row["floor_ms"] == pytest.approx(row["gemms"] * unit)
+            if row["plan_backend"] == "crt":  # scheme II: one INT8 GEMM per modulus
+                assert row["slices"] is row["fast"] is row["beta"] is None
+                assert row["gemms"] == row["moduli"] >= 1
+            else:
+                s = row["slices"]
+                if row["slices_requested"] is not None:
+                    assert s == row["slices_requested"]
+                if row["fast_requested"] is not None:
+                    assert row["fast"] == row["fast_requested"]
+                assert row["moduli"] is None
+                assert row["gemms"] == (s * (s + 1) // 2 if row["fast"] else s * s)
+            # the floor unit of the plan's own backend: INT8 for int8 and crt, FP16 for fp16
+            unit = "fp16" if row["plan_backend"] == "fp16" else "int8"
+            assert row["floor_unit"] == unit
+            assert row["floor_ms"] == pytest.approx(row["gemms"] * units[unit])
             assert row["of_floor"] == pytest.approx(row["floor_ms"] / row["time_ms"])
             assert row["speedup"] == pytest.approx(native[row["dtype"]] / row["time_ms"])
         plans = rows_of(report, shape, "ozaki plan")
-        assert [plan["dtype"] for plan in plans] == ["float64", "float32"]
-        for plan, method in zip(plans, ("ozaki dgemm", "ozaki sgemm")):
-            default = default_row(report, shape, method)
-            assert (plan["slices"], plan["fast"]) == (default["slices"], default["fast"])
+        assert [(plan["dtype"], plan["backend"]) for plan in plans] == [
+            (dtype, backend) for dtype in ("float64", "float32") for backend in bench.BACKENDS]
+        for plan in plans:
+            method = "ozaki dgemm" if plan["dtype"] == "float64" else "ozaki sgemm"
+            default = default_row(report, shape, method, plan["backend"])
+            for field in ("plan_backend", "slices", "fast", "moduli", "gemms"):
+                assert plan[field] == default[field], (plan, field)
             assert plan["share_of_default"] == pytest.approx(plan["time_ms"] / default["time_ms"])
 
 
@@ -164,7 +206,7 @@ def test_stdout_stderr_and_markdown(tiny_run):
         f"  n=32 native dgemm ... {bench._time(first['time_ms'])} ms "
         f"(max rel err {bench._error(first['max_rel_err'])})")
     assert f"] {total}/{total} " in progress[-1]
-    assert "  m x k x n = 24x40x16 ozaki sgemm nearest default ... " in progress[-1]
+    assert "  m x k x n = 24x40x16 ozaki sgemm nearest default (fp16) ... " in progress[-1]
     assert [line.split(":")[0] for line in process.stderr.splitlines()
             if ": inputs " in line] == ["32", "48", "24x40x16"]
     assert "bench [" not in process.stdout and ": inputs " not in process.stdout
@@ -235,7 +277,14 @@ def test_out_of_memory_becomes_an_oom_row(monkeypatch):
                                    "1..40, got 'x'"),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--modes", "default", "fast"], "argument --modes: invalid choice: 'fast'"),
-    (["--backends", "int8"], "argument --backends: invalid choice: 'int8'"),
+    (["--backends", "fp32"], "argument --backends: invalid choice: 'fp32'"),
+    (["--moduli", "0"], "argument --moduli: moduli counts must be integers in 1..16, got '0'"),
+    (["--moduli", "14", "17"], "argument --moduli: moduli counts must be integers in 1..16, "
+                               "got '17'"),
+    (["--sgemm-moduli", "x"], "argument --sgemm-moduli: moduli counts must be integers in "
+                              "1..16, got 'x'"),
+    (["--sgemm-moduli", "-3"], "argument --sgemm-moduli: moduli counts must be integers in "
+                               "1..16, got '-3'"),
     (["--phi", "-1"], "argument --phi: must be a finite number >= 0, got '-1'"),
     (["--phi", "nan"], "argument --phi: must be a finite number >= 0, got 'nan'"),
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got '0'"),
@@ -267,7 +316,8 @@ def test_help_lists_the_options(capsys):
     out = capsys.readouterr().out
     for option in ("--sizes", "--shape", "--slices", "--all-pairs-slices", "--repeats",
                    "--samples", "--json", "--markdown", "--device", "--phi", "--seed", "--dtype",
-                   "--modes", "--backends", "--sgemm-slices", "--quiet", *bench.MODES):
+                   "--modes", "--backends", "--sgemm-slices", "--moduli", "--sgemm-moduli",
+                   "--quiet", *bench.MODES, *bench.BACKENDS):
         assert option in out
 
 
@@ -287,19 +337,17 @@ def test_unknown_choice_lists_the_available_ones(option, available, capsys):
 def test_nearest_rows_are_correctly_rounded(tiny_run):
     _, report, _ = tiny_run
     nearest = [row for row in report["rows"] if row["method"].endswith("nearest")]
-    assert len(nearest) == 2 * len(SHAPES)
+    assert len(nearest) == 2 * len(bench.BACKENDS) * len(SHAPES)
     for row in nearest:
         assert row["rounded_share"] == 1.0 and row["vs_default"] > 0, row
 
 
 def test_dtype_float32_measures_only_the_sgemm_rows(capsys, tmp_path):
-    report, stdout, _ = run_tiny(capsys, tmp_path, "--dtype", "float32")
+    report, stdout, _ = run_tiny(capsys, tmp_path, "--dtype", "float32", "--backends", "fp16")
     assert report["meta"]["dtypes"] == ["float32"]
     for shape in TINY_SHAPES:
-        assert row_keys(report, shape) == [
-            ("native sgemm", False, None, None), ("fp16 gemm (floor unit)", False, None, None),
-            ("ozaki sgemm", True, None, None), ("ozaki plan", True, None, None),
-            ("ozaki sgemm nearest", True, None, None)]
+        assert row_keys(report, shape) == [key("native sgemm"), key(FP16_UNIT),
+                                           *ozaki_keys("sgemm", "fp16")]
         rows = rows_of(report, shape)
         assert {row["dtype"] for row in rows if row["kind"] != "floor_unit"} == {"float32"}
         assert rows[3]["share_of_default"] == pytest.approx(rows[3]["time_ms"] / rows[2]["time_ms"])
@@ -317,17 +365,18 @@ def test_references_only_for_the_selected_dtypes():
 
 
 @pytest.mark.parametrize("modes, ozaki_rows, no_ratio", [
-    (["nearest"], [("ozaki dgemm nearest", True, None, None),
-                   ("ozaki sgemm nearest", True, None, None)], "vs_default"),
-    (["plan"], [("ozaki plan", True, None, None)] * 2, "share_of_default"),
+    (["nearest"], [key("ozaki dgemm nearest", "fp16", True),
+                   key("ozaki sgemm nearest", "fp16", True)], "vs_default"),
+    (["plan"], [key("ozaki plan", "fp16", True)] * 2, "share_of_default"),
     # given in any order, the default row still comes before the rows compared with it
     (["all-pairs", "auto", "nearest", "default"],
-     [("ozaki dgemm", True, None, None), ("ozaki dgemm nearest", True, None, None),
-      ("ozaki dgemm", False, None, True), ("ozaki dgemm", False, 3, False),
-      ("ozaki sgemm", True, None, None), ("ozaki sgemm nearest", True, None, None)], None),
+     [key("ozaki dgemm", "fp16", True), key("ozaki dgemm nearest", "fp16", True),
+      key("ozaki dgemm", "fp16", False, None, True), key("ozaki dgemm", "fp16", False, 3, False),
+      key("ozaki sgemm", "fp16", True), key("ozaki sgemm nearest", "fp16", True)], None),
 ])
 def test_modes_select_the_ozaki_rows(modes, ozaki_rows, no_ratio, capsys, tmp_path):
-    report, stdout, _ = run_tiny(capsys, tmp_path, "--modes", *modes, "--all-pairs-slices", "3")
+    report, stdout, _ = run_tiny(capsys, tmp_path, "--modes", *modes, "--all-pairs-slices", "3",
+                                 "--backends", "fp16")
     assert report["meta"]["modes"] == [mode for mode in bench.MODES if mode in modes]
     for shape in TINY_SHAPES:
         assert row_keys(report, shape) == NATIVES_AND_FLOOR + ozaki_rows
@@ -345,19 +394,25 @@ def test_modes_select_the_ozaki_rows(modes, ozaki_rows, no_ratio, capsys, tmp_pa
 
 def test_sgemm_slices_in_fixed_mode(capsys, tmp_path):
     report, _, _ = run_tiny(capsys, tmp_path, "--sgemm-slices", "3", "--modes", "fixed",
-                            "--dtype", "float32")
+                            "--dtype", "float32", "--backends", "int8", "fp16")
     for shape in TINY_SHAPES:
-        native, unit, row = rows_of(report, shape)
-        assert (native["method"], unit["kind"]) == ("native sgemm", "floor_unit")
-        assert (row["method"], row["dtype"], row["default"]) == ("ozaki sgemm", "float32", False)
-        assert (row["slices_requested"], row["slices"], row["fast"]) == (3, 3, True)
-        assert row["gemms"] == 6  # 3 * 4 / 2 slice pairs in fast mode
-        assert "vs_default" not in row and row["max_rel_err"] >= 0
+        native, fp16_unit, int8_unit, *rows = rows_of(report, shape)
+        assert native["method"] == "native sgemm"
+        assert (fp16_unit["method"], int8_unit["method"]) == (FP16_UNIT, INT8_UNIT)
+        assert [row["backend"] for row in rows] == ["int8", "fp16"]
+        for row, unit in zip(rows, (int8_unit, fp16_unit)):
+            assert (row["method"], row["dtype"]) == ("ozaki sgemm", "float32")
+            assert row["default"] is False
+            assert (row["slices_requested"], row["slices"], row["fast"]) == (3, 3, True)
+            assert row["plan_backend"] == row["backend"]
+            assert row["gemms"] == 6  # 3 * 4 / 2 slice pairs in fast mode
+            assert row["floor_ms"] == pytest.approx(6 * unit["time_ms"])
+            assert "vs_default" not in row and row["max_rel_err"] >= 0
 
 
 def test_progress_bar_one_line_per_row_on_stderr(capsys, tmp_path):
     report, stdout, stderr = run_tiny(capsys, tmp_path, "--modes", "default", "fixed",
-                                      "--slices", "3")
+                                      "--slices", "3", "--backends", "fp16")
     total = len(report["rows"])
     assert total == 2 * 6  # per shape: 2 natives, the floor unit, dgemm default and s=3, sgemm
     lines = stderr.splitlines()
@@ -369,6 +424,7 @@ def test_progress_bar_one_line_per_row_on_stderr(capsys, tmp_path):
                                f"{index}/{total} ")
         assert abs(filled - BAR_WIDTH * index / total) < 1
         assert f"  n={row['shape']} {row['method']}" in line
+        assert ("(fp16) ... " in line) == (row["kind"] == "ozaki")
         assert ("left" in line) == (index < total)
     assert lines[0].startswith("16: inputs ") and lines[1 + total // 2].startswith("24: inputs ")
     assert len(lines) == total + 2
@@ -378,19 +434,27 @@ def test_progress_bar_one_line_per_row_on_stderr(capsys, tmp_path):
 def test_quiet_leaves_stderr_empty_and_the_table_on_stdout(capsys, tmp_path):
     report, stdout, stderr = run_tiny(capsys, tmp_path, "--quiet", "--modes", "default")
     assert stderr == ""
-    assert len(report["rows"]) == 2 * 5
+    assert len(report["rows"]) == 2 * (2 + 2 + 2 * len(bench.BACKENDS))
     assert len(table_lines(stdout)) == len(report["rows"])
-    assert "Floor unit:" in stdout
+    assert "Floor units: FP16 " in stdout and f"; INT8 {bench.FLOOR_INT8}" in stdout
 
 
 def test_rows_name_their_backend(tiny_run):
     _, report, markdown = tiny_run
     assert [header for header, _, _ in bench.COLUMNS][1:3] == ["method", "backend"]
     table = [line for line in markdown.splitlines() if line.startswith("|")][2:]
-    for line, row in zip(table, report["rows"], strict=True):
-        ozaki_call = row["kind"] in ("ozaki", "plan")
-        assert row["backend"] == ("fp16" if ozaki_call else None), row
-        assert line.split("|")[3].strip() == ("fp16" if ozaki_call else "-")
+    expected = [backend for _, backend, *_ in EXPECTED_ROWS] * len(SHAPES)
+    for line, row, backend in zip(table, report["rows"], expected, strict=True):
+        assert row["backend"] == backend, row
+        cell = line.split("|")[3].strip()
+        if backend is None:
+            assert cell == "-" and "plan_backend" not in row
+        elif row["plan_backend"] == backend:
+            assert cell == backend
+        else:  # auto always shows its choice; crt's nearest rows run INT8 scheme I
+            assert (backend, row["plan_backend"]) in [("auto", "crt"), ("auto", "int8"),
+                                                      ("auto", "fp16"), ("crt", "int8")]
+            assert cell == f"{backend}>{row['plan_backend']}"
 
 
 def test_plot_writes_the_throughput_figure(tmp_path):
@@ -409,3 +473,180 @@ def test_plot_writes_the_throughput_figure(tmp_path):
 def test_bad_plot_arguments(argv, message, capsys):
     assert_usage_error(bench.parse_args, ["--device", "cpu", *argv], message, capsys)
 
+
+
+def test_crt_fixed_rows_use_the_requested_moduli(capsys, tmp_path):
+    report, stdout, stderr = run_tiny(capsys, tmp_path, "--backends", "crt", "--modes", "fixed",
+                                      "--moduli", "16", "2", "9", "--sgemm-moduli", "5")
+    cells = [line.split() for line in table_lines(stdout)]
+    for shape in TINY_SHAPES:
+        assert row_keys(report, shape) == NATIVES_AND_FLOORS + [
+            key("ozaki dgemm", "crt", moduli=count) for count in (16, 2, 9)] + [
+            key("ozaki sgemm", "crt", moduli=5)]
+        for row in rows_of(report, shape)[4:]:
+            assert row["plan_backend"] == "crt" and row["plan_reason"] == "requested"
+            assert row["moduli"] == row["moduli_requested"] == row["gemms"]
+            assert row["slices_requested"] is row["fast_requested"] is row["slices"] is None
+            assert row["floor_ms"] == pytest.approx(row["gemms"] * unit_time(report, shape, "int8"))
+            assert row["max_rel_err"] >= 0 and "vs_default" not in row
+    assert [line[3:6] for line in cells if line[1:3] == ["ozaki", "dgemm"]] == [
+        ["crt", f"m={count}", "-"] for count in (16, 2, 9)] * len(TINY_SHAPES)
+    assert "n=16 ozaki dgemm m=9 (crt) ... " in stderr
+    assert "n=24 ozaki sgemm m=5 (crt) ... " in stderr
+
+
+def test_crt_fixed_rows_of_the_tiny_run(tiny_run):
+    _, report, _ = tiny_run
+    for shape in SHAPES:
+        fixed = [row for row in rows_of(report, shape) if row["moduli_requested"] is not None]
+        assert [(row["dtype"], row["moduli_requested"], row["moduli"], row["gemms"])
+                for row in fixed] == [("float64", m, m, m) for m in MODULI] + [
+            ("float32", m, m, m) for m in (7, 8)]
+        for row in fixed:
+            default = default_row(report, shape, row["method"], "crt")
+            assert row["vs_default"] == pytest.approx(row["time_ms"] / default["time_ms"])
+
+
+@pytest.mark.parametrize("backends, int8_floor", [
+    (["fp16"], False), (["auto"], True), (["crt"], True), (["int8"], True),
+    (["fp16", "int8"], True), (list(bench.BACKENDS), True)])
+def test_int8_floor_row_iff_an_int8_backend(backends, int8_floor):
+    args = bench.parse_args([*TINY, "--backends", *backends])
+    specs = bench.row_specs(dtypes=args.dtypes, modes=args.modes, backends=args.backends,
+                            slices=args.slices, sgemm_slices=args.sgemm_slices,
+                            all_pairs_slices=args.all_pairs_slices, moduli=args.moduli,
+                            sgemm_moduli=args.sgemm_moduli)
+    floors = [(spec.method, spec.dtype) for spec in specs if spec.kind == "floor_unit"]
+    assert floors == [(FP16_UNIT, torch.float16)] + ([(INT8_UNIT, torch.int8)] if int8_floor
+                                                     else [])
+    assert [spec.kind for spec in specs[:2 + len(floors)]] == ["native"] * 2 + ["floor_unit"] * len(
+        floors)  # natives and floors before every ozaki row
+    meta = bench.run_metadata(args, [], bench.FLOOR_FP16_OUT)
+    assert meta["int8_floor_gemm"] == (bench.FLOOR_INT8 if int8_floor else None)
+    assert ("INT8" in bench.notes(meta)[1]) is int8_floor
+
+
+def test_int8_floor_row_measures_int8_matmul(capsys, tmp_path):
+    report, _, _ = run_tiny(capsys, tmp_path, "--backends", "int8", "--modes", "default",
+                            "--dtype", "float64")
+    for m, k, n in TINY_SHAPES:
+        unit = rows_of(report, (m, k, n), INT8_UNIT)[0]
+        assert (unit["kind"], unit["dtype"], unit["backend"], unit["gemms"]) == (
+            "floor_unit", "int8", None, 1)
+        assert unit["status"] == "ok" and "k_chunks" not in unit
+        assert unit["tflops"] == pytest.approx(2 * m * k * n / unit["time_ms"] / 1e9)
+    bt = torch.randint(-128, 128, (5, 7), dtype=torch.int8)
+    a = torch.randint(-128, 128, (3, 7), dtype=torch.int8)
+    assert torch.equal(torch.ops.ozaki.int8_matmul(a, bt), (a.long() @ bt.long().T).int())
+
+
+def test_int8_floor_chunks_k_beyond_the_int8_matmul_limit():
+    limit = (1 << 17) - 1
+    assert bench.int8_chunks(16) == (1, 16)
+    assert bench.int8_chunks(limit) == (1, limit)
+    assert bench.int8_chunks(limit + 1) == (2, 1 << 16)
+    assert bench.int8_chunks(1 << 22) == (33, -(-(1 << 22) // 33))
+
+
+def test_floors_use_the_unit_of_the_plan_backend():
+    run = SimpleNamespace(shape=(8, 8, 8), native_ms={}, floor_units={"fp16": 2.0, "int8": 0.5})
+    spec = bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, default=True, backend="auto")
+    for plan_backend, gemms, unit, floor in [("fp16", 10, "fp16", 20.0), ("int8", 10, "int8", 5.0),
+                                             ("crt", 15, "int8", 7.5)]:
+        fields = {"plan_backend": plan_backend, "gemms": gemms, "time_ms": 10.0}
+        derived = bench.derived_fields(spec, run, fields)
+        assert (derived["floor_unit"], derived["floor_ms"]) == (unit, floor)
+        assert derived["of_floor"] == pytest.approx(floor / 10.0)
+    run.floor_units = {"fp16": 2.0}  # no INT8 unit measured: no floor rather than a wrong one
+    derived = bench.derived_fields(spec, run, {"plan_backend": "crt", "gemms": 15, "time_ms": 1.0})
+    assert "floor_ms" not in derived and "of_floor" not in derived
+
+
+def test_auto_rows_report_what_they_chose(tiny_run):
+    process, report, _ = tiny_run
+    for shape in SHAPES:
+        A, B, _, _ = bench.make_inputs(shape, 0.5, 0, 8, torch.device("cpu"))
+        for dtype, method in (("float64", "ozaki dgemm"), ("float32", "ozaki sgemm")):
+            A_, B_ = A.to(getattr(torch, dtype)), B.to(getattr(torch, dtype))
+            chosen = ozaki.plan(A_, B_)
+            auto = [row for row in rows_of(report, shape) if row["backend"] == "auto"
+                    and row["dtype"] == dtype]
+            assert [row["method"] for row in auto] == [method, "ozaki plan", f"{method} nearest"]
+            default, plan, nearest = auto
+            for row in (default, plan):
+                assert (row["plan_backend"], row["gemms"], row["moduli"], row["slices"]) == (
+                    chosen.backend, chosen.gemms, chosen.moduli, chosen.slices)
+            assert nearest["plan_backend"] == ozaki.plan(A_, B_, rounding="nearest").backend
+            # the default row of the other backend the plan chose gives the same product plan
+            same = default_row(report, shape, method, chosen.backend)
+            assert (same["gemms"], same["moduli"], same["slices"]) == (
+                default["gemms"], default["moduli"], default["slices"])
+            assert default["floor_unit"] == ("fp16" if chosen.backend == "fp16" else "int8")
+    assert "n=32 ozaki dgemm default (auto) ... " in process.stderr
+    line = next(line for line in process.stderr.splitlines()
+                if "n=32 ozaki dgemm default (auto) ... " in line)
+    row = default_row(report, SHAPES[0], "ozaki dgemm")
+    assert f" [{row['plan_backend']}: " in line and f"{row['gemms']} " in line
+
+
+def test_each_backend_passes_itself_and_has_its_modes():
+    specs = bench.row_specs(dtypes=["float64", "float32"], modes=bench.MODES,
+                            backends=bench.BACKENDS, slices=[8], sgemm_slices=[4],
+                            all_pairs_slices=[6], moduli=[15], sgemm_moduli=[7])
+    options = {}
+    for spec in specs:
+        if spec.kind in ("ozaki", "plan"):
+            options.setdefault((spec.dtype, spec.backend), []).append(
+                (spec.label(), spec.options()))
+    nearest = {"rounding": "nearest"}
+    for dtype, routine in ((torch.float64, "dgemm"), (torch.float32, "sgemm")):
+        m = f"ozaki {routine}"
+        # the auto default product is exactly ozaki.dgemm(A, B); every other row names its backend
+        assert options[dtype, "auto"] == [
+            (f"{m} default", {}), ("ozaki plan default", {"backend": "auto"}),
+            (f"{m} nearest default", {"backend": "auto", **nearest})]
+        moduli = 15 if dtype == torch.float64 else 7
+        assert options[dtype, "crt"] == [
+            (f"{m} default", {"backend": "crt"}), ("ozaki plan default", {"backend": "crt"}),
+            (f"{m} nearest default", {"backend": "crt", **nearest}),
+            (f"{m} m={moduli}", {"backend": "crt", "moduli": moduli})]
+        for backend in ("int8", "fp16"):
+            scheme_one = options[dtype, backend]
+            assert scheme_one[:3] == [
+                (f"{m} default", {"backend": backend}),
+                ("ozaki plan default", {"backend": backend}),
+                (f"{m} nearest default", {"backend": backend, **nearest})]
+            if dtype == torch.float64:
+                assert scheme_one[3:] == [
+                    (f"{m} auto fast", {"backend": backend, "slices": None, "fast": True}),
+                    (f"{m} s=8 fast", {"backend": backend, "slices": 8, "fast": True}),
+                    (f"{m} s=6 all pairs", {"backend": backend, "slices": 6, "fast": False})]
+            else:
+                assert scheme_one[3:] == [
+                    (f"{m} s=4 fast", {"backend": backend, "slices": 4, "fast": True})]
+
+
+def test_crt_rows_beyond_its_inner_limit_are_not_applicable():
+    k = 1 << 17  # one more than scheme II takes
+    run = SimpleNamespace(shape=(2, k, 2), repeats=1)
+    crt = bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, default=True, backend="crt")
+    row = bench.measure_row(crt, run)
+    assert row["status"] == "n/a" and "time_ms" not in row
+    assert row["note"] == f"backend crt needs k <= {k - 1}, got k = {k}"
+    plan = bench.RowSpec("ozaki plan", "plan", torch.float64, default=True, backend="crt")
+    assert bench.unsupported(plan, run) == row["note"]
+    for spec in [bench.RowSpec("ozaki dgemm nearest", "ozaki", torch.float64, default=True,
+                               rounding="nearest", backend="crt"),  # INT8 scheme I: any k
+                 bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, default=True,
+                               backend="auto")]:
+        assert bench.unsupported(spec, run) is None
+    assert bench.unsupported(crt, SimpleNamespace(shape=(2, k - 1, 2))) is None
+    # too few moduli to leave any scale for this k (ozaki.moduli.smallest_moduli(4096) == 2)
+    few = bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, backend="crt", moduli=1)
+    assert bench.unsupported(few, SimpleNamespace(shape=(2, 4096, 2))) == (
+        "k = 4096 needs at least 2 moduli, got 1")
+    assert bench.unsupported(few, SimpleNamespace(shape=(2, 16, 2))) is None
+    line = bench.format_table([row]).splitlines()[-1]
+    assert " n/a " in line and line.split()[4] == "crt"
+    assert bench.progress_message(crt, row).endswith(f"ozaki dgemm default (crt) ... n/a "
+                                                     f"({row['note']})")

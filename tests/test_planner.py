@@ -40,11 +40,12 @@ def test_auto_slice_count_no_worse_than_native(dtype, k, phi):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["dgemm", "sgemm"])
 def test_default_is_the_plan(device, dtype):
     A, B = phi_pair(33, 300, 21, 0.5, seed=4, dtype=dtype, device=device)
-    plan = ozaki.plan(A, B)
+    plan = ozaki.plan(A, B, backend="fp16")
     assert plan.reason in ("error bound", "exact")
     assert plan.gemms == pair_count(plan.slices, plan.fast)
     assert plan.predicted_error <= 2.0 ** -(24 if dtype == torch.float32 else 53)
-    assert_bitwise_equal(GEMMS[dtype](A, B), GEMMS[dtype](A, B, slices=plan.slices, fast=plan.fast))
+    assert_bitwise_equal(GEMMS[dtype](A, B, backend="fp16"),
+                         GEMMS[dtype](A, B, backend="fp16", slices=plan.slices, fast=plan.fast))
 
 
 def test_more_spread_needs_more_slices():
@@ -64,9 +65,10 @@ def test_small_integers_are_multiplied_exactly():
     g = seeded(6)
     A = torch.randint(-50, 50, (20, 70), generator=g).double()
     B = torch.randint(-50, 50, (70, 9), generator=g).double()
-    plan = ozaki.plan(A, B)
+    plan = ozaki.plan(A, B, backend="fp16")
     assert plan.exact and plan.slices == 1 and plan.gemms == 1
-    assert torch.equal(ozaki.dgemm(A, B), A @ B)  # integer sums far below 2^53: exact
+    # integer sums far below 2^53: exact
+    assert torch.equal(ozaki.dgemm(A, B, backend="fp16"), A @ B)
 
 
 def test_unresolvable_estimate_falls_back_to_the_full_split():
@@ -117,13 +119,13 @@ def test_nearest_with_slices_given_is_fast_unless_asked_otherwise():
 
 def test_zero_and_nonfinite_rows_do_not_constrain_the_plan():
     A, B = phi_pair(10, 50, 10, 0.5, seed=12)
-    reference = ozaki.plan(A, B)
+    reference = ozaki.plan(A, B, backend="fp16")
     A[3] = 0.0
     A[4, 7] = float("nan")
     B[:, 2] = 0.0
-    assert ozaki.plan(A, B).slices <= reference.slices
+    assert ozaki.plan(A, B, backend="fp16").slices <= reference.slices
     A = torch.zeros(4, 5, dtype=torch.float64)
-    assert ozaki.plan(A, B[:5]).slices == 1
+    assert ozaki.plan(A, B[:5], backend="fp16").slices == 1
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -162,11 +164,11 @@ def test_cpu_and_cuda_plan_the_same(phi, k):
 
 def test_plan_reports_the_native_level_and_describes_itself():
     A, B = phi_pair(8, 100, 8, 0.5, seed=15)
-    plan = ozaki.plan(A, B)
+    plan = ozaki.plan(A, B, backend="fp16")
     assert plan.native_level == pytest.approx(math.sqrt(100) * 2.0 ** -53)
     text = str(plan)
     assert f"{plan.slices} slices" in text and f"{plan.gemms} FP16 GEMMs" in text
-    nearest = ozaki.plan(A, B, rounding="nearest")
+    nearest = ozaki.plan(A, B, backend="fp16", rounding="nearest")
     assert nearest.rounding == "nearest" and "rounded once" in str(nearest)
-    fixed = ozaki.plan(A, B, slices=5)
+    fixed = ozaki.plan(A, B, backend="fp16", slices=5)
     assert fixed.slices == 5 and fixed.fast and fixed.reason == "requested"

@@ -51,8 +51,8 @@ def test_workspace_chunking_gives_the_same_bits(device, fast):
     A, B = phi_pair(700, 96, 600, 1.0, seed=10, device=device)
     a, bt = A.contiguous(), B.t().contiguous()
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
-    unchunked = _ops.gemm_fp16(a, bt, stats_a, stats_b, 5, fast, workspace=1 << 40)
-    chunked = _ops.gemm_fp16(a, bt, stats_a, stats_b, 5, fast, workspace=1)  # forces the smallest chunks
+    unchunked = _ops.gemm_slices(a, bt, stats_a, stats_b, 5, fast, workspace=1 << 40)
+    chunked = _ops.gemm_slices(a, bt, stats_a, stats_b, 5, fast, workspace=1)  # forces the smallest chunks
     assert_bitwise_equal(chunked, unchunked)
     assert_bitwise_equal(unchunked, ozaki.dgemm(A, B, slices=5, fast=fast))
 

@@ -86,14 +86,14 @@ def test_rows_spanning_more_than_the_cap():
     # matter at the scale of |A||B| (docs/accuracy.md)
     A = torch.tensor([[1e300, 1e-300]], dtype=torch.float64)
     B = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
-    p = ozaki.plan(A, B)
+    p = ozaki.plan(A, B, backend="fp16")
     assert not p.capped and p.slices < p.full_split_slices
-    assert ozaki.dgemm(A, B).item() == 1e300
+    assert ozaki.dgemm(A, B, backend="fp16").item() == 1e300
     # when the only products meet a side far below its maximum the estimate cannot bound the
     # truncation: the plan falls back to the full split, capped, and says so
     A = torch.tensor([[1.0, 1e-300]], dtype=torch.float64)
     B = torch.tensor([[1e-300], [1.0]], dtype=torch.float64)
-    p = ozaki.plan(A, B)
+    p = ozaki.plan(A, B, backend="fp16")
     assert p.capped and p.slices < p.full_split_slices and not p.fast
     assert "the full split would need" in str(p)
-    assert ozaki.dgemm(A, B, rounding="nearest").item() == 2e-300
+    assert ozaki.dgemm(A, B, backend="fp16", rounding="nearest").item() == 2e-300

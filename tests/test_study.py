@@ -1,9 +1,12 @@
 """Tests for ozaki.study: the error sweep (rows, CSV, summary, exact references), the
 reproducibility check (verdict on identical and on differing bits) and argument errors."""
 
+import contextlib
 import csv
+import io
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +40,23 @@ def test_csv_has_every_case_and_method(study_csv):
         [("native", "")] + [("fast", s) for s in "125"] + [("all-pairs", s) for s in "125"]
         + [("auto", case[7]["slices"]), ("nearest", case[8]["slices"])])
     assert {r["device"] for r in rows} == {"cpu"}
+
+
+def test_default_backend_is_fp16_as_in_the_committed_study(study_csv):
+    with open(study_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["backend"] for r in rows if r["mode"] != "native"} == {"fp16"}
+    assert {r["plan_backend"] for r in rows if r["mode"] != "native"} == {"fp16"}
+    assert {(r["backend"], r["moduli"]) for r in rows if r["mode"] == "native"} == {("", "")}
+    assert {r["moduli"] for r in rows} == {""}
+    # the automatic rows are scheme I with FP16 slices, as the committed H100 rows
+    generator = torch.Generator().manual_seed(0)
+    A = accuracy.phi_matrix(6, 100, 3.0, generator)
+    B = accuracy.phi_matrix(100, 6, 3.0, generator)
+    row = next(r for r in rows if (r["dtype"], r["phi"], r["k"], r["mode"])
+               == ("float64", "3.0", "100", "auto"))
+    plan = ozaki.plan(A, B, backend="fp16")
+    assert (int(row["slices"]), row["fast"] == "True") == (plan.slices, plan.fast)
 
 
 def test_study_rows_match_an_independent_computation(study_csv):
@@ -127,8 +147,11 @@ def test_reproducibility_reports_a_difference(monkeypatch, capsys):
                      "--devices", "cpu", "--quiet"])
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 1
-    assert verdict.startswith("NOT REPRODUCIBLE: 4 of ")
-    assert "first: dgemm nearest 4x30x5 on cpu threads=2 run 1, 1 entries differ (first at " \
+    # dgemm and sgemm nearest of each default backend (fp16, int8, crt), both runs on 2 threads
+    compared = len(reproducibility.PRODUCTS) * 3
+    assert verdict.startswith(f"NOT REPRODUCIBLE: 12 of {compared} results differ from cpu "
+                              "threads=1 run 1; ")
+    assert "first: dgemm fp16 nearest 4x30x5 on cpu threads=2 run 1, 1 entries differ (first at " \
            "[1, 2])" in verdict
 
 
@@ -183,6 +206,227 @@ def test_magnitudes_argument_gives_the_same_componentwise_errors():
     with pytest.raises(TypeError, match="magnitudes must hold exact rationals"):
         accuracy.componentwise_errors(C, exact, A, B, magnitudes=[[0.5] * 4] * 5)
     assert Fraction(magnitudes[0, 0]) > 0
+
+
+BACKENDS_SMALL = ["accuracy", "--device", "cpu", "--phi", "1", "--k", "16", "--size", "4",
+                  "--slices", "1", "2", "--moduli", "6", "14", "--backends", "crt", "int8",
+                  "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def backends_run(tmp_path_factory):
+    """(CSV path, stdout) of a study of backends crt and int8."""
+    path = tmp_path_factory.mktemp("backends") / "errors.csv"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(BACKENDS_SMALL + ["--csv", str(path)]) == 0
+    return path, out.getvalue()
+
+
+def test_backends_give_their_own_modes(backends_run):
+    path, _ = backends_run
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == errors.CSV_COLUMNS
+    assert errors.CSV_COLUMNS.index("backend") == errors.CSV_COLUMNS.index("mode") + 1
+    # per case: native; crt: 2 moduli counts, auto, nearest; int8: 2 fast, 2 all pairs, auto,
+    # nearest
+    assert len(rows) == 2 * 11
+    case = [r for r in rows if r["dtype"] == "float64"]
+    assert [(r["mode"], r["backend"], r["slices"], r["moduli"]) for r in case] == (
+        [("native", "", "", "")]
+        + [("moduli", "crt", "", "6"), ("moduli", "crt", "", "14")]
+        + [("auto", "crt", "", case[3]["moduli"]), ("nearest", "crt", case[4]["slices"], "")]
+        + [("fast", "int8", s, "") for s in "12"] + [("all-pairs", "int8", s, "") for s in "12"]
+        + [("auto", "int8", case[9]["slices"], ""), ("nearest", "int8", case[10]["slices"], "")])
+    assert [r["plan_backend"] for r in case] == ["", "crt", "crt", "crt", "int8"] + ["int8"] * 6
+    assert [r["gemms"] for r in case[1:3]] == ["6", "14"]  # one INT8 GEMM per modulus
+    assert {r["rounded_share"] for r in rows if r["mode"] == "nearest"} == {"1.0"}
+
+
+def test_backend_rows_match_an_independent_computation(backends_run):
+    rows = plots.load_study_csv(backends_run[0])
+    generator = torch.Generator().manual_seed(0)
+    A = accuracy.phi_matrix(4, 16, 1.0, generator, torch.float32)
+    B = accuracy.phi_matrix(16, 4, 1.0, generator, torch.float32)
+    exact = accuracy.exact_matmul(A, B)
+    for mode, backend, options in [("moduli", "crt", {"moduli": 14}), ("auto", "crt", {}),
+                                   ("fast", "int8", {"slices": 2, "fast": True})]:
+        row = next(r for r in rows if (r["dtype"], r["mode"], r["backend"]) == ("float32", mode,
+                                                                                  backend)
+                   and all(r[name] == value for name, value in options.items()))
+        C = ozaki.sgemm(A, B, backend=backend, **options)
+        assert row["max_comp_err"] == accuracy.componentwise_error(C, exact, A, B), (mode, backend)
+        plan = ozaki.plan(A, B, backend=backend, **options)
+        assert (row["moduli"], row["slices"], row["gemms"]) == (plan.moduli, plan.slices,
+                                                                plan.gemms)
+
+
+def test_summary_has_a_line_per_case_and_backend(backends_run):
+    path, out = backends_run
+    rows = plots.load_study_csv(path)
+    summary = errors.summarize(rows)
+    assert [(s["case"], s["backend"]) for s in summary] == [
+        ("float64 phi=1 k=16", "crt"), ("float64 phi=1 k=16", "int8"),
+        ("float32 phi=1 k=16", "crt"), ("float32 phi=1 k=16", "int8")]
+    crt = summary[0]
+    auto = next(r for r in rows if (r["dtype"], r["mode"], r["backend"])
+                == ("float64", "auto", "crt"))
+    assert crt["auto plan"] == f"{auto['moduli']} moduli"
+    assert crt["fast s at native level"] == "" and "moduli at native level" in crt
+    assert summary[1]["auto plan"].endswith(("fast", "all pairs"))
+    assert "backends crt int8" in out.splitlines()[0]
+    assert "moduli at native level" in out
+    assert [line.split()[:4] for line in out.splitlines() if line.startswith("float32")] == [
+        ["float32", "phi=1", "k=16", "crt"], ["float32", "phi=1", "k=16", "int8"]]
+
+
+def test_backend_auto_runs_the_automatic_plan_and_nearest(tmp_path):
+    path = tmp_path / "auto.csv"
+    assert cli.main(["accuracy", "--device", "cpu", "--phi", "0.5", "--k", "16", "--size", "4",
+                     "--dtype", "float64", "--backends", "auto", "--quiet", "--csv",
+                     str(path)]) == 0
+    rows = plots.load_study_csv(path)
+    assert [(r["mode"], r["backend"]) for r in rows] == [("native", None), ("auto", "auto"),
+                                                        ("nearest", "auto")]
+    generator = torch.Generator().manual_seed(0)
+    A = accuracy.phi_matrix(4, 16, 0.5, generator)
+    B = accuracy.phi_matrix(16, 4, 0.5, generator)
+    plan = ozaki.plan(A, B, backend="auto")
+    assert rows[1]["plan_backend"] == plan.backend
+    summary = errors.summarize(rows)
+    assert "backend" not in summary[0]
+    assert summary[0]["auto plan"].startswith(f"{plan.backend} ")
+
+
+def test_every_study_call_names_its_backend(monkeypatch):
+    seen = []
+    for name in ("dgemm", "sgemm", "plan"):
+        real = getattr(ozaki, name)
+
+        def spy(A, B, real=real, **options):
+            seen.append(options.get("backend"))
+            return real(A, B, **options)
+
+        monkeypatch.setattr(ozaki, name, spy)
+    cases = errors.cases_for([torch.float64, torch.float32], [1.0], [8], 3)
+    errors.error_study(cases, errors.MODES, [1], 0, torch.device("cpu"),
+                       backends=errors.BACKENDS, moduli=[6])
+    assert seen and set(seen) == set(errors.BACKENDS)
+    seen.clear()
+    reproducibility.check([(3, 8, 2)], [torch.device("cpu")], [1], repeats=1,
+                          backends=reproducibility.BACKENDS)
+    assert set(seen) == set(reproducibility.BACKENDS)
+    assert len(seen) == len(reproducibility.products(reproducibility.BACKENDS))
+
+
+def test_committed_study_without_the_backend_column_loads_as_fp16():
+    path = Path(__file__).resolve().parents[1] / "docs" / "study-h100.csv"
+    with open(path, newline="") as handle:
+        assert "backend" not in next(csv.reader(handle))
+    rows = plots.load_study_csv(path)
+    assert {r["backend"] for r in rows if r["mode"] != "native"} == {"fp16"}
+    assert {r["backend"] for r in rows if r["mode"] == "native"} == {None}
+    assert {r["moduli"] for r in rows} == {None}
+    summary = errors.summarize(rows)
+    assert "backend" not in summary[0] and "moduli at native level" not in summary[0]
+    assert summary[0]["auto plan"].endswith(("fast", "all pairs"))
+
+
+def test_error_study_rejects_an_unknown_backend_and_short_moduli():
+    cases = errors.cases_for([torch.float64], [1.0], [4096], 2)
+    with pytest.raises(ValueError, match="backends must be among fp16, int8, crt, auto, got "
+                                         "'fp32'"):
+        errors.error_study(cases, errors.MODES, [1], 0, torch.device("cpu"), backends=["fp32"])
+    with pytest.raises(ValueError, match=r"1 moduli leave no scale for k = 4096 \(backend crt "
+                                         r"needs at least 2\)"):
+        errors.error_study(cases, ["moduli"], None, 0, torch.device("cpu"), backends=["crt"],
+                           moduli=[1])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["accuracy", "--backends", "fp32"], "argument --backends: invalid choice: 'fp32'"),
+    (["accuracy", "--moduli", "17"],
+     "argument --moduli: moduli counts must be integers in 1..16, got '17'"),
+    (["accuracy", "--moduli", "x"], "argument --moduli: moduli counts must be integers in 1..16"),
+    (["accuracy", "--moduli", "12"],
+     "argument --moduli: the moduli mode runs with backend crt; add crt to --backends"),
+    (["accuracy", "--backends", "crt", "--modes", "auto", "--moduli", "12"],
+     "argument --moduli: add moduli to --modes"),
+    (["accuracy", "--modes", "moduli"],
+     "argument --modes: moduli runs with backend crt, not with --backends fp16"),
+    (["accuracy", "--backends", "crt", "auto", "--modes", "fast"],
+     "argument --modes: fast runs with backend fp16 or int8, not with --backends crt auto"),
+    (["accuracy", "--backends", "fp16", "crt", "--modes", "fast"],
+     "argument --modes: backend crt runs none of fast (it runs moduli auto nearest)"),
+    (["accuracy", "--backends", "crt", "--k", "64", "200000"],
+     "argument --k: k = 200000 exceeds 131071 = 2^17 - 1, the limit of backend crt"),
+    (["accuracy", "--backends", "crt", "--k", "4096", "--moduli", "1", "12"],
+     "argument --moduli: 1 moduli leave no scale for k = 4096 (backend crt needs at least 2)"),
+    (["accuracy", "--backends", "crt", "--plot", "figure.png"],
+     "argument --plot: the figure shows fast mode, which runs with backend fp16 or int8; add one "
+     "to --backends"),
+    (["reproducibility", "--backends", "int16"], "argument --backends: invalid choice: 'int16'"),
+    (["reproducibility", "--shape", "2", "200000", "2"],
+     "argument --shape: k = 200000 exceeds 131071 = 2^17 - 1, the limit of backend crt (exact "
+     "INT8 residue products); leave crt out of --backends"),
+])
+def test_bad_backend_arguments_name_the_argument_and_value(argv, message, capsys):
+    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", *argv[1:]]
+                       if argv[0] == "accuracy" else argv, message, capsys)
+
+
+def test_backend_options_accepted_where_they_apply():
+    args = cli.parse_args(["accuracy", "--device", "cpu", "--backends", "crt", "crt", "--k",
+                           "200000", "--modes", "nearest"])
+    assert args.backends == ["crt"] and args.modes == ["nearest"]  # nearest runs scheme I
+    args = cli.parse_args(["accuracy", "--device", "cpu"])
+    assert args.backends == ["fp16"] and args.modes == list(errors.MODES) and args.moduli is None
+    args = cli.parse_args(["reproducibility", "--shape", "2", "200000", "2", "--backends", "fp16",
+                           "int8", "--devices", "cpu"])
+    assert args.backends == ["fp16", "int8"]
+    assert cli.parse_args(["reproducibility", "--devices", "cpu"]).backends == ["fp16", "int8",
+                                                                                "crt"]
+
+
+def test_reproducibility_covers_the_chosen_backends(capsys):
+    code = cli.main(["reproducibility", "--shape", "5", "40", "3", "--threads", "1", "2",
+                     "--devices", "cpu", "--backends", "crt", "auto", "--quiet"])
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    chosen = reproducibility.products(["crt", "auto"])
+    assert code == 0 and len(chosen) == 10
+    assert verdict == (f"REPRODUCIBLE: 10 products x 1 shapes, {10 * 3} results bitwise identical "
+                       "across cpu threads=1, cpu threads=2 (2 runs each)")
+    assert [label for label, _, _ in chosen] == [
+        "dgemm crt", "dgemm crt nearest", "dgemm crt moduli=8", "sgemm crt", "sgemm crt nearest",
+        "sgemm crt moduli=4", "dgemm auto", "dgemm auto nearest", "sgemm auto",
+        "sgemm auto nearest"]
+    assert all(options["backend"] == label.split()[1] for label, _, options in
+               reproducibility.products(reproducibility.BACKENDS))
+
+
+def test_plots_label_the_backends(backends_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    rows = plots.load_study_csv(backends_run[0])
+    figure = plots.plot_error_vs_slices(rows, "float64")
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["phi = 1"]  # one scheme-I backend (int8): no tag; crt has no slice axis
+    plots.save(figure, tmp_path / "slices.png")
+    fp16 = [dict(r, backend="fp16", plan_backend="fp16") for r in rows
+            if r["backend"] == "int8" and r["mode"] == "fast"]
+    figure = plots.plot_error_vs_slices(rows + fp16, "float64")
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["phi = 1 [int8]", "phi = 1 [fp16]"]
+    plots.save(figure, tmp_path / "two.png")
+    figure = plots.plot_rounded_share(rows, "float32")
+    labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert labels == ["native SGEMM", "ozaki automatic [crt]", "ozaki rounding='nearest' [crt]",
+                      "ozaki automatic [int8]", "ozaki rounding='nearest' [int8]"]
+    plots.save(figure, tmp_path / "share.png")
+    with pytest.raises(ValueError, match="no fast-mode rows with dtype 'float64'"):
+        plots.plot_error_vs_slices([r for r in rows if r["backend"] != "int8"], "float64")
 
 
 def test_plot_writes_one_figure_per_dtype(tmp_path, capsys):

@@ -1,8 +1,8 @@
-// CPU kernel of ozaki::gemm_fp16: the bit-exact reference for every other backend.
+// CPU kernel of ozaki::gemm_slices: the bit-exact reference for every other backend.
 //
-// Slices are split into float64 buffers (the same values the CUDA backend stores as FP16), slice
-// products come from float64 GEMMs (exact: every partial sum is an integer below 2^24 in units of
-// 2^(-2 beta)), and each entry is summed by ozaki::sum_levels (or, for rounding="nearest",
+// Slices are split into float64 buffers (the same values the CUDA backend stores as FP16 or INT8
+// digits), slice products come from float64 GEMMs (exact: every partial sum is an integer below
+// 2^31 in units of 2^(-2 beta)), and each entry is summed by ozaki::sum_levels (or, for rounding="nearest",
 // ozaki::nearest_from_levels), the code the CUDA backend runs.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -101,11 +101,11 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowD
   }
 }
 
-at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                     const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
-                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
-                     bool fast, bool nearest, int64_t workspace_bytes) {
-  constexpr const char* op = "ozaki::gemm_fp16";
+at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                       const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
+                       const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
+                       bool fast, bool nearest, bool int8, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_slices";
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
   check_same_operands(a, bt, op);
@@ -114,7 +114,7 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
   check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
   check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
-  const int beta = digit_bits_checked(k, op);
+  const int beta = slice_digit_bits_checked(k, int8, op);
   at::Tensor out = at::empty({m, n}, a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
@@ -130,6 +130,6 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) { m.impl("gemm_fp16", &gemm_fp16); }
+TORCH_LIBRARY_IMPL(ozaki, CPU, m) { m.impl("gemm_slices", &gemm_slices); }
 
 }  // namespace ozaki::cpu

@@ -1,5 +1,5 @@
-// CUDA kernel of ozaki::gemm_fp16 (docs/algorithm.md): FP16 slices, exact slice products through
-// cublasGemmEx on the tensor cores, and the fixed-order FP64 sum of csrc/scheme.h.
+// CUDA kernel of ozaki::gemm_slices (docs/algorithm.md): FP16 or INT8 slices, exact slice products
+// through cublasGemmEx on the tensor cores, and the fixed-order FP64 sum of csrc/scheme.h.
 //
 // Per chunk of rows of A and columns of B: the A-slices are stacked into one (slices * rows, k)
 // operand, so each B-slice q needs one GEMM that yields P(p, q) for every kept p at once (slices
@@ -11,10 +11,13 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "../checks.h"
 #include "../exact.h"
 #include "../workspace.h"
 #include "half_gemm.cuh"
+#include "int8_gemm.cuh"
 #include "split.cuh"
 
 namespace ozaki::cuda {
@@ -24,6 +27,30 @@ namespace {
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(8) << 30;
 // The products' leading dimension is padded to 32 bytes for the GEMM's output stores.
 constexpr int64_t kProductColumnAlign = 8;
+
+// What differs between FP16 and INT8 slices: the stored digit, the GEMM's output, and how an
+// output converts to the value in units of 2^0 that csrc/scheme.h sums (FP16 digits are stored
+// scaled by 2^-beta, INT8 digits as the integers themselves).
+template <typename Digit>
+struct SliceKind;
+template <>
+struct SliceKind<__half> {
+  using Product = float;
+  using Product4 = float4;
+  static void gemm(cublasHandle_t handle, const __half* b, const __half* a, int64_t cols, int64_t rows,
+                   int64_t k_stride, float* out, int64_t ld) {
+    exact_half_gemm(handle, b, a, cols, rows, k_stride, out, ld);
+  }
+};
+template <>
+struct SliceKind<int8_t> {
+  using Product = int32_t;
+  using Product4 = int4;
+  static void gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
+                   int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
+    exact_int8_gemm(handle, b, a, cols, rows, k_stride, out, ld);
+  }
+};
 
 template <typename T>
 struct Operands {
@@ -39,11 +66,16 @@ struct Operands {
 };
 
 // Sums entries (i, j .. j + N - 1) of the chunk; rows or columns with NaN/Inf get the IEEE answer.
-template <int N, typename T>
-__device__ __forceinline__ void accumulate_entries(const float* products, const PairLayout& layout,
+// A product read as the value csrc/scheme.h sums: FP16 products are already in those units, INT8
+// products are integers in units of 2^(-2 beta) (`unit`; the scaling is exact).
+__device__ __forceinline__ double product_value(float p, double) { return p; }
+__device__ __forceinline__ double product_value(int32_t p, double unit) { return static_cast<double>(p) * unit; }
+
+template <int N, typename Digit, typename T>
+__device__ __forceinline__ void accumulate_entries(const typename SliceKind<Digit>::Product* products, const PairLayout& layout,
                                                    int64_t i, int64_t j, int64_t first_row,
                                                    int64_t first_col, int64_t n, int beta,
-                                                   const Operands<T>& in, T* out) {
+                                                   double unit, const Operands<T>& in, T* out) {
   const int64_t gi = first_row + i;
   bool nonfinite = in.nonfinite_a[gi];
   int tau_sums[N];
@@ -59,7 +91,7 @@ __device__ __forceinline__ void accumulate_entries(const float* products, const 
       if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
         value[0] = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
       } else {
-        sum_levels<1>([&](int64_t index, double* v) { v[0] = products[index]; }, layout, i, j + c,
+        sum_levels<1>([&](int64_t index, double* v) { v[0] = product_value(products[index], unit); }, layout, i, j + c,
                       beta, &tau_sums[c], value);
       }
       results[c] = value[0];
@@ -67,12 +99,14 @@ __device__ __forceinline__ void accumulate_entries(const float* products, const 
   } else if constexpr (N == 4) {
     sum_levels<4>(
         [&](int64_t index, double* v) {
-          const float4 q = __ldg(reinterpret_cast<const float4*>(products + index));
-          v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+          using Product4 = typename SliceKind<Digit>::Product4;
+          const Product4 q = __ldg(reinterpret_cast<const Product4*>(products + index));
+          v[0] = product_value(q.x, unit), v[1] = product_value(q.y, unit);
+          v[2] = product_value(q.z, unit), v[3] = product_value(q.w, unit);
         },
         layout, i, j, beta, tau_sums, results);
   } else {
-    sum_levels<N>([&](int64_t index, double* v) { for (int c = 0; c < N; ++c) v[c] = products[index + c]; },
+    sum_levels<N>([&](int64_t index, double* v) { for (int c = 0; c < N; ++c) v[c] = product_value(products[index + c], unit); },
                   layout, i, j, beta, tau_sums, results);
   }
   for (int c = 0; c < N; ++c) out[gi * n + first_col + j + c] = static_cast<T>(results[c]);
@@ -80,10 +114,10 @@ __device__ __forceinline__ void accumulate_entries(const float* products, const 
 
 // rounding="nearest": one entry per thread, summed exactly and rounded once; entries the kept
 // slice products leave undecided (rare) are computed exactly from the inputs.
-template <typename T>
-__global__ void nearest_kernel(const float* products, PairLayout layout, int64_t rows, int64_t cols,
+template <typename P, typename T>
+__global__ void nearest_kernel(const P* products, PairLayout layout, int64_t rows, int64_t cols,
                                int64_t first_row, int64_t first_col, int64_t n, int beta,
-                               Operands<T> in, T* out) {
+                               double unit, Operands<T> in, T* out) {
   const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (j >= cols) return;
   const int64_t gj = first_col + j;
@@ -96,7 +130,7 @@ __global__ void nearest_kernel(const float* products, PairLayout layout, int64_t
     } else {
       bool undecided;
       const DroppedBound dropped = dropped_bound(layout, beta, in.k, in.span_a[gi], in.span_b[gj]);
-      value = nearest_from_levels([&](int64_t index, double* v) { v[0] = __ldg(products + index); },
+      value = nearest_from_levels([&](int64_t index, double* v) { v[0] = product_value(__ldg(products + index), unit); },
                                   layout, i, j, beta, tau_sum, dropped, format_of<T>(), &undecided);
       if (undecided) {
         value = exact_dot_rounded(in.a + gi * in.k, in.bt + gj * in.k, in.k,
@@ -110,83 +144,91 @@ __global__ void nearest_kernel(const float* products, PairLayout layout, int64_t
 // Each thread sums 4 consecutive entries of a row with 16-byte loads (the workspace's leading
 // dimension is a multiple of 8 floats, so every group of 4 is aligned); a ragged tail of the row
 // is summed one entry at a time.
-template <typename T>
-__global__ void accumulate_kernel(const float* products, PairLayout layout, int64_t rows,
-                                  int64_t cols, int64_t first_row, int64_t first_col, int64_t n,
-                                  int beta, Operands<T> in, T* out) {
+template <typename Digit, typename T>
+__global__ void accumulate_kernel(const typename SliceKind<Digit>::Product* products,
+                                  PairLayout layout, int64_t rows, int64_t cols, int64_t first_row,
+                                  int64_t first_col, int64_t n, int beta, double unit,
+                                  Operands<T> in, T* out) {
   const int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 4;
   if (j >= cols) return;
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
     if (j + 4 <= cols) {
-      accumulate_entries<4>(products, layout, i, j, first_row, first_col, n, beta, in, out);
+      accumulate_entries<4, Digit>(products, layout, i, j, first_row, first_col, n, beta, unit, in, out);
     } else {
       for (int64_t c = j; c < cols; ++c) {
-        accumulate_entries<1>(products, layout, i, c, first_row, first_col, n, beta, in, out);
+        accumulate_entries<1, Digit>(products, layout, i, c, first_row, first_col, n, beta, unit, in, out);
       }
     }
   }
 }
 
-template <typename T>
+template <typename Digit, typename T>
 void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool fast, bool nearest,
                  int beta, int64_t budget, T* out, const at::TensorOptions& options) {
-  const int64_t k_stride = padded_inner(in.k);
+  using Product = typename SliceKind<Digit>::Product;
+  constexpr bool int8 = std::is_same_v<Digit, int8_t>;
+  const double unit = int8 ? pow2(-2 * beta) : 1.0;
+  // INT8 operands want rows of 16 bytes.
+  const int64_t k_stride = int8 ? round_up(in.k, 16) : padded_inner(in.k);
   const PairLayout pairs_shape{slices, fast, 0, 0};
-  const WorkspaceShape shape{k_stride, slices, pairs_shape.total_blocks(), 2, 4, kProductColumnAlign};
+  const WorkspaceShape shape{k_stride, slices, pairs_shape.total_blocks(), sizeof(Digit), 4,
+                             kProductColumnAlign};
   ChunkPlan plan = plan_chunks(m, n, shape, budget);
   // cuBLAS takes int sizes: the stacked operand must stay below 2^31 rows.
   plan.rows = std::min<int64_t>(plan.rows, (int64_t(1) << 31) / (slices + 1));
   const int64_t ld = round_up(plan.cols, kProductColumnAlign);
 
-  at::Tensor a_slices = at::empty({slices * plan.rows * k_stride}, options.dtype(at::kHalf));
-  at::Tensor b_slices = at::empty({slices * plan.cols * k_stride}, options.dtype(at::kHalf));
-  at::Tensor products = at::empty({pairs_shape.total_blocks() * plan.rows * ld}, options.dtype(at::kFloat));
-  auto* a_half = reinterpret_cast<__half*>(a_slices.mutable_data_ptr<at::Half>());
-  auto* b_half = reinterpret_cast<__half*>(b_slices.mutable_data_ptr<at::Half>());
-  float* product_data = products.mutable_data_ptr<float>();
+  const auto digit_dtype = int8 ? at::kChar : at::kHalf;
+  at::Tensor a_slices = at::empty({slices * plan.rows * k_stride}, options.dtype(digit_dtype));
+  at::Tensor b_slices = at::empty({slices * plan.cols * k_stride}, options.dtype(digit_dtype));
+  at::Tensor products = at::empty({pairs_shape.total_blocks() * plan.rows * ld},
+                                  options.dtype(int8 ? at::kInt : at::kFloat));
+  auto* a_digits = static_cast<Digit*>(a_slices.mutable_data_ptr());
+  auto* b_digits = static_cast<Digit*>(b_slices.mutable_data_ptr());
+  auto* product_data = static_cast<Product*>(products.mutable_data_ptr());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   const bool single_row_chunk = plan.rows >= m;
 
   if (single_row_chunk) {
-    launch_split_rows(in.a, in.k, 0, m, k_stride, in.tau_a, slices, beta, a_half, stream);
+    launch_split_rows(in.a, in.k, 0, m, k_stride, in.tau_a, slices, beta, a_digits, stream);
   }
   for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
     const int64_t cols = std::min(plan.cols, n - j0);
-    launch_split_rows(in.bt, in.k, j0, cols, k_stride, in.tau_b, slices, beta, b_half, stream);
+    launch_split_rows(in.bt, in.k, j0, cols, k_stride, in.tau_b, slices, beta, b_digits, stream);
     for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
       const int64_t rows = std::min(plan.rows, m - i0);
       if (!single_row_chunk) {
-        launch_split_rows(in.a, in.k, i0, rows, k_stride, in.tau_a, slices, beta, a_half, stream);
+        launch_split_rows(in.a, in.k, i0, rows, k_stride, in.tau_a, slices, beta, a_digits, stream);
       }
       const PairLayout layout{slices, fast, rows, ld};
       for (int q = 0; q < slices; ++q) {
-        exact_half_gemm(handle, b_half + q * cols * k_stride, a_half, cols, layout.rows_for(q) * rows,
+        SliceKind<Digit>::gemm(handle, b_digits + q * cols * k_stride, a_digits, cols, layout.rows_for(q) * rows,
                         k_stride, product_data + layout.block_start(q) * rows * ld, ld);
       }
       constexpr int threads = 128;
       if (nearest) {
         const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)),
                         static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
-        nearest_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0, n,
-                                                        beta, in, out);
+        nearest_kernel<Product, T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0,
+                                                                 j0, n, beta, unit, in, out);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         continue;
       }
       const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)),
                       static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
-      accumulate_kernel<T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0, j0,
-                                                         n, beta, in, out);
+      accumulate_kernel<Digit, T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0,
+                                                                j0, n, beta, unit, in, out);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
 }
 
-at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                     const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
-                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
-                     bool fast, bool nearest, int64_t workspace_bytes) {
-  constexpr const char* op = "ozaki::gemm_fp16";
+at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                       const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
+                       const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
+                       bool fast, bool nearest, bool int8, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_slices";
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
   check_same_operands(a, bt, op);
@@ -197,7 +239,7 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
   check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
   const c10::cuda::CUDAGuard guard(a.device());
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
-  const int beta = digit_bits_checked(k, op);
+  const int beta = slice_digit_bits_checked(k, int8, op);
   at::Tensor out = at::empty({m, n}, a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
@@ -205,14 +247,19 @@ at::Tensor gemm_fp16(const at::Tensor& a, const at::Tensor& bt, const at::Tensor
                                 tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
                                 span_a.const_data_ptr<int>(), span_b.const_data_ptr<int>(),
                                 nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
-    gemm_chunks<scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
-                          out.mutable_data_ptr<scalar_t>(), a.options());
+    if (int8) {
+      gemm_chunks<int8_t, scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
+                                    out.mutable_data_ptr<scalar_t>(), a.options());
+    } else {
+      gemm_chunks<__half, scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
+                                    out.mutable_data_ptr<scalar_t>(), a.options());
+    }
   });
   return out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("gemm_fp16", &gemm_fp16); }
+TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("gemm_slices", &gemm_slices); }
 
 }  // namespace ozaki::cuda

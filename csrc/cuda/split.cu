@@ -5,7 +5,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "../checks.h"
+#include "launch.cuh"
 #include "split.cuh"
 
 namespace ozaki::cuda {
@@ -43,11 +46,20 @@ __global__ void row_stats_kernel(const T* a, int64_t k, int* tau, int* bit_span,
   }
 }
 
-// Each thread splits 4 consecutive entries and writes each of their slices as one 8-byte store.
-template <typename T>
+// A digit as stored: FP16 slices hold d * 2^-beta, INT8 slices the integer d (|d| <= 64).
+__device__ __forceinline__ void store_digit(double scaled_digit, int, __half* out) {
+  *out = __double2half(scaled_digit);
+}
+__device__ __forceinline__ void store_digit(double scaled_digit, int beta, int8_t* out) {
+  *out = static_cast<int8_t>(scaled_digit * pow2(beta));
+}
+
+// Each thread splits 4 consecutive entries and writes each of their slices with one store.
+template <typename T, typename Digit>
 __global__ void split_rows_kernel(const T* a, int64_t k, int64_t first_row, int64_t rows,
                                   int64_t k_stride, const int* tau, int slices, int beta,
-                                  __half* out) {
+                                  Digit* out) {
+  using Group = std::conditional_t<sizeof(Digit) == 2, uint2, uint32_t>;
   const int64_t groups_per_row = k_stride / 4;
   const int64_t groups = rows * groups_per_row;
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
@@ -63,19 +75,13 @@ __global__ void split_rows_kernel(const T* a, int64_t k, int64_t first_row, int6
       remainder[c] = scaled_entry(l < k ? static_cast<double>(entries[l]) : 0.0, row_tau);
     }
     for (int p = 0; p < slices; ++p) {
-      __align__(8) __half digits[4];
+      __align__(8) Digit digits[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) digits[c] = __double2half(next_slice(&remainder[c], p, beta));
-      *reinterpret_cast<uint2*>(out + (p * rows + r) * k_stride + l0) =
-          *reinterpret_cast<const uint2*>(digits);
+      for (int c = 0; c < 4; ++c) store_digit(next_slice(&remainder[c], p, beta), beta, &digits[c]);
+      *reinterpret_cast<Group*>(out + (p * rows + r) * k_stride + l0) =
+          *reinterpret_cast<const Group*>(digits);
     }
   }
-}
-
-int grid_for(int64_t work, int threads) {
-  const int64_t blocks = (work + threads - 1) / threads;
-  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
-  return static_cast<int>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
 }  // namespace
@@ -88,23 +94,27 @@ void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_sp
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T>
+template <typename T, typename Digit>
 void launch_split_rows(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
-                       const int* tau, int slices, int beta, __half* out, cudaStream_t stream) {
+                       const int* tau, int slices, int beta, Digit* out, cudaStream_t stream) {
   TORCH_INTERNAL_ASSERT(k_stride % 4 == 0 && k_stride >= k);
   if (rows == 0 || k_stride == 0) return;
   constexpr int threads = 256;
-  split_rows_kernel<T><<<grid_for(rows * (k_stride / 4), threads), threads, 0, stream>>>(
+  split_rows_kernel<T, Digit><<<grid_for(rows * (k_stride / 4), threads), threads, 0, stream>>>(
       a, k, first_row, rows, k_stride, tau, slices, beta, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template void launch_row_stats<float>(const float*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
 template void launch_row_stats<double>(const double*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
-template void launch_split_rows<float>(const float*, int64_t, int64_t, int64_t, int64_t, const int*,
-                                       int, int, __half*, cudaStream_t);
-template void launch_split_rows<double>(const double*, int64_t, int64_t, int64_t, int64_t, const int*,
-                                        int, int, __half*, cudaStream_t);
+template void launch_split_rows<float, __half>(const float*, int64_t, int64_t, int64_t, int64_t,
+                                               const int*, int, int, __half*, cudaStream_t);
+template void launch_split_rows<double, __half>(const double*, int64_t, int64_t, int64_t, int64_t,
+                                                const int*, int, int, __half*, cudaStream_t);
+template void launch_split_rows<float, int8_t>(const float*, int64_t, int64_t, int64_t, int64_t,
+                                               const int*, int, int, int8_t*, cudaStream_t);
+template void launch_split_rows<double, int8_t>(const double*, int64_t, int64_t, int64_t, int64_t,
+                                                const int*, int, int, int8_t*, cudaStream_t);
 
 namespace {
 

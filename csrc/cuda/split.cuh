@@ -13,10 +13,11 @@ template <typename T>
 void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span, bool* nonfinite,
                       cudaStream_t stream);
 
-// FP16 slices of rows [first_row, first_row + rows) of a (row-major, k columns), written to
+// FP16 (Digit = __half, d * 2^-beta) or INT8 (Digit = int8_t, d) slices of rows
+// [first_row, first_row + rows) of a (row-major, k columns), written to
 // out[(p * rows + r) * k_stride + l]; columns k .. k_stride - 1 (k_stride % 4 == 0) are zeroed.
-template <typename T>
+template <typename T, typename Digit>
 void launch_split_rows(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
-                       const int* tau, int slices, int beta, __half* out, cudaStream_t stream);
+                       const int* tau, int slices, int beta, Digit* out, cudaStream_t stream);
 
 }  // namespace ozaki::cuda

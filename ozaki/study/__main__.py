@@ -9,8 +9,10 @@ import torch
 
 from ozaki import _ops
 from ozaki.cli import (DTYPES, MAX_INNER, check_output_path, check_plot_path, device_name,
-                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
-                       slice_count)
+                       moduli_count, nonnegative_int, per_dtype_paths, phi_value, positive_int,
+                       resolve_device, slice_count)
+from ozaki.moduli import MAX_INNER as CRT_MAX_INNER
+from ozaki.moduli import MAX_MODULI
 from ozaki.progress import Progress
 from ozaki.slicing import MAX_SLICES
 
@@ -25,6 +27,11 @@ def inner_dimension(text):
     return value
 
 
+def _modes_by_backend():
+    return "; ".join(f"{backend}: {' '.join(modes)}"
+                     for backend, modes in errors.BACKEND_MODES.items())
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m ozaki.study",
@@ -34,11 +41,13 @@ def build_parser():
 
     study = commands.add_parser(
         "accuracy", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        help="error against exact references vs slices, mode, phi and k, next to native matmul",
+        help="error against exact references vs backend, slices, mode, phi and k, next to native "
+             "matmul",
         description="Error of ozaki.dgemm / ozaki.sgemm against the exact product (every entry "
-                    "of a size x size product), versus slice count, mode, phi and k, next to "
-                    "torch's native float64/float32 matmul (TF32 off) on the same inputs. Inputs: "
-                    "ozaki.accuracy.phi_matrix, drawn afresh for each (dtype, phi, k) from --seed.")
+                    "of a size x size product), versus backend, slice or moduli count, mode, phi "
+                    "and k, next to torch's native float64/float32 matmul (TF32 off) on the same "
+                    "inputs. Inputs: ozaki.accuracy.phi_matrix, drawn afresh for each (dtype, phi, "
+                    "k) from --seed.")
     study.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     study.add_argument("--phi", nargs="+", type=phi_value, default=[0.1, 0.5, 1.0, 2.0, 4.0],
                        help="exponent spreads of the inputs (rand - 0.5) * exp(phi * randn)")
@@ -46,12 +55,20 @@ def build_parser():
                        help="inner dimensions")
     study.add_argument("--size", type=positive_int, default=24,
                        help="m = n: rows of A and columns of B (every entry is checked)")
-    study.add_argument("--modes", nargs="+", choices=list(errors.MODES), default=list(errors.MODES),
-                       help="fast / all-pairs: every count of --slices; auto: ozaki's default "
-                            "call; nearest: rounding='nearest'. Native matmul is always measured")
+    study.add_argument("--backends", nargs="+", choices=list(errors.BACKENDS), default=["fp16"],
+                       help="the backend= of every ozaki call; each runs the modes of --modes it "
+                            f"has ({_modes_by_backend()})")
+    study.add_argument("--modes", nargs="+", choices=list(errors.MODES), default=None,
+                       help="fast / all-pairs: every count of --slices; moduli: every count of "
+                            "--moduli; auto: the automatic plan of the backend; nearest: "
+                            "rounding='nearest'. Native matmul is always measured (default: "
+                            "every mode of each backend)")
     study.add_argument("--slices", nargs="+", type=slice_count, metavar="S",
                        help="slice counts of the fast and all-pairs modes (default: 1..14 for "
                             f"float64, 1..7 for float32; at most {MAX_SLICES})")
+    study.add_argument("--moduli", nargs="+", type=moduli_count, metavar="N",
+                       help="moduli counts of the moduli mode, backend crt (default: 12..16 for "
+                            f"float64, 6..10 for float32; at most {MAX_MODULI})")
     study.add_argument("--reference", choices=["int", "mpmath"], default="int",
                        help="exact reference: Python integers, or mpmath at exact precision")
     study.add_argument("--device", default=None,
@@ -61,7 +78,7 @@ def build_parser():
     study.add_argument("--plot", metavar="PATH",
                        help="draw the error against the slice count with ozaki.plots: PATH (.png, "
                             ".pdf, .svg) for one --dtype, PATH-float64 / PATH-float32 for both; "
-                            "needs matplotlib and the fast mode")
+                            "needs matplotlib and the fast mode of backend fp16 or int8")
     study.add_argument("--quiet", action="store_true", help="no progress bar")
 
     repro = commands.add_parser(
@@ -81,6 +98,9 @@ def build_parser():
     repro.add_argument("--devices", nargs="+", default=None,
                        help="cpu, cuda, cuda:I (default: cpu, and every visible CUDA device when "
                             "ozaki has its CUDA backend)")
+    repro.add_argument("--backends", nargs="+", choices=list(reproducibility.BACKENDS),
+                       default=list(reproducibility.DEFAULT_BACKENDS),
+                       help="the backend= of the products; each adds its own products")
     repro.add_argument("--phi", type=phi_value, default=1.0)
     repro.add_argument("--seed", type=nonnegative_int, default=0)
     repro.add_argument("--repeats", type=positive_int, default=2, help="runs per setting")
@@ -96,18 +116,61 @@ def parse_args(argv=None):
         args.dtype = list(dict.fromkeys(args.dtype))
         check_output_path(parser, "--csv", args.csv)
         check_plot_path(parser, "--plot", args.plot)
-        if args.plot and "fast" not in args.modes:
-            parser.error("argument --plot: the figure shows fast mode; add fast to --modes")
+        check_backends_and_modes(parser, args)
     else:
+        args.backends = list(dict.fromkeys(args.backends))
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
         for m, k, n in args.shapes:
             if k > MAX_INNER:
                 parser.error(f"argument --shape: k = {k} exceeds 2^22, the limit of exact FP16 "
                              "slice products")
+            problem = errors.moduli_problem(reproducibility.MODULI_COUNTS, k)
+            if problem and "crt" in args.backends:
+                parser.error(f"argument --shape: {problem}; leave crt out of --backends")
         args.threads = list(dict.fromkeys(args.threads or [1, 2, torch.get_num_threads()]))
         args.devices = default_devices() if args.devices is None else [
             resolve_device(parser, text, "--devices") for text in dict.fromkeys(args.devices)]
     return args
+
+
+def check_backends_and_modes(parser, args):
+    """--backends, --modes, --moduli and --plot of the accuracy study fit together: every named
+    mode runs with some backend, every backend runs some mode, and backend crt can run its counts
+    at every k."""
+    args.backends = list(dict.fromkeys(args.backends))
+    if args.modes is None:
+        args.modes = list(errors.MODES)
+    else:
+        args.modes = list(dict.fromkeys(args.modes))
+        for mode in args.modes:
+            if not any(mode in errors.BACKEND_MODES[b] for b in args.backends):
+                runs = [b for b, modes in errors.BACKEND_MODES.items() if mode in modes]
+                parser.error(f"argument --modes: {mode} runs with backend {' or '.join(runs)}, "
+                             f"not with --backends {' '.join(args.backends)}")
+        for backend in args.backends:
+            if not any(mode in errors.BACKEND_MODES[backend] for mode in args.modes):
+                parser.error(f"argument --modes: backend {backend} runs none of "
+                             f"{' '.join(args.modes)} (it runs "
+                             f"{' '.join(errors.BACKEND_MODES[backend])})")
+    if args.moduli is not None and "crt" not in args.backends:
+        parser.error("argument --moduli: the moduli mode runs with backend crt; add crt to "
+                     "--backends")
+    if args.moduli is not None and "moduli" not in args.modes:
+        parser.error("argument --moduli: add moduli to --modes")
+    if "crt" in args.backends and ("moduli" in args.modes or "auto" in args.modes):
+        # the default counts run at every k up to the limit
+        counts = args.moduli if args.moduli and "moduli" in args.modes else []
+        for k in args.k:
+            problem = errors.moduli_problem(counts, k)
+            if problem:
+                option = "--k" if k > CRT_MAX_INNER else "--moduli"
+                parser.error(f"argument {option}: {problem}")
+    if args.plot:
+        if "fast" not in args.modes:
+            parser.error("argument --plot: the figure shows fast mode; add fast to --modes")
+        if not {"fp16", "int8"} & set(args.backends):
+            parser.error("argument --plot: the figure shows fast mode, which runs with backend "
+                         "fp16 or int8; add one to --backends")
 
 
 def default_devices():
@@ -138,11 +201,11 @@ def run_accuracy(args):
     cases = errors.cases_for([DTYPES[name] for name in args.dtype], args.phi, args.k, args.size)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     print(f"accuracy study on {device_name(args.device)} ({args.device}), {date}, torch "
-          f"{torch.__version__}: {len(cases)} cases of {args.size} x k x {args.size}, exact "
-          f"reference: {args.reference}", flush=True)
+          f"{torch.__version__}: {len(cases)} cases of {args.size} x k x {args.size}, backends "
+          f"{' '.join(args.backends)}, exact reference: {args.reference}", flush=True)
     progress = Progress(len(cases), "accuracy", enabled=not args.quiet)
     rows = errors.error_study(cases, args.modes, args.slices, args.seed, args.device,
-                              args.reference, progress)
+                              args.reference, progress, args.backends, args.moduli)
     progress.close()
     if args.csv:
         write_csv(args.csv, rows)
@@ -160,10 +223,10 @@ def run_accuracy(args):
 
 def run_reproducibility(args):
     print(f"reproducibility check on {reproducibility.describe_devices(args.devices)}", flush=True)
-    steps = len(args.shapes) * len(reproducibility.PRODUCTS)
+    steps = len(args.shapes) * len(reproducibility.products(args.backends))
     progress = Progress(steps, "reproducibility", enabled=not args.quiet)
     report = reproducibility.check(args.shapes, args.devices, args.threads, args.seed, args.phi,
-                                   args.repeats, progress)
+                                   args.repeats, progress, args.backends)
     progress.close()
     print(report.verdict())
     return 0 if report.reproducible else 1

@@ -1,9 +1,9 @@
 """Bitwise reproducibility check (`python -m ozaki.study reproducibility`).
 
-Computes dgemm and sgemm products in several modes under every requested CPU thread count and on
-every requested CUDA device (default stream and a side stream), `repeats` times each, and compares
-the bit patterns of every result with the first setting's first run. NaN payloads and the sign of
-zero count: the comparison is on the raw bits.
+Computes dgemm and sgemm products in several modes of every requested backend under every requested
+CPU thread count and on every requested CUDA device (default stream and a side stream), `repeats`
+times each, and compares the bit patterns of every result with the first setting's first run. NaN
+payloads and the sign of zero count: the comparison is on the raw bits.
 """
 
 from contextlib import contextmanager, nullcontext
@@ -15,15 +15,51 @@ import ozaki
 from ozaki import accuracy
 from ozaki.cli import device_name
 
-#: (label, dtype, options): the default plan, the correctly rounded mode, a short fast plan (most
-#: of the product is truncated, so any change in the summation shows) and all pairs.
-PRODUCTS = [("dgemm", torch.float64, {}),
-            ("dgemm nearest", torch.float64, {"rounding": "nearest"}),
-            ("dgemm s=3 fast", torch.float64, {"slices": 3, "fast": True}),
-            ("dgemm s=6 all pairs", torch.float64, {"slices": 6, "fast": False}),
-            ("sgemm", torch.float32, {}),
-            ("sgemm nearest", torch.float32, {"rounding": "nearest"}),
-            ("sgemm s=2 fast", torch.float32, {"slices": 2, "fast": True})]
+#: The backends the check can pass to ozaki (backend=), and those it checks by default.
+BACKENDS = ("fp16", "int8", "crt", "auto")
+DEFAULT_BACKENDS = ("fp16", "int8", "crt")
+#: (label suffix, dtype, options) per backend: the automatic plan, the correctly rounded mode and,
+#: for scheme I, a short fast plan (most of the product is truncated, so any change in the
+#: summation shows) and all pairs; for scheme II, short moduli counts (coarse scaling).
+_SCHEME_ONE = [("", torch.float64, {}),
+               ("nearest", torch.float64, {"rounding": "nearest"}),
+               ("s=3 fast", torch.float64, {"slices": 3, "fast": True}),
+               ("s=6 all pairs", torch.float64, {"slices": 6, "fast": False}),
+               ("", torch.float32, {}),
+               ("nearest", torch.float32, {"rounding": "nearest"}),
+               ("s=2 fast", torch.float32, {"slices": 2, "fast": True})]
+#: Moduli counts of the crt products, each at least crt.smallest_moduli(k) for every k <= 2^17 - 1.
+MODULI_COUNTS = (8, 4)
+_BACKEND_PRODUCTS = {
+    "fp16": _SCHEME_ONE,
+    "int8": _SCHEME_ONE,
+    "crt": [("", torch.float64, {}),
+            ("nearest", torch.float64, {"rounding": "nearest"}),
+            (f"moduli={MODULI_COUNTS[0]}", torch.float64, {"moduli": MODULI_COUNTS[0]}),
+            ("", torch.float32, {}),
+            ("nearest", torch.float32, {"rounding": "nearest"}),
+            (f"moduli={MODULI_COUNTS[1]}", torch.float32, {"moduli": MODULI_COUNTS[1]})],
+    "auto": [("", torch.float64, {}),
+             ("nearest", torch.float64, {"rounding": "nearest"}),
+             ("", torch.float32, {}),
+             ("nearest", torch.float32, {"rounding": "nearest"})],
+}
+
+
+def products(backends=DEFAULT_BACKENDS):
+    """(label, dtype, options) of every product, backend by backend: labels such as 'dgemm fp16',
+    'dgemm crt nearest', 'sgemm int8 s=2 fast'; options always hold backend=."""
+    found = []
+    for backend in dict.fromkeys(backends):
+        for suffix, dtype, options in _BACKEND_PRODUCTS[backend]:
+            name = "dgemm" if dtype == torch.float64 else "sgemm"
+            label = " ".join(filter(None, [name, backend, suffix]))
+            found.append((label, dtype, {"backend": backend, **options}))
+    return found
+
+
+#: The products of the default backends.
+PRODUCTS = products()
 DEFAULT_SHAPES = [(67, 300, 45), (128, 1025, 96), (9, 4097, 33)]
 BIT_VIEWS = {torch.float64: torch.int64, torch.float32: torch.int32}
 
@@ -131,18 +167,24 @@ def differing_entries(result, reference):
     return count, first
 
 
-def check(shapes, devices, threads, seed=0, phi=1.0, repeats=2, progress=None):
-    """Report of the bitwise comparison; `progress` (ozaki.progress.Progress or None) steps once
-    per (shape, product)."""
+def check(shapes, devices, threads, seed=0, phi=1.0, repeats=2, progress=None,
+          backends=DEFAULT_BACKENDS):
+    """Report of the bitwise comparison of the products of `backends` (BACKENDS); `progress`
+    (ozaki.progress.Progress or None) steps once per (shape, product)."""
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"check: backends must be among {', '.join(BACKENDS)}, got "
+                         f"{unknown[0]!r}")
     settings = settings_for(devices, threads)
-    report = Report(settings[0].label(), [s.label() for s in settings], len(PRODUCTS),
+    chosen = products(backends)
+    report = Report(settings[0].label(), [s.label() for s in settings], len(chosen),
                     [tuple(s) for s in shapes], repeats)
     for shape in shapes:
         m, k, n = shape
         generator = torch.Generator().manual_seed(seed)
         A = accuracy.phi_matrix(m, k, phi, generator)
         B = accuracy.phi_matrix(k, n, phi, generator)
-        for label, dtype, options in PRODUCTS:
+        for label, dtype, options in chosen:
             a, b = A.to(dtype), B.to(dtype)
             reference = None
             for setting in settings:

@@ -1,0 +1,273 @@
+// Host/device-neutral core of Ozaki scheme II (backend="crt"; docs/algorithm.md, "Scheme II").
+//
+// Rows of A and columns of B are scaled by powers of two and rounded to integers A', B'; A'B' is
+// computed exactly from one INT8 GEMM per modulus on symmetric residues and rebuilt by the Chinese
+// Remainder Theorem; the exact integer is rounded once to the output format. Like scheme.h, this
+// code runs unchanged on the CPU and the GPU, in integer arithmetic or exact floating point, so
+// both backends return the same bits.
+#pragma once
+
+#include <type_traits>
+
+#include "exact.h"
+
+namespace ozaki {
+
+constexpr int kMaxModuli = 16;
+// Pairwise coprime, largest first (greedy from 256 down). A residue of each fits INT8:
+// [-128, 127] for 256, [-(p - 1) / 2, (p - 1) / 2] for the odd ones.
+constexpr int kModuli[kMaxModuli] = {256, 255, 253, 251, 247, 241, 239, 233,
+                                     229, 227, 223, 217, 211, 199, 197, 193};
+// Products of residues are at most 2^14: k of them stay below 2^31 (exact INT32 accumulation).
+constexpr int64_t kCrtMaxInner = (int64_t(1) << 17) - 1;
+// Rounded operands are int64: every |A'_il| <= 2^62 + 1/2.
+constexpr int kCrtMaxScaleBits = 62;
+// Norm bounds use squares of magnitudes rounded up onto the grid 2^-16 of the row's maximum.
+constexpr int kNormGridBits = 16;
+// Magnitude digits of the plan's estimate: floor(|a| 2^-tau 2^7) in [0, 127].
+constexpr int kCrtMagnitudeBits = 7;
+
+// Constants of the reconstruction for the first N moduli, all computed at compile time so the
+// kernels see them as immediates: P = p_1 ... p_N and, per modulus, P / p_i in 32-bit limbs and
+// (P / p_i)^-1 mod p_i.
+struct Limbs {
+  uint32_t w[4];
+};
+// prod_{j < n, j != skip} p_j as four 32-bit limbs (small-factor multiplications with carries).
+constexpr Limbs product_limbs(int n, int skip) {
+  Limbs out{{1, 0, 0, 0}};
+  for (int j = 0; j < n; ++j) {
+    if (j == skip) continue;
+    uint64_t carry = 0;
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t t = uint64_t(out.w[w]) * uint64_t(kModuli[j]) + carry;
+      out.w[w] = static_cast<uint32_t>(t);
+      carry = t >> 32;
+    }
+  }
+  return out;
+}
+// (prod_{j < n, j != i} p_j)^-1 mod p_i.
+constexpr int partial_inverse(int n, int i) {
+  const int p = kModuli[i];
+  int residue = 1;
+  for (int j = 0; j < n; ++j) {
+    if (j != i) residue = (residue * (kModuli[j] % p)) % p;
+  }
+  for (int inverse = 1; inverse < p; ++inverse) {
+    if ((inverse * residue) % p == 1) return inverse;
+  }
+  return 0;  // unreachable: the moduli are pairwise coprime
+}
+// Scalar members only: device code may read those as constants.
+template <int N, int I>
+struct CrtTerm {
+  static constexpr uint32_t partial0 = product_limbs(N, I).w[0];
+  static constexpr uint32_t partial1 = product_limbs(N, I).w[1];
+  static constexpr uint32_t partial2 = product_limbs(N, I).w[2];
+  static constexpr uint32_t partial3 = product_limbs(N, I).w[3];
+  static constexpr int inverse = partial_inverse(N, I);
+};
+template <int N>
+struct CrtProduct {
+  static constexpr uint32_t limb0 = product_limbs(N, -1).w[0];
+  static constexpr uint32_t limb1 = product_limbs(N, -1).w[1];
+  static constexpr uint32_t limb2 = product_limbs(N, -1).w[2];
+  static constexpr uint32_t limb3 = product_limbs(N, -1).w[3];
+};
+
+// Calls f(std::integral_constant<int, I>{}) for I = 0 .. N - 1, so each modulus is a compile-time
+// constant and every "% p" compiles to a multiply-shift.
+template <int I, int N>
+struct ModulusLoop {
+  template <typename F>
+  OZAKI_HD static void run(F& f) {
+    if constexpr (I < N) {
+      f(std::integral_constant<int, I>{});
+      ModulusLoop<I + 1, N>::run(f);
+    }
+  }
+};
+template <int N, typename F>
+OZAKI_HD void for_each_modulus(F f) {
+  ModulusLoop<0, N>::run(f);
+}
+
+// RN(a * 2^shift) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
+// |a| 2^shift <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot).
+OZAKI_HD int64_t scaled_integer(double a, int shift) {
+  if (a == 0.0 || !is_finite(a)) return 0;
+  uint64_t significand;
+  int exponent;
+  integer_significand(a, &significand, &exponent);  // |a| = significand * 2^exponent
+  const int t = exponent + shift;
+  uint64_t magnitude;
+  if (t >= 0) {
+    magnitude = significand << t;
+  } else if (t <= -64) {
+    magnitude = 0;  // below 2^-11 of one unit (significand < 2^53)
+  } else {
+    const int d = -t;
+    const uint64_t kept = significand >> d;
+    const uint64_t rest = significand & ((uint64_t(1) << d) - 1);
+    const uint64_t half = uint64_t(1) << (d - 1);
+    magnitude = kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
+  }
+  return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
+}
+
+// The symmetric residue of x modulo P, from |x| cut into 21-bit parts (every partial sum below
+// 2^31, so one 32-bit remainder by a constant does the reduction).
+template <int P>
+OZAKI_HD int symmetric_residue(int64_t x) {
+  constexpr uint32_t r21 = (uint32_t(1) << 21) % P;
+  constexpr uint32_t r42 = static_cast<uint32_t>((uint64_t(1) << 42) % P);
+  const uint64_t m = x < 0 ? static_cast<uint64_t>(-x) : static_cast<uint64_t>(x);
+  constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
+  const uint32_t sum = static_cast<uint32_t>(m & mask) + static_cast<uint32_t>((m >> 21) & mask) * r21 +
+                       static_cast<uint32_t>(m >> 42) * r42;
+  uint32_t r = sum % P;
+  if (x < 0 && r != 0) r = P - r;
+  return static_cast<int>(r) > (P - 1) / 2 ? static_cast<int>(r) - P : static_cast<int>(r);
+}
+
+// Writes the N residues of RN(a * 2^shift) through store(i, residue).
+template <int N, typename Store>
+OZAKI_HD void residues_of(double a, int shift, Store store) {
+  const int64_t x = scaled_integer(a, shift);
+  for_each_modulus<N>([&](auto index) {
+    constexpr int i = decltype(index)::value;
+    store(i, symmetric_residue<kModuli[i]>(x));
+  });
+}
+
+// RN(sign * (high 2^64 + low) * 2^unit) on the grid of `format`, ties to even (the 128-bit case of
+// round_to_format in exact.h, with the same results, in a few 64-bit operations).
+OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative, int64_t unit,
+                                     RoundingFormat format) {
+  if (high == 0 && low == 0) return 0.0;
+  const int top = high != 0 ? 64 + highest_set_bit(high) : highest_set_bit(low);
+  const int64_t exponent = top + unit;
+  int64_t lowest_kept = exponent - (format.precision - 1);
+  if (lowest_kept < format.min_exponent) lowest_kept = format.min_exponent;
+  const int64_t first = lowest_kept - unit;  // bit index of the last kept bit
+  uint64_t significand;
+  int64_t scale;
+  if (first <= 0) {
+    significand = low;  // top < precision <= 53: the value is exact in low
+    scale = unit;
+  } else {
+    // bits [first, top] (at most precision of them), the half bit and the sticky bits below it
+    const auto bit_range = [&](int64_t from) -> uint64_t {  // (high:low) >> from, from < 128
+      if (from >= 64) return high >> (from - 64);
+      return from == 0 ? low : (low >> from) | (high << (64 - from));
+    };
+    significand = first <= top ? bit_range(first) : 0;
+    const int64_t half_index = first - 1;
+    const bool half = ((half_index >= 64 ? high >> (half_index - 64) : low >> half_index) & 1) != 0;
+    bool sticky;
+    if (half_index >= 64) {
+      sticky = low != 0 || (half_index > 64 && (high & ((uint64_t(1) << (half_index - 64)) - 1)) != 0);
+    } else {
+      sticky = half_index > 0 && (low & ((uint64_t(1) << half_index) - 1)) != 0;
+    }
+    if (half && (sticky || (significand & 1))) ++significand;
+    scale = lowest_kept;
+  }
+  const int clamped = scale > 4096 ? 4096 : (scale < -4096 ? -4096 : static_cast<int>(scale));
+  const double value = scale_by_power_of_two(static_cast<double>(significand), clamped);
+  return negative ? -value : value;
+}
+
+// The exact X = (A'B')_ij, |X| < P / 2, from its residues r_i = X mod p_i (load(i) returns the
+// INT32 GEMM result of modulus i, any representative), rounded once: RN(X * 2^unit) in `format`.
+//   S = sum_i u_i (P / p_i) with u_i = r_i (P / p_i)^-1 mod p_i is X mod P, and
+//   S / P = sum_i u_i / p_i = q + X / P, so q = rint(sum_i u_i / p_i) (the plan keeps |X| / P at
+//   most 1/2 - 2^-30, far above the float error of that sum) and X = S - q P.
+template <int N, typename Load>
+OZAKI_HD double crt_reconstruct(Load load, int64_t unit, RoundingFormat format) {
+  uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
+  double fraction = 0.0;
+  for_each_modulus<N>([&](auto index) {
+    constexpr int i = decltype(index)::value;
+    constexpr int p = kModuli[i];
+    using Term = CrtTerm<N, i>;
+    int r = static_cast<int>(load(i) % p);
+    if (r < 0) r += p;
+    const uint32_t u = static_cast<uint32_t>(r * Term::inverse) % p;
+    fraction += static_cast<double>(u) * (1.0 / p);
+    limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
+    limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
+    limbs[2] += static_cast<uint64_t>(u) * Term::partial2;
+    limbs[3] += static_cast<uint64_t>(u) * Term::partial3;
+  });
+  const int64_t q = static_cast<int64_t>(rint(fraction));
+  // X = S - q P, carried into two's complement 128 bits, then its sign and magnitude.
+  const int64_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
+                              CrtProduct<N>::limb3};
+  int64_t carry = 0;
+  uint32_t word[4];
+  for (int w = 0; w < 4; ++w) {
+    const int64_t t = static_cast<int64_t>(limbs[w]) - q * product[w] + carry;
+    word[w] = static_cast<uint32_t>(t);
+    carry = (t - static_cast<int64_t>(word[w])) / (int64_t(1) << 32);  // exact division
+  }
+  uint64_t low = uint64_t(word[0]) | (uint64_t(word[1]) << 32);
+  uint64_t high = uint64_t(word[2]) | (uint64_t(word[3]) << 32);
+  const bool negative = carry < 0;
+  if (negative) {  // |X| = -X in 128-bit two's complement
+    low = ~low + 1;
+    high = ~high + (low == 0 ? 1 : 0);
+  }
+  return round_wide_to_format(high, low, negative, unit, format);
+}
+
+// Runs f(std::integral_constant<int, N>{}) for a run-time moduli count 1 <= moduli <= kMaxModuli.
+template <typename F>
+void with_moduli_count(int moduli, F f) {
+  switch (moduli) {
+#define OZAKI_MODULI_CASE(n) \
+  case n:                    \
+    f(std::integral_constant<int, n>{}); \
+    break;
+    OZAKI_MODULI_CASE(1) OZAKI_MODULI_CASE(2) OZAKI_MODULI_CASE(3) OZAKI_MODULI_CASE(4)
+    OZAKI_MODULI_CASE(5) OZAKI_MODULI_CASE(6) OZAKI_MODULI_CASE(7) OZAKI_MODULI_CASE(8)
+    OZAKI_MODULI_CASE(9) OZAKI_MODULI_CASE(10) OZAKI_MODULI_CASE(11) OZAKI_MODULI_CASE(12)
+    OZAKI_MODULI_CASE(13) OZAKI_MODULI_CASE(14) OZAKI_MODULI_CASE(15) OZAKI_MODULI_CASE(16)
+#undef OZAKI_MODULI_CASE
+    default:
+      break;
+  }
+}
+
+// ---- Plan inputs (docs/accuracy.md, "Scheme II") ------------------------------------------------
+
+// ceil(|a| 2^-tau 2^16)^2: summed over a row (exactly, in uint64) it bounds ||row||^2 from above
+// in units of 2^(2 tau - 32).
+OZAKI_HD uint64_t norm_square_units(double a, int tau) {
+  if (a == 0.0 || !is_finite(a)) return 0;
+  const double x = abs_value(scaled_entry(a, tau)) * pow2(kNormGridBits);  // exact, <= 2^16
+  const uint64_t u = static_cast<uint64_t>(ceil(x));
+  return u * u;
+}
+
+// nu with ||row||_2 <= 2^nu, from tau and the sum of norm_square_units: the smallest e with
+// 4^e >= sum gives nu = tau - 16 + e. A zero row gets nu = tau.
+OZAKI_HD int norm_exponent(uint64_t square_sum, int tau) {
+  if (square_sum == 0) return tau;
+  const int e = square_sum == 1 ? 0 : (highest_set_bit(square_sum - 1) + 2) / 2;
+  return tau - kNormGridBits + e;
+}
+
+// 2^(tau - nu - 7): the digit products L_ij of magnitude_digit times factor_i * factor_j bound
+// (|A||B|)_ij 2^-(nu_i + nu_j) from below. tau - nu lies in [-ceil(log2 k) / 2 - 1, 1]
+// (norm_exponent), so the factors and the products are exact.
+OZAKI_HD double magnitude_factor(int tau, int nu) { return pow2(tau - nu - kCrtMagnitudeBits); }
+
+// floor(|a| 2^-tau 2^7): a lower bound of |a| 2^-tau on the grid 2^-7, at most 127.
+OZAKI_HD int magnitude_digit(double a, int tau) {
+  if (a == 0.0 || !is_finite(a)) return 0;
+  return static_cast<int>(floor(abs_value(scaled_entry(a, tau)) * pow2(kCrtMagnitudeBits)));
+}
+
+}  // namespace ozaki

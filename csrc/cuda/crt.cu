@@ -1,0 +1,324 @@
+// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude
+// and ozaki::gemm_crt.
+//
+// Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
+// (one read of the input), one exact INT8 GEMM per modulus, and one pass that reads every
+// modulus's INT32 result once, rebuilds the exact integer and writes C. Exactness makes the
+// result independent of chunking, GEMM algorithm and stream, and equal to the CPU kernel's.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../checks.h"
+#include "../crt.h"
+#include "../workspace.h"
+#include "int8_gemm.cuh"
+#include "launch.cuh"
+
+namespace ozaki::cuda {
+namespace {
+
+// Default workspace budget when the caller passes 0 (docs/api.md, "Workspace"): at 16384^3 with 15
+// moduli it holds half of C's INT32 residue products, so A's residues are computed once.
+constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
+// INT8 operand rows and INT32 result rows are padded to 16 bytes.
+constexpr int64_t kInnerAlign = 16;
+constexpr int64_t kResultAlign = 4;
+
+// ---- row_norm_exponents --------------------------------------------------------------------------
+
+constexpr int kNormThreads = 256;
+
+template <typename T>
+__global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, int* nu) {
+  const int64_t row = blockIdx.x;
+  const int row_tau = tau[row];
+  unsigned long long sum = 0;  // exact: integers, any order
+  for (int64_t l = threadIdx.x; l < k; l += blockDim.x) {
+    sum += norm_square_units(static_cast<double>(a[row * k + l]), row_tau);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  __shared__ unsigned long long warp_sum[kNormThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sum[w];
+    nu[row] = norm_exponent(total, row_tau);
+  }
+}
+
+at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::row_norm_exponents";
+  check_matrix(a, op, "a");
+  const int64_t rows = a.size(0), k = a.size(1);
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_same_device(a, {&tau}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor nu = at::empty({rows}, tau.options());
+  if (rows == 0) return nu;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    row_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.const_data_ptr<scalar_t>(), k, tau.const_data_ptr<int>(), nu.mutable_data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return nu;
+}
+
+// ---- crt_magnitude -------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
+                                        const int* tau, int8_t* out) {
+  const int64_t total = rows * k_stride;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / k_stride, l = e - r * k_stride;
+    out[e] = static_cast<int8_t>(l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r]) : 0);
+  }
+}
+
+template <typename T>
+at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int64_t k_stride) {
+  const int64_t rows = a.size(0), k = a.size(1);
+  at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
+  constexpr int threads = 256;
+  magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
+                               at::cuda::getCurrentCUDAStream()>>>(
+      a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
+      digits.mutable_data_ptr<int8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return digits;
+}
+
+constexpr int kMinThreads = 256;
+
+// Per block: min over the usable entries of a chunk of exact digit products, scaled as in
+// csrc/cpu/crt.cpp (min is exact and order-free, so the result matches the CPU's).
+__global__ void magnitude_min_kernel(const int32_t* products, int64_t rows, int64_t cols,
+                                     int64_t first_col, const int* tau_a, const int* tau_b,
+                                     const int* nu_a, const int* nu_b, const bool* usable_a,
+                                     const bool* usable_b, double* block_min) {
+  double smallest = infinity();
+  const int64_t total = rows * cols;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / cols, j = first_col + (e - i * cols);
+    if (!usable_a[i] || !usable_b[j]) continue;
+    const double value = static_cast<double>(products[e]) * magnitude_factor(tau_a[i], nu_a[i]) *
+                         magnitude_factor(tau_b[j], nu_b[j]);
+    smallest = value < smallest ? value : smallest;
+  }
+  __shared__ double shared[kMinThreads];
+  shared[threadIdx.x] = smallest;
+  __syncthreads();
+  for (int stride = kMinThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] = fmin(shared[threadIdx.x], shared[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) block_min[blockIdx.x] = shared[0];
+}
+
+at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                         const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
+                         const at::Tensor& usable_a, const at::Tensor& usable_b) {
+  constexpr const char* op = "ozaki::crt_magnitude";
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  check_same_operands(a, bt, op);
+  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
+  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
+  check_row_vector(nu_a, m, at::kInt, op, "nu_a");
+  check_row_vector(nu_b, n, at::kInt, op, "nu_b");
+  check_row_vector(usable_a, m, at::kBool, op, "usable_a");
+  check_row_vector(usable_b, n, at::kBool, op, "usable_b");
+  check_same_device(a, {&bt, &tau_a, &tau_b, &nu_a, &nu_b, &usable_a, &usable_b}, op);
+  check_crt_inner(k, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (m == 0 || n == 0 || k == 0) return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
+  const int64_t k_stride = round_up(k, kInnerAlign);
+  at::Tensor da, db;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    da = magnitude_digit_rows<scalar_t>(a, tau_a, k_stride);
+    db = magnitude_digit_rows<scalar_t>(bt, tau_b, k_stride);
+  });
+  // Column chunks keep the INT32 products near 1 GiB.
+  const int64_t ld_full = round_up(n, kResultAlign);
+  const int64_t chunk = std::max<int64_t>(kResultAlign, std::min(ld_full, round_up((int64_t(1) << 28) / m, kResultAlign)));
+  at::Tensor products = at::empty({m * chunk}, a.options().dtype(at::kInt));
+  std::vector<at::Tensor> minima;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+    const int64_t cols = std::min(chunk, n - j0);
+    exact_int8_gemm(at::cuda::getCurrentCUDABlasHandle(), db.const_data_ptr<int8_t>() + j0 * k_stride,
+                    da.const_data_ptr<int8_t>(), cols, m, k_stride, products.mutable_data_ptr<int32_t>(),
+                    cols);
+    const int blocks = grid_for(m * cols, kMinThreads);
+    at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
+    magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
+        products.const_data_ptr<int32_t>(), m, cols, j0, tau_a.const_data_ptr<int>(),
+        tau_b.const_data_ptr<int>(), nu_a.const_data_ptr<int>(), nu_b.const_data_ptr<int>(),
+        usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
+        block_min.mutable_data_ptr<double>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    minima.push_back(block_min);
+  }
+  return at::cat(minima).min();
+}
+
+// ---- gemm_crt ------------------------------------------------------------------------------------
+
+template <typename T>
+struct CrtOperands {
+  const T* a;
+  const T* bt;
+  int64_t k;
+  const int* shift_a;
+  const int* shift_b;
+  const bool* nonfinite_a;
+  const bool* nonfinite_b;
+};
+
+// Each thread turns 8 consecutive entries of a row into their N residues and stores each
+// modulus's 8 residues with one 8-byte store: out[(i * rows + r) * k_stride + l].
+template <int N, typename T>
+__global__ void residues_kernel(const T* a, int64_t k, int64_t first_row, int64_t rows,
+                                int64_t k_stride, const int* shift, int8_t* out) {
+  constexpr int kGroup = 8;
+  const int64_t groups_per_row = k_stride / kGroup;
+  const int64_t groups = rows * groups_per_row;
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+       g += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = g / groups_per_row;
+    const int64_t l0 = (g - r * groups_per_row) * kGroup;
+    const int row_shift = shift[first_row + r];
+    const T* entries = a + (first_row + r) * k;
+    __align__(8) int8_t residues[N][kGroup];
+#pragma unroll
+    for (int c = 0; c < kGroup; ++c) {
+      const double x = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
+      residues_of<N>(x, row_shift, [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      *reinterpret_cast<uint2*>(out + (i * rows + r) * k_stride + l0) =
+          *reinterpret_cast<const uint2*>(residues[i]);
+    }
+  }
+}
+
+template <int N, typename T>
+void launch_residues(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
+                     const int* shift, int8_t* out, cudaStream_t stream) {
+  if (rows == 0) return;
+  constexpr int threads = 256;
+  residues_kernel<N, T><<<grid_for(rows * (k_stride / 8), threads), threads, 0, stream>>>(
+      a, k, first_row, rows, k_stride, shift, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// One entry per thread: the N INT32 results of (i, j) rebuilt into the exact integer and rounded
+// once; rows or columns with NaN/Inf get the IEEE answer.
+template <int N, typename T>
+__global__ void reconstruct_kernel(const int32_t* products, int64_t rows, int64_t cols, int64_t ld,
+                                   int64_t first_row, int64_t first_col, int64_t n,
+                                   CrtOperands<T> in, T* out) {
+  const int64_t plane = rows * ld;
+  const int64_t total = rows * cols;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / cols, j = e - i * cols;
+    const int64_t gi = first_row + i, gj = first_col + j;
+    double value;
+    if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
+      value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
+    } else {
+      const int32_t* entry = products + i * ld + j;
+      const int64_t unit = -(int64_t(in.shift_a[gi]) + in.shift_b[gj]);
+      value = crt_reconstruct<N>([&](int modulus) { return __ldg(entry + modulus * plane); }, unit,
+                                 format_of<T>());
+    }
+    out[gi * n + gj] = static_cast<T>(value);
+  }
+}
+
+template <int N, typename T>
+void gemm_crt_chunks(const CrtOperands<T>& in, int64_t m, int64_t n, int64_t budget, T* out,
+                     const at::TensorOptions& options) {
+  const int64_t k_stride = round_up(in.k, kInnerAlign);
+  const WorkspaceShape shape{k_stride, N, N, 1, 4, kResultAlign};
+  ChunkPlan plan = plan_chunks(m, n, shape, budget);
+  // cuBLAS takes int sizes.
+  plan.rows = std::min<int64_t>(plan.rows, int64_t(1) << 30);
+  plan.cols = std::min<int64_t>(plan.cols, int64_t(1) << 30);
+  const int64_t ld = round_up(plan.cols, kResultAlign);
+  at::Tensor a_residues = at::empty({N * plan.rows * k_stride}, options.dtype(at::kChar));
+  at::Tensor b_residues = at::empty({N * plan.cols * k_stride}, options.dtype(at::kChar));
+  at::Tensor products = at::empty({N * plan.rows * ld}, options.dtype(at::kInt));
+  int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
+  int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
+  int32_t* product_data = products.mutable_data_ptr<int32_t>();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+  const bool single_row_chunk = plan.rows >= m;
+  if (single_row_chunk) launch_residues<N>(in.a, in.k, 0, m, k_stride, in.shift_a, a_res, stream);
+  for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
+    const int64_t cols = std::min(plan.cols, n - j0);
+    launch_residues<N>(in.bt, in.k, j0, cols, k_stride, in.shift_b, b_res, stream);
+    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
+      const int64_t rows = std::min(plan.rows, m - i0);
+      if (!single_row_chunk) launch_residues<N>(in.a, in.k, i0, rows, k_stride, in.shift_a, a_res, stream);
+      for (int i = 0; i < N; ++i) {
+        exact_int8_gemm(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride, cols, rows,
+                        k_stride, product_data + i * rows * ld, ld);
+      }
+      constexpr int threads = 256;
+      reconstruct_kernel<N, T><<<grid_for(rows * cols, threads), threads, 0, stream>>>(
+          product_data, rows, cols, ld, i0, j0, n, in, out);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+}
+
+at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& shift_a,
+                    const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
+                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_crt";
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  check_same_operands(a, bt, op);
+  check_moduli(moduli, op);
+  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  check_row_vector(shift_a, m, at::kInt, op, "shift_a");
+  check_row_vector(shift_b, n, at::kInt, op, "shift_b");
+  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
+  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+  check_same_device(a, {&bt, &shift_a, &shift_b, &nonfinite_a, &nonfinite_b}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  check_crt_inner(k, op);
+  at::Tensor out = at::empty({m, n}, a.options());
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
+                                   shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
+                                   nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
+    with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+      gemm_crt_chunks<decltype(count)::value, scalar_t>(in, m, n, budget,
+                                                        out.mutable_data_ptr<scalar_t>(), a.options());
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
+  m.impl("row_norm_exponents", &row_norm_exponents);
+  m.impl("crt_magnitude", &crt_magnitude);
+  m.impl("gemm_crt", &gemm_crt);
+}
+
+}  // namespace ozaki::cuda

@@ -1,0 +1,42 @@
+// The INT8 tensor-core GEMM of the int8 and crt backends: INT8 operands, INT32 accumulation and
+// output, exact whenever k * max|a| * max|b| < 2^31 (the callers' digit and residue bounds).
+#pragma once
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Exceptions.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+namespace ozaki::cuda {
+
+// Output columns per cuBLAS call. On the H100 the default algorithm for an INT8 GEMM with 16384
+// output columns picks a tile that runs at 787 TOPS, against 1472 TOPS for two calls of 8192
+// columns (scripts/int8_rate.cu; docs/benchmarks.md). OZAKI_INT8_BLOCK overrides it for tuning.
+inline int64_t int8_column_block() {
+  static const int64_t block = [] {
+    const char* value = std::getenv("OZAKI_INT8_BLOCK");
+    const long parsed = value != nullptr ? std::strtol(value, nullptr, 10) : 0;
+    return parsed > 0 ? static_cast<int64_t>(parsed) : int64_t(8192);
+  }();
+  return block;
+}
+
+// Row-major out (rows x cols, leading dimension ld) = a (rows x k_stride) * b (cols x k_stride)^T,
+// both operands K-major (cuBLAS "TN"); k_stride and ld must be multiples of 4 (16 for speed).
+inline void exact_int8_gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
+                            int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
+  const int32_t one = 1, zero = 0;
+  const int64_t block = int8_column_block();
+  for (int64_t c0 = 0; c0 < cols; c0 += block) {
+    const int64_t width = std::min(block, cols - c0);
+    TORCH_CUDABLAS_CHECK(cublasGemmEx(
+        handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
+        static_cast<int>(k_stride), &one, b + c0 * k_stride, CUDA_R_8I, static_cast<int>(k_stride),
+        a, CUDA_R_8I, static_cast<int>(k_stride), &zero, out + c0, CUDA_R_32I, static_cast<int>(ld),
+        CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+}  // namespace ozaki::cuda

@@ -1,0 +1,60 @@
+"""Moduli and scaling of Ozaki scheme II (backend="crt"; docs/algorithm.md, "Scheme II").
+
+Mirrors the constants of csrc/crt.h. Rows of A and columns of B are scaled to integers whose
+2-norms stay below 2^t_a and 2^t_b; the moduli's product P must exceed 2 |A'B'|, so t_a + t_b is
+the budget the moduli buy, and every extra modulus buys about 8 bits of it.
+"""
+
+import math
+from fractions import Fraction
+
+#: Pairwise coprime moduli, largest first (csrc/crt.h, kModuli).
+MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193)
+MAX_MODULI = len(MODULI)
+#: Largest inner dimension with exact INT32 accumulation of INT8 residue products (k 2^14 < 2^31).
+MAX_INNER = (1 << 17) - 1
+#: Largest scale: rounded operands are int64 (csrc/crt.h, kCrtMaxScaleBits).
+MAX_SCALE_BITS = 62
+#: The reconstruction reads q = rint(S / P) from a float sum: |A'B'| stays 2^-30 P below P / 2.
+RECONSTRUCTION_MARGIN_BITS = 30
+
+
+def moduli_product(moduli: int) -> int:
+    return math.prod(MODULI[:moduli])
+
+
+def rounding_growth(k: int) -> int:
+    """A power of two >= sqrt(k) / 2: how much rounding each entry to an integer (by at most 1/2)
+    can add to a row's 2-norm."""
+    half_bits = -(-((k - 1).bit_length() if k > 1 else 0) // 2)
+    return 1 << max(half_bits - 1, 0)
+
+
+def scale_bits(moduli: int, k: int):
+    """(t_a, t_b): the largest scales, t_a <= t_b <= t_a + 1 <= 62, with
+    (2^t_a + g)(2^t_b + g) <= P/2 - P 2^-30 (g = rounding_growth(k)), so that by Cauchy-Schwarz
+    every |A'B'|_ij stays within what the reconstruction recovers. None when even t = 0 fails."""
+    product = moduli_product(moduli)
+    limit = Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
+    g = rounding_growth(k)
+    best = None
+    for total in range(0, 2 * MAX_SCALE_BITS + 1):
+        t_a = total // 2
+        t_b = total - t_a
+        if ((1 << t_a) + g) * ((1 << t_b) + g) <= limit:
+            best = (t_a, t_b)
+        else:
+            break
+    return best
+
+
+def predicted_error(moduli: int, k: int) -> Fraction:
+    """Predicted truncation of (A'B')_ij 2^-(shifts) relative to 2^(nu_a_i + nu_b_j): each operand's
+    rounding is at most 2^-(t + 1) of its norm bound, so 2^-(t_a + 1) + 2^-(t_b + 1)."""
+    t_a, t_b = scale_bits(moduli, k)
+    return Fraction(1, 1 << (t_a + 1)) + Fraction(1, 1 << (t_b + 1))
+
+
+def smallest_moduli(k: int) -> int:
+    """Fewest moduli whose product leaves any scale at all (t_a, t_b >= 0) for inner dimension k."""
+    return next(n for n in range(1, MAX_MODULI + 1) if scale_bits(n, k) is not None)
