@@ -1,4 +1,6 @@
-"""ozaki: FP64 and FP32 matrix products from exact FP16 tensor-core products (Ozaki scheme I).
+"""ozaki: FP64 and FP32 matrix products from exact low-precision tensor-core products: Ozaki
+scheme II on INT8 residues (backend="crt"), scheme I on INT8 or FP16 slices ("int8", "fp16"),
+chosen per product by backend="auto" (the default).
 
     >>> import torch, ozaki
     >>> C = ozaki.dgemm(torch.randn(64, 32, dtype=torch.float64), torch.randn(32, 16, dtype=torch.float64))

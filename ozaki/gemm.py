@@ -110,11 +110,18 @@ def _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, dig
                             reason or "correctly rounded")
     if slices is not None:
         return requested_plan(k, dtype, int(max_span), slices, True if fast is None else fast, digits)
-    if digit_bits_for(k) < 1:  # past the FP16 estimate's reach (k > 2^22): unresolved
-        return auto_plan(k, dtype, int(max_span), 0.0, fast, digits)
+    span, smallest = _span_and_magnitude(a, bt, stats_a, stats_b, max_span)
+    return auto_plan(k, dtype, span, smallest, fast, digits)
+
+
+def _span_and_magnitude(a, bt, stats_a, stats_b, max_span):
+    """(largest bit span, scheme I's magnitude estimate) in one device-to-host read; the estimate
+    is 0 (unresolved) past the FP16 estimate's reach (k > 2^22)."""
+    if digit_bits_for(a.shape[1]) < 1:
+        return int(max_span), 0.0
     magnitude = _smallest_magnitude(a, bt, stats_a, stats_b).double()
-    span, smallest = torch.stack([max_span, magnitude]).tolist()  # one device-to-host read
-    return auto_plan(k, dtype, int(span), smallest, fast, digits)
+    span, smallest = torch.stack([max_span, magnitude]).tolist()
+    return int(span), smallest
 
 
 class _CrtInputs:
@@ -177,9 +184,11 @@ def _fastest_scheme_one(a, bt, stats_a, stats_b, dtype):
     """The automatic scheme-I plan with the lower cost in FP16-GEMM units (an INT8 GEMM counts
     half: the H100 runs them about twice as fast); INT8 on a tie. FP16 is left out past its
     exactness limit (k > 2^22)."""
-    kinds = ("int8", "fp16") if digit_bits_for(a.shape[1]) >= 1 else ("int8",)
-    plans = [_scheme_one_plan(a, bt, stats_a, stats_b, dtype, None, None, None, digits)
-             for digits in kinds]
+    k = a.shape[1]
+    kinds = ("int8", "fp16") if digit_bits_for(k) >= 1 else ("int8",)
+    max_span = torch.maximum(stats_a[1].max(), stats_b[1].max()).double()
+    span, smallest = _span_and_magnitude(a, bt, stats_a, stats_b, max_span)  # shared by both
+    plans = [auto_plan(k, dtype, span, smallest, None, digits) for digits in kinds]
     return min(plans, key=lambda p: p.gemms * (1 if p.backend == "int8" else 2))
 
 

@@ -4,8 +4,9 @@ Usage: python scripts/planner_table.py [--dtype float64|float32] [--size 64] [--
                                        [--phis 0.1 0.5 ...] [--ks 16 17 ...]
 
 For each phi and k, A = phi_matrix(size, k, phi) and B = phi_matrix(k, size, phi) are drawn on
-the CPU from one seeded generator, and the table shows ozaki.plan(A, B) (the automatic plan),
-the full split, and ozaki.plan(A, B, rounding="nearest"). Progress goes to stderr.
+the CPU from one seeded generator, and the table shows ozaki.plan(A, B, backend="fp16") (the
+automatic FP16 scheme-I plan), the full split, and the same with rounding="nearest". Progress
+goes to stderr.
 """
 
 import argparse
@@ -51,7 +52,8 @@ def main():
             print(f"phi = {phi:g}, k = {k}", file=sys.stderr, flush=True)
             A = accuracy.phi_matrix(args.size, k, phi, generator=generator, dtype=dtype)
             B = accuracy.phi_matrix(k, args.size, phi, generator=generator, dtype=dtype)
-            print(row(phi, k, ozaki.plan(A, B), ozaki.plan(A, B, rounding="nearest")), flush=True)
+            print(row(phi, k, ozaki.plan(A, B, backend="fp16"),
+                      ozaki.plan(A, B, backend="fp16", rounding="nearest")), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,16 +11,23 @@
 
 namespace ozaki::cuda {
 
-// Output columns per cuBLAS call. On the H100 the default algorithm for an INT8 GEMM with 16384
-// output columns picks a tile that runs at 787 TOPS, against 1472 TOPS for two calls of 8192
-// columns (scripts/int8_rate.cu; docs/benchmarks.md). OZAKI_INT8_BLOCK overrides it for tuning.
-inline int64_t int8_column_block() {
-  static const int64_t block = [] {
+// Output columns per cuBLAS call. On the H100 cuBLAS's default algorithm for an INT8 GEMM with
+// 16384 output columns picks a tile that runs at 787-794 TOPS; the same product as two calls of
+// 8192 columns runs at 1472-1513 TOPS, and 8192 columns as two calls of 4096 at 1442 against 1348
+// TOPS in one call (scripts/int8_rate.cu, scripts/int8_blocks.py; docs/benchmarks.md). So from
+// 8192 columns on, the columns go in at least two calls of at most 8192. OZAKI_INT8_BLOCK (a
+// fixed width) overrides it for tuning.
+inline int64_t int8_column_block(int64_t cols) {
+  static const int64_t fixed = [] {
     const char* value = std::getenv("OZAKI_INT8_BLOCK");
     const long parsed = value != nullptr ? std::strtol(value, nullptr, 10) : 0;
-    return parsed > 0 ? static_cast<int64_t>(parsed) : int64_t(8192);
+    return parsed > 0 ? static_cast<int64_t>(parsed) : int64_t(0);
   }();
-  return block;
+  if (fixed > 0) return fixed;
+  constexpr int64_t kWidest = 8192;
+  if (cols < kWidest) return cols;
+  const int64_t calls = std::max<int64_t>(2, (cols + kWidest - 1) / kWidest);
+  return ((cols + calls - 1) / calls + 63) / 64 * 64;
 }
 
 // Row-major out (rows x cols, leading dimension ld) = a (rows x k_stride) * b (cols x k_stride)^T,
@@ -28,7 +35,7 @@ inline int64_t int8_column_block() {
 inline void exact_int8_gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
                             int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
   const int32_t one = 1, zero = 0;
-  const int64_t block = int8_column_block();
+  const int64_t block = int8_column_block(cols);
   for (int64_t c0 = 0; c0 < cols; c0 += block) {
     const int64_t width = std::min(block, cols - c0);
     TORCH_CUDABLAS_CHECK(cublasGemmEx(
