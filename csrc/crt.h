@@ -179,20 +179,21 @@ OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative,
   return negative ? -value : value;
 }
 
-// The exact X = (A'B')_ij, |X| < P / 2, from its residues r_i = X mod p_i (load(i) returns the
+// The exact X = (A'B')_ij, |X| < P / 2, from its residues r_i = X mod p_i (residues[i] is the
 // INT32 GEMM result of modulus i, any representative), rounded once: RN(X * 2^unit) in `format`.
+// The caller loads all N results first, so they are in flight together.
 //   S = sum_i u_i (P / p_i) with u_i = r_i (P / p_i)^-1 mod p_i is X mod P, and
 //   S / P = sum_i u_i / p_i = q + X / P, so q = rint(sum_i u_i / p_i) (the plan keeps |X| / P at
 //   most 1/2 - 2^-30, far above the float error of that sum) and X = S - q P.
-template <int N, typename Load>
-OZAKI_HD double crt_reconstruct(Load load, int64_t unit, RoundingFormat format) {
+template <int N>
+OZAKI_HD double crt_reconstruct(const int32_t* residues, int64_t unit, RoundingFormat format) {
   uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
   double fraction = 0.0;
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     constexpr int p = kModuli[i];
     using Term = CrtTerm<N, i>;
-    int r = static_cast<int>(load(i) % p);
+    int r = residues[i] % p;
     if (r < 0) r += p;
     const uint32_t u = static_cast<uint32_t>(r * Term::inverse) % p;
     fraction += static_cast<double>(u) * (1.0 / p);

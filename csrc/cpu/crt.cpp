@@ -128,11 +128,12 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift
             if (nonfinite_a[gi] || nonfinite_b[gj]) {
               value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
             } else {
-              const auto load = [&](int modulus) {
-                return static_cast<int>(p[(modulus * rows + i) * cols + j]);
-              };
+              int32_t residues[N];
+              for (int modulus = 0; modulus < N; ++modulus) {
+                residues[modulus] = static_cast<int32_t>(p[(modulus * rows + i) * cols + j]);
+              }
               const int64_t unit = -(int64_t(shift_a[gi]) + shift_b[gj]);
-              value = crt_reconstruct<N>(load, unit, format_of<T>());
+              value = crt_reconstruct<N>(residues, unit, format_of<T>());
             }
             out_data[gi * n + gj] = static_cast<T>(value);
           }

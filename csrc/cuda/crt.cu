@@ -236,9 +236,11 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t rows, int64_
       value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
     } else {
       const int32_t* entry = products + i * ld + j;
+      int32_t residues[N];
+#pragma unroll
+      for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(entry + modulus * plane);
       const int64_t unit = -(int64_t(in.shift_a[gi]) + in.shift_b[gj]);
-      value = crt_reconstruct<N>([&](int modulus) { return __ldg(entry + modulus * plane); }, unit,
-                                 format_of<T>());
+      value = crt_reconstruct<N>(residues, unit, format_of<T>());
     }
     out[gi * n + gj] = static_cast<T>(value);
   }
