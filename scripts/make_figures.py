@@ -1,5 +1,6 @@
-"""Draw the figures in docs/img from the committed H100 data (docs/bench-h100.json and
-docs/study-h100.csv) with ozaki.plots: the README's figure and the benchmarks page's.
+"""Draw the figures in docs/img from the committed H100 data (docs/bench-h100.json,
+docs/bench-int8-h100.json and docs/study-h100.csv) with ozaki.plots: the README's figures and the
+benchmarks page's.
 
     python scripts/make_figures.py
 """
@@ -22,7 +23,24 @@ def main():
     plots.plot_error_vs_slices(study, "float64").savefig(images / "accuracy-h100.png", dpi=110)
     meta, rows = plots.load_bench_json(DOCS / "bench-h100.json")
     plots.plot_throughput(meta, rows, "float64").savefig(images / "throughput-h100.png", dpi=110)
-    print(f"wrote {images / 'accuracy-h100.png'} and {images / 'throughput-h100.png'}")
+    meta, rows = plots.load_bench_json(DOCS / "bench-int8-h100.json")
+    shown = [row for row in rows if _shown_in_int8_figure(row)]
+    for dtype in ("float64", "float32"):
+        figure = plots.plot_throughput(meta, shown, dtype)
+        figure.savefig(images / f"throughput-int8-{dtype}-h100.png", dpi=110)
+    print(f"wrote the figures in {images}")
+
+
+def _shown_in_int8_figure(row):
+    """The INT8 run's figure: natives, the library default, crt at fixed moduli and INT8 scheme I
+    (its default and nearest); the rows that repeat another line's numbers are left out."""
+    if row["kind"] != "ozaki":
+        return True
+    if row["backend"] == "auto":
+        return True
+    if row["backend"] == "crt":
+        return row.get("moduli_requested") is not None
+    return row["backend"] == "int8" and row["default"]
 
 
 if __name__ == "__main__":
