@@ -98,6 +98,41 @@ inline void check_moduli(int64_t moduli, const char* op) {
               "], got ", moduli);
 }
 
+// The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).
+inline void check_crt_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                          const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                          const at::Tensor& nu_a, const at::Tensor& nu_b,
+                                          const at::Tensor& usable_a, const at::Tensor& usable_b,
+                                          const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  check_same_operands(a, bt, op);
+  const int64_t m = a.size(0), n = bt.size(0);
+  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
+  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
+  check_row_vector(nu_a, m, at::kInt, op, "nu_a");
+  check_row_vector(nu_b, n, at::kInt, op, "nu_b");
+  check_row_vector(usable_a, m, at::kBool, op, "usable_a");
+  check_row_vector(usable_b, n, at::kBool, op, "usable_b");
+  check_crt_inner(a.size(1), op);
+}
+
+// The arguments of ozaki::gemm_crt (k is checked by the caller once the product is not empty).
+inline void check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                     const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b,
+                                     int64_t moduli, const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  check_same_operands(a, bt, op);
+  check_moduli(moduli, op);
+  const int64_t m = a.size(0), n = bt.size(0);
+  check_row_vector(shift_a, m, at::kInt, op, "shift_a");
+  check_row_vector(shift_b, n, at::kInt, op, "shift_b");
+  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
+  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+}
+
 // The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.
 inline void check_int8_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
   for (const auto* t : {&a, &bt}) {

@@ -124,18 +124,9 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
                          const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
                          const at::Tensor& usable_a, const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
+  check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
-  check_row_vector(nu_a, m, at::kInt, op, "nu_a");
-  check_row_vector(nu_b, n, at::kInt, op, "nu_b");
-  check_row_vector(usable_a, m, at::kBool, op, "usable_a");
-  check_row_vector(usable_b, n, at::kBool, op, "usable_b");
   check_same_device(a, {&bt, &tau_a, &tau_b, &nu_a, &nu_b, &usable_a, &usable_b}, op);
-  check_crt_inner(k, op);
   const c10::cuda::CUDAGuard guard(a.device());
   if (m == 0 || n == 0 || k == 0) return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
   const int64_t k_stride = round_up(k, kInnerAlign);
@@ -288,15 +279,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
                     const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_crt";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  check_moduli(moduli, op);
+  check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_vector(shift_a, m, at::kInt, op, "shift_a");
-  check_row_vector(shift_b, n, at::kInt, op, "shift_b");
-  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
-  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
   check_same_device(a, {&bt, &shift_a, &shift_b, &nonfinite_a, &nonfinite_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
