@@ -164,7 +164,7 @@ def _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, backend="f
     plan = crt_plan(k, dtype, magnitude, moduli)
     if backend == "auto" and plan.capped:
         return _fastest_scheme_one(a, bt, stats_a, stats_b, dtype), None
-    if backend == "auto":
+    if backend == "auto" and moduli is None:
         exact = _exact_int8_plan(a, bt, stats_a, stats_b, dtype)
         if exact.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
             return exact, None

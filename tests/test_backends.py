@@ -724,3 +724,14 @@ def test_crt_needs_k_below_2_to_the_17(device, dtype):
     assert plan.predicted_error <= unit_roundoff(dtype)
     C = gemm(A.to(device), B.to(device), backend="crt")
     assert_meets_plan(C, A, B, plan, ExactProduct(A, B))
+
+
+def test_requested_moduli_are_kept_under_auto_even_where_int8_is_exact():
+    # Small integers: the exact INT8 split (1 GEMM) beats any scheme-II plan, and auto takes it,
+    # but moduli= asks for scheme II: the user's count is kept.
+    g = seeded(77)
+    A = torch.randint(-5, 5, (12, 30), generator=g).double()
+    B = torch.randint(-5, 5, (30, 9), generator=g).double()
+    assert ozaki.plan(A, B).backend == "int8"
+    plan = ozaki.plan(A, B, moduli=9)
+    assert (plan.backend, plan.moduli, plan.reason) == ("crt", 9, "requested")
