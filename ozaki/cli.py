@@ -39,27 +39,24 @@ positive_int = int_at_least(1, "a positive integer")
 nonnegative_int = int_at_least(0, "an integer >= 0")
 
 
-def slice_count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or not 1 <= value <= MAX_SLICES:
-        raise argparse.ArgumentTypeError(f"slice counts must be integers in 1..{MAX_SLICES}, "
-                                         f"got {text!r}")
-    return value
+def count_in(maximum, what):
+    """argparse type: an integer count in 1..maximum, with a message naming `what` and the value
+    received ("slice counts must be integers in 1..40, got '41'")."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not 1 <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{what} must be integers in 1..{maximum}, "
+                                             f"got {text!r}")
+        return value
+    return parse
 
 
-def moduli_count(text):
-    """argparse type: a scheme-II moduli count (backend="crt"), 1..MAX_MODULI."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or not 1 <= value <= MAX_MODULI:
-        raise argparse.ArgumentTypeError(f"moduli counts must be integers in 1..{MAX_MODULI}, "
-                                         f"got {text!r}")
-    return value
+slice_count = count_in(MAX_SLICES, "slice counts")
+#: A scheme-II moduli count (backend="crt").
+moduli_count = count_in(MAX_MODULI, "moduli counts")
 
 
 def phi_value(text):
