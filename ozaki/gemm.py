@@ -92,6 +92,11 @@ def _smallest_magnitude(a, bt, stats_a, stats_b):
     return bound.amin()
 
 
+def _max_span(stats_a, stats_b):
+    """The largest bit span of any row of A or column of B (row_stats), a 0-d device tensor."""
+    return torch.maximum(stats_a[1].max(), stats_b[1].max())
+
+
 def _check_inner(k, digits):
     if digits == "int8" and digit_bits_for(k, "int8") < 1:
         raise ValueError(f"inner dimension k = {k} is too large for exact INT8 slice products "
@@ -104,7 +109,7 @@ def _check_inner(k, digits):
 def _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, digits, reason=None):
     k = a.shape[1]
     _check_inner(k, digits)
-    max_span = torch.maximum(stats_a[1].max(), stats_b[1].max()).double()
+    max_span = _max_span(stats_a, stats_b).double()
     if rounding == "nearest":
         return nearest_plan(k, dtype, int(max_span), slices, fast, digits,
                             reason or "correctly rounded")
@@ -174,7 +179,7 @@ def _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, backend="f
 def _exact_int8_plan(a, bt, stats_a, stats_b, dtype):
     """All pairs of the full INT8 split: the exact product rounded once (no estimate needed)."""
     k = a.shape[1]
-    max_span = int(torch.maximum(stats_a[1].max(), stats_b[1].max()))
+    max_span = int(_max_span(stats_a, stats_b))
     full = slices_for_bits(max_span, digit_bits_for(k, "int8"))
     plan = requested_plan(k, dtype, max_span, min(full, MAX_SLICES), False, "int8")
     return dataclasses.replace(plan, reason="exact")
@@ -186,7 +191,7 @@ def _fastest_scheme_one(a, bt, stats_a, stats_b, dtype):
     exactness limit (k > 2^22)."""
     k = a.shape[1]
     kinds = ("int8", "fp16") if digit_bits_for(k) >= 1 else ("int8",)
-    max_span = torch.maximum(stats_a[1].max(), stats_b[1].max()).double()
+    max_span = _max_span(stats_a, stats_b).double()
     span, smallest = _span_and_magnitude(a, bt, stats_a, stats_b, max_span)  # shared by both
     plans = [auto_plan(k, dtype, span, smallest, None, digits) for digits in kinds]
     return min(plans, key=lambda p: p.gemms * (1 if p.backend == "int8" else 2))
