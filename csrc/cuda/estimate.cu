@@ -12,6 +12,7 @@
 #include "../checks.h"
 #include "../workspace.h"
 #include "half_gemm.cuh"
+#include "launch.cuh"
 
 namespace ozaki::cuda {
 namespace {
@@ -40,9 +41,7 @@ std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, cons
   at::Tensor low = at::empty({rows, k_stride}, a.options().dtype(at::kHalf));
   const int64_t total = rows * k_stride;
   constexpr int threads = 256;
-  const int64_t cap = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 32;
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min(ceil_div(total, threads), cap)));
-  magnitude_digits_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  magnitude_digits_kernel<T><<<grid_for(total, threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
       a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(), grid_bits,
       reinterpret_cast<__half*>(high.mutable_data_ptr<at::Half>()),
       reinterpret_cast<__half*>(low.mutable_data_ptr<at::Half>()));
