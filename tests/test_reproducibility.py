@@ -10,15 +10,16 @@ from ozaki import _ops
 GEMMS = [(ozaki.dgemm, torch.float64), (ozaki.sgemm, torch.float32)]
 
 
+@pytest.mark.parametrize("backend", ["auto", "crt", "int8", "fp16"])
 @pytest.mark.parametrize("gemm,dtype", GEMMS)
-def test_thread_count_does_not_change_bits(gemm, dtype):
+def test_thread_count_does_not_change_bits(gemm, dtype, backend):
     A, B = phi_pair(96, 300, 80, 1.0, seed=7, dtype=dtype)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = gemm(A, B)
+        one = gemm(A, B, backend=backend)
         torch.set_num_threads(2)
-        two = gemm(A, B)
+        two = gemm(A, B, backend=backend)
     finally:
         torch.set_num_threads(threads)
     assert_bitwise_equal(one, two)
