@@ -7,6 +7,8 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "crt.h"
 #include "scheme.h"
@@ -27,22 +29,62 @@ inline void check_row_vector(const at::Tensor& t, int64_t rows, at::ScalarType d
               t.sizes(), " ", t.scalar_type());
 }
 
-// a and bt are the two row-major operands of one product: same dtype, same inner dimension.
-inline void check_same_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
+// The shape of a @ bt.T, or of a batch of such products: a is (m, k) or (batch, m, k) and bt is
+// (n, k) or (batch, n, k). Per-row vectors describe the rows of the flattened operands
+// a.reshape(batch * m, k) and bt.reshape(batch * n, k) (row e * m + i is row i of element e).
+struct ProductShape {
+  bool batched;
+  int64_t batch, m, k, n;  // batch = 1 for 2-D operands
+
+  // (m, n), or (batch, m, n) for batched operands.
+  std::vector<int64_t> out_sizes() const {
+    return batched ? std::vector<int64_t>{batch, m, n} : std::vector<int64_t>{m, n};
+  }
+};
+
+// a and bt are the two row-major operands of one product (or of one batch of products): both 2-D
+// or both 3-D with the same batch size, same float dtype, same inner dimension, contiguous.
+inline ProductShape check_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&a, "a"}, {&bt, "bt"}}) {
+    TORCH_CHECK(t->dim() == 2 || t->dim() == 3, op, ": ", name, " must be 2-D (rows, k) or 3-D "
+                "(batch, rows, k), got ", t->dim(), "-D of shape ", t->sizes());
+    TORCH_CHECK(t->scalar_type() == at::kDouble || t->scalar_type() == at::kFloat, op, ": ", name,
+                " must be float64 or float32, got ", t->scalar_type());
+    TORCH_CHECK(t->is_contiguous(), op, ": ", name, " must be contiguous");
+  }
+  TORCH_CHECK(a.dim() == bt.dim(), op, ": a and bt must both be 2-D or both be 3-D (batched), got "
+              "a of shape ", a.sizes(), " and bt of shape ", bt.sizes());
+  const bool batched = a.dim() == 3;
+  TORCH_CHECK(!batched || a.size(0) == bt.size(0), op, ": a and bt must have the same batch size, "
+              "got a of shape ", a.sizes(), " and bt of shape ", bt.sizes());
   TORCH_CHECK(a.scalar_type() == bt.scalar_type(), op, ": a and bt must have the same dtype, got ",
               a.scalar_type(), " and ", bt.scalar_type());
-  TORCH_CHECK(a.size(1) == bt.size(1), op, ": a and bt must have the same number of columns, got ",
-              a.size(1), " and ", bt.size(1));
+  TORCH_CHECK(a.size(-1) == bt.size(-1), op, ": a and bt must have the same number of columns, got ",
+              a.size(-1), " and ", bt.size(-1));
+  return ProductShape{batched, batched ? a.size(0) : 1, a.size(-2), a.size(-1), bt.size(-2)};
 }
 
-// The row_stats triple (tau, bit_span, nonfinite) of an operand with `rows` rows.
+// A per-row vector of operand a (of_a) or bt: one entry per row of the flattened operand.
+inline void check_operand_vector(const at::Tensor& t, const ProductShape& shape, bool of_a,
+                                 at::ScalarType dtype, const char* op, const char* name) {
+  const int64_t rows = of_a ? shape.m : shape.n;
+  if (!shape.batched) return check_row_vector(t, rows, dtype, op, name);
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == shape.batch * rows && t.scalar_type() == dtype &&
+                  t.is_contiguous(),
+              op, ": ", name, " must be a contiguous 1-D ", dtype, " tensor of length batch * ",
+              of_a ? "m = " : "n = ", shape.batch, " * ", rows, " = ", shape.batch * rows,
+              " (one entry per row of the flattened ", of_a ? "a" : "bt", "), got ", t.sizes(), " ",
+              t.scalar_type());
+}
+
+// The row_stats triple (tau, bit_span, nonfinite) of operand a (of_a) or bt.
 inline void check_row_stats(const at::Tensor& tau, const at::Tensor& span,
-                            const at::Tensor& nonfinite, int64_t rows, const char* op,
-                            const char* operand) {
-  const std::string name(operand);
-  check_row_vector(tau, rows, at::kInt, op, ("tau_" + name).c_str());
-  check_row_vector(span, rows, at::kInt, op, ("span_" + name).c_str());
-  check_row_vector(nonfinite, rows, at::kBool, op, ("nonfinite_" + name).c_str());
+                            const at::Tensor& nonfinite, const ProductShape& shape, bool of_a,
+                            const char* op) {
+  const std::string name(of_a ? "a" : "b");
+  check_operand_vector(tau, shape, of_a, at::kInt, op, ("tau_" + name).c_str());
+  check_operand_vector(span, shape, of_a, at::kInt, op, ("span_" + name).c_str());
+  check_operand_vector(nonfinite, shape, of_a, at::kBool, op, ("nonfinite_" + name).c_str());
 }
 
 // Every tensor of a CUDA call on the device of `first`.
@@ -76,16 +118,28 @@ inline int slice_digit_bits_checked(int64_t k, bool int8, const char* op) {
   return beta;
 }
 
-// The arguments of ozaki::magnitude_product: two row-major operands and their row exponents.
-inline void check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                      const at::Tensor& tau_a, const at::Tensor& tau_b,
-                                      const char* op) {
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
-  check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
-  digit_bits_checked(a.size(1), op);
+// The arguments of ozaki::magnitude_product: two row-major operands (or batches of them) and their
+// row exponents.
+inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                              const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                              const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
+  check_operand_vector(tau_a, shape, true, at::kInt, op, "tau_a");
+  check_operand_vector(tau_b, shape, false, at::kInt, op, "tau_b");
+  digit_bits_checked(shape.k, op);
+  return shape;
+}
+
+// The arguments of ozaki::gemm_slices (k is checked by the caller once the product is not empty).
+inline ProductShape check_gemm_slices_arguments(
+    const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,
+    const at::Tensor& span_a, const at::Tensor& span_b, const at::Tensor& nonfinite_a,
+    const at::Tensor& nonfinite_b, int64_t slices, const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
+  check_slices(slices, op);
+  check_row_stats(tau_a, span_a, nonfinite_a, shape, true, op);
+  check_row_stats(tau_b, span_b, nonfinite_b, shape, false, op);
+  return shape;
 }
 
 // The per-row int32 vectors of a scheme-II call (shifts, exponents) and its moduli count.
@@ -99,38 +153,34 @@ inline void check_moduli(int64_t moduli, const char* op) {
 }
 
 // The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).
-inline void check_crt_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                          const at::Tensor& tau_a, const at::Tensor& tau_b,
-                                          const at::Tensor& nu_a, const at::Tensor& nu_b,
-                                          const at::Tensor& usable_a, const at::Tensor& usable_b,
-                                          const char* op) {
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  const int64_t m = a.size(0), n = bt.size(0);
-  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
-  check_row_vector(nu_a, m, at::kInt, op, "nu_a");
-  check_row_vector(nu_b, n, at::kInt, op, "nu_b");
-  check_row_vector(usable_a, m, at::kBool, op, "usable_a");
-  check_row_vector(usable_b, n, at::kBool, op, "usable_b");
-  check_crt_inner(a.size(1), op);
+inline ProductShape check_crt_magnitude_arguments(
+    const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,
+    const at::Tensor& nu_a, const at::Tensor& nu_b, const at::Tensor& usable_a,
+    const at::Tensor& usable_b, const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
+  check_operand_vector(tau_a, shape, true, at::kInt, op, "tau_a");
+  check_operand_vector(tau_b, shape, false, at::kInt, op, "tau_b");
+  check_operand_vector(nu_a, shape, true, at::kInt, op, "nu_a");
+  check_operand_vector(nu_b, shape, false, at::kInt, op, "nu_b");
+  check_operand_vector(usable_a, shape, true, at::kBool, op, "usable_a");
+  check_operand_vector(usable_b, shape, false, at::kBool, op, "usable_b");
+  check_crt_inner(shape.k, op);
+  return shape;
 }
 
 // The arguments of ozaki::gemm_crt (k is checked by the caller once the product is not empty).
-inline void check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                     const at::Tensor& shift_a, const at::Tensor& shift_b,
-                                     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b,
-                                     int64_t moduli, const char* op) {
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
+inline ProductShape check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                             const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                             const at::Tensor& nonfinite_a,
+                                             const at::Tensor& nonfinite_b, int64_t moduli,
+                                             const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
   check_moduli(moduli, op);
-  const int64_t m = a.size(0), n = bt.size(0);
-  check_row_vector(shift_a, m, at::kInt, op, "shift_a");
-  check_row_vector(shift_b, n, at::kInt, op, "shift_b");
-  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
-  check_row_vector(nonfinite_b, n, at::kBool, op, "nonfinite_b");
+  check_operand_vector(shift_a, shape, true, at::kInt, op, "shift_a");
+  check_operand_vector(shift_b, shape, false, at::kInt, op, "shift_b");
+  check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
+  check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
+  return shape;
 }
 
 // The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.

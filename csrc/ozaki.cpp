@@ -1,5 +1,6 @@
 // Every ozaki operator schema, in one place. Kernels are registered per device in csrc/cpu and
-// csrc/cuda; the public Python API (ozaki/) validates user input and calls these.
+// csrc/cuda (the public ozaki::gemm's in Python); the public Python API (ozaki/) validates user
+// input and calls these. Fake kernels for torch.compile are in ozaki/library.py.
 #include <Python.h>
 #include <torch/library.h>
 
@@ -15,12 +16,18 @@ TORCH_LIBRARY(ozaki, m) {
   m.def("row_stats(Tensor a) -> (Tensor tau, Tensor bit_span, Tensor nonfinite)");
   // The FP16 slices of every row, scaled by 2^-tau: shape (slices, m, k), float16.
   m.def("split_rows(Tensor a, Tensor tau, int slices) -> Tensor");
+  // The product operators magnitude_product, gemm_slices, crt_magnitude and gemm_crt take a (m, k)
+  // and bt (n, k) with per-row vectors of length m and n, or batches a (batch, m, k) and
+  // bt (batch, n, k) with per-row vectors of length batch * m and batch * n that describe the rows
+  // of the flattened a.reshape(-1, k) and bt.reshape(-1, k). Each element of a batch gets exactly
+  // the bits of the 2-D call on that element and its slices of the vectors.
+  //
   // Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j) from magnitudes floored onto a
-  // coarse grid: float64 (m, n). The automatic slice count is planned from it.
+  // coarse grid: float64 (m, n) or (batch, m, n). The automatic slice count is planned from it.
   m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b) -> Tensor");
   // C = a @ bt.T by Ozaki scheme I with FP16 slices (int8 = false) or INT8 slices (int8 = true);
-  // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt.
-  // nearest: correctly rounded result.
+  // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt
+  // (flattened when batched). nearest: correctly rounded result. (m, n) or (batch, m, n).
   m.def(
       "gemm_slices(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
       "Tensor nonfinite_a, Tensor nonfinite_b, int slices, bool fast, bool nearest, bool int8, "
@@ -29,15 +36,24 @@ TORCH_LIBRARY(ozaki, m) {
   m.def("row_norm_exponents(Tensor a, Tensor tau) -> Tensor");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j) from
   // 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets a usable column.
+  // Batched: the minimum over the elements, each pairing only its own rows and columns.
   m.def(
       "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor nu_a, Tensor nu_b, "
       "Tensor usable_a, Tensor usable_b) -> Tensor");
   // C = a @ bt.T from A' = RN(a_i 2^shift_a_i), B' = RN(bt_j 2^shift_b_j): A'B' exactly from INT8
   // residues of the first `moduli` moduli, rounded once. The shifts must keep |A'B'| below P / 2.
+  // (m, n) or (batch, m, n).
   m.def(
       "gemm_crt(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, Tensor nonfinite_a, "
       "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
   // a @ bt.T of int8 (m, k) and (n, k) matrices with exact int32 accumulation (k < 2^17): the
   // tensor-core GEMM both INT8 backends run, exposed for benchmarks and tests.
   m.def("int8_matmul(Tensor a, Tensor bt) -> Tensor");
+  // The public product, D = alpha * A @ B + beta * C with BLAS semantics (alpha = 0 reads neither
+  // A nor B, beta = 0 never reads C) for float64/float32/complex128/complex64 (m, k) x (k, n)
+  // matrices or (batch, m, k) x (batch, k, n) batches; the rest are ozaki.dgemm's options. Its
+  // kernel, autograd formula and fake kernel are Python (ozaki/gemm_op.py, ozaki/library.py).
+  m.def(
+      "gemm(Tensor A, Tensor B, Tensor? C, Scalar alpha, Scalar beta, str backend, int? slices, "
+      "bool? fast, int? moduli, str? rounding) -> Tensor");
 }

@@ -51,4 +51,28 @@ inline ChunkPlan plan_chunks(int64_t m, int64_t n, const WorkspaceShape& shape, 
   return plan;
 }
 
+// Chunking of a batch of (m, n) products. When one whole element fits the budget, a chunk holds as
+// many whole elements as fit, so many small products share each launch (split, batched GEMMs,
+// summation); a larger element is chunked within itself by plan_chunks, one element at a time.
+struct BatchChunkPlan {
+  int64_t elements;  // whole elements per chunk (1 when an element is chunked within itself)
+  ChunkPlan within;  // rows and columns of one element per chunk: (m, n) when elements > 1
+};
+
+// Whole elements of element_bytes each that fit the budget, at least 1 and at most batch.
+inline int64_t elements_per_chunk(int64_t batch, int64_t element_bytes, int64_t budget_bytes) {
+  const int64_t fitting = budget_bytes / std::max<int64_t>(element_bytes, 1);
+  return std::max<int64_t>(1, std::min(batch, fitting));
+}
+
+inline BatchChunkPlan plan_batch_chunks(int64_t batch, int64_t m, int64_t n,
+                                        const WorkspaceShape& shape, int64_t budget_bytes) {
+  const int64_t element_bytes = shape.bytes_for(m, n);
+  if (element_bytes <= budget_bytes) {
+    return BatchChunkPlan{elements_per_chunk(batch, element_bytes, budget_bytes),
+                          ChunkPlan{std::max<int64_t>(m, 1), std::max<int64_t>(n, 1)}};
+  }
+  return BatchChunkPlan{1, plan_chunks(m, n, shape, budget_bytes)};
+}
+
 }  // namespace ozaki

@@ -10,11 +10,16 @@ See docs/ for the algorithm, the accuracy contract and the benchmarks.
 
 import importlib
 
-from .gemm import dgemm, plan, sgemm
+from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and the fake kernels)
+from .blas import dgemm, gemm, sgemm
+from .dropin import enable
+from .matmul import matmul
+from .product import plan
 from .slicing import SlicePlan
 
 __version__ = "0.1.0"
-__all__ = ["dgemm", "sgemm", "plan", "SlicePlan", "accuracy", "__version__"]
+__all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "SlicePlan", "accuracy",
+           "__version__"]
 
 
 def __getattr__(name):

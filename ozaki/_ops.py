@@ -12,6 +12,10 @@ def cuda_backend_built() -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key("ozaki::gemm_slices", "CUDA")
 
 
+#: cuda_backend_built() read once: a plain constant that torch.compile can trace through.
+CUDA_BUILT = cuda_backend_built()
+
+
 def workspace_bytes() -> int:
     """Workspace budget from OZAKI_WORKSPACE_MB; 0 lets the backend use its default."""
     value = os.environ.get("OZAKI_WORKSPACE_MB", "")

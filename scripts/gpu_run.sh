@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
-#   scripts/gpu_run.sh [all|tests|bench|study|profile|rate] [extra arguments for python -m ozaki.bench]
-# all = tests + bench + study + profile. The study step writes study.csv (the accuracy study behind
-# notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and reproducibility.log
-# (CPU threads vs GPU, bitwise); profile writes profile.log/json (where the crt time goes,
-# scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh).
+#   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
+# STEP: tests, bench, study, batched, profile, rate.
+# all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
+# study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
+# reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
+# products against native and a loop, scripts/batched_bench.py); profile writes
+# profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -14,6 +16,8 @@ OUT=${OUT:-./gpu-logs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 status=0
+# the steps to run: all, or a comma-separated list such as tests,batched
+wants() { [[ $what == all || ,$what, == *,$1,* ]]; }
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' | tee "$OUT/versions.txt"
@@ -26,18 +30,18 @@ if ! OZAKI_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip install --no-bui
 fi
 echo "built in $(( $(date +%s) - start )) s"
 
-if [[ $what == all || $what == tests ]]; then
+if wants tests; then
   echo "== tests"
   python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log" | grep -vE '^\s*$' | tail -40
   status=${PIPESTATUS[0]}
 fi
 
-if [[ $what == all || $what == bench ]]; then
+if wants bench; then
   echo "== benchmark"
   python3 -m ozaki.bench --json "$OUT/bench.json" --markdown "$OUT/bench.md" "$@" 2>&1 | tee "$OUT/bench.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
-if [[ $what == all || $what == study ]]; then
+if wants study; then
   echo "== accuracy study"
   python3 -m ozaki.study accuracy --device cuda --csv "$OUT/study.csv" 2>&1 | tee "$OUT/study.log" | grep -v '^accuracy \['
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
@@ -48,12 +52,17 @@ if [[ $what == all || $what == study ]]; then
   python3 -m ozaki.study accuracy --device cuda --backends crt int8 --csv "$OUT/study-backends.csv" 2>&1 | tee "$OUT/study-backends.log" | grep -v '^accuracy \['
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
-if [[ $what == all || $what == profile ]]; then
+if wants batched; then
+  echo "== batched products"
+  python3 scripts/batched_bench.py --out "$OUT" 2>&1 | tee "$OUT/batched.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if wants profile; then
   echo "== crt profile"
   python3 scripts/crt_profile.py --out "$OUT" 2>&1 | tee "$OUT/profile.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
-if [[ $what == rate ]]; then
+if [[ ,$what, == *,rate,* ]]; then
   echo "== INT8 GEMM rates"
   OUT=$OUT bash scripts/int8_rate.sh 2>&1 | tail -60
 fi

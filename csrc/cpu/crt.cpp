@@ -10,6 +10,7 @@
 #include "../checks.h"
 #include "../crt.h"
 #include "../workspace.h"
+#include "rows.h"
 
 namespace ozaki::cpu {
 namespace {
@@ -37,11 +38,12 @@ at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
   return nu;
 }
 
-// Per row: the magnitude digits (float64, exact) of a (rows, k) operand.
+// Per row: the magnitude digits (float64, exact) of a (rows, k) or (batch, rows, k) operand, tau
+// indexed by the rows of the flattened operand.
 template <typename T>
 at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau) {
-  const int64_t rows = a.size(0), k = a.size(1);
-  at::Tensor digits = at::empty({rows, k}, a.options().dtype(at::kDouble));
+  const int64_t k = a.size(-1), rows = k == 0 ? 0 : a.numel() / k;
+  at::Tensor digits = at::empty(a.sizes(), a.options().dtype(at::kDouble));
   const T* in = a.const_data_ptr<T>();
   double* out = digits.mutable_data_ptr<double>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
@@ -54,25 +56,30 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
                          const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
                          const at::Tensor& usable_a, const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
-  check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  const ProductShape shape =
+      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
+  const int64_t m = shape.m, n = shape.n;
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a.const_data_ptr<int>());
     db = magnitude_digit_rows<scalar_t>(bt, tau_b.const_data_ptr<int>());
   });
-  const at::Tensor digits = at::mm(da, db.t());  // exact: integers below 2^31
+  // Exact (integers below 2^31), and only pairs of rows of the same element.
+  const at::Tensor digits = shape.batched ? at::bmm(da, db.transpose(1, 2)) : at::mm(da, db.t());
   const double* d = digits.const_data_ptr<double>();
   const int *ta = tau_a.const_data_ptr<int>(), *tb = tau_b.const_data_ptr<int>();
   const int *na = nu_a.const_data_ptr<int>(), *nb = nu_b.const_data_ptr<int>();
   const bool *ua = usable_a.const_data_ptr<bool>(), *ub = usable_b.const_data_ptr<bool>();
   double smallest = std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < m; ++i) {
-    if (!ua[i]) continue;
-    for (int64_t j = 0; j < n; ++j) {
-      if (!ub[j]) continue;
-      const double value = d[i * n + j] * magnitude_factor(ta[i], na[i]) * magnitude_factor(tb[j], nb[j]);
-      smallest = value < smallest ? value : smallest;
+  for (int64_t e = 0; e < shape.batch; ++e) {
+    for (int64_t i = e * m; i < (e + 1) * m; ++i) {  // rows of the flattened a and bt
+      if (!ua[i]) continue;
+      for (int64_t j = e * n; j < (e + 1) * n; ++j) {
+        if (!ub[j]) continue;
+        const double value = d[i * n + (j - e * n)] * magnitude_factor(ta[i], na[i]) *
+                             magnitude_factor(tb[j], nb[j]);
+        smallest = value < smallest ? value : smallest;
+      }
     }
   }
   return at::scalar_tensor(smallest, a.options().dtype(at::kDouble));
@@ -138,17 +145,24 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
                     const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_crt";
-  check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  const ProductShape shape =
+      check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
-  at::Tensor out = at::empty({m, n}, a.options());
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
-      gemm_crt_chunks<decltype(count)::value, scalar_t>(
-          a, bt, shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
-          nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>(), budget, out);
+      // Element by element: each gets exactly the bits of its own 2-D product.
+      for (int64_t e = 0; e < shape.batch; ++e) {
+        at::Tensor out_e = batch_element(out, shape.batched, e);
+        gemm_crt_chunks<decltype(count)::value, scalar_t>(
+            batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
+            shift_a.const_data_ptr<int>() + e * m, shift_b.const_data_ptr<int>() + e * n,
+            nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
+            budget, out_e);
+      }
     });
   });
   return out;

@@ -12,13 +12,13 @@ namespace ozaki::cpu {
 namespace {
 
 // The two magnitude digits of every entry (csrc/scheme.h, magnitude_digits) in float64, which holds
-// them exactly.
+// them exactly; a's shape, tau indexed by the rows of the flattened a.
 template <typename T>
 std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, const int* tau,
                                                       int grid_bits) {
-  const int64_t rows = a.size(0), k = a.size(1);
-  at::Tensor high = at::empty({rows, k}, a.options().dtype(at::kDouble));
-  at::Tensor low = at::empty({rows, k}, a.options().dtype(at::kDouble));
+  const int64_t k = a.size(-1), rows = k == 0 ? 0 : a.numel() / k;  // rows of the flattened a
+  at::Tensor high = at::empty(a.sizes(), a.options().dtype(at::kDouble));
+  at::Tensor low = at::empty(a.sizes(), a.options().dtype(at::kDouble));
   const T* in = a.const_data_ptr<T>();
   double* high_data = high.mutable_data_ptr<double>();
   double* low_data = low.mutable_data_ptr<double>();
@@ -33,17 +33,21 @@ std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, cons
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b) {
   constexpr const char* op = "ozaki::magnitude_product";
-  check_magnitude_arguments(a, bt, tau_a, tau_b, op);
-  const int grid_bits = magnitude_grid_bits(a.size(1));
+  const ProductShape shape = check_magnitude_arguments(a, bt, tau_a, tau_b, op);
+  const int grid_bits = magnitude_grid_bits(shape.k);
   std::pair<at::Tensor, at::Tensor> da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a.const_data_ptr<int>(), grid_bits);
     db = magnitude_digit_rows<scalar_t>(bt, tau_b.const_data_ptr<int>(), grid_bits);
   });
   // Every partial sum is an integer below 2^24 units of 2^(-2 grid_bits), so each product is exact
-  // in any order (as the FP16 GEMMs of the CUDA kernel are), and so is their combination.
-  const at::Tensor high_high = at::mm(da.first, db.first.t());
-  const at::Tensor cross = at::mm(da.first, db.second.t()).add_(at::mm(da.second, db.first.t()));
+  // in any order (as the FP16 GEMMs of the CUDA kernel are), and so is their combination; a batch
+  // gives each element the bits of its own 2-D product.
+  const auto product = [&](const at::Tensor& x, const at::Tensor& y) {
+    return shape.batched ? at::bmm(x, y.transpose(1, 2)) : at::mm(x, y.t());
+  };
+  const at::Tensor high_high = product(da.first, db.first);
+  const at::Tensor cross = product(da.first, db.second).add_(product(da.second, db.first));
   return high_high.add_(cross.mul_(pow2(-grid_bits)));
 }
 

@@ -106,24 +106,25 @@ at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tens
                        const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
                        bool fast, bool nearest, bool int8, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_slices";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
-  check_slices(slices, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
-  check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
-  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  const ProductShape shape = check_gemm_slices_arguments(a, bt, tau_a, tau_b, span_a, span_b,
+                                                         nonfinite_a, nonfinite_b, slices, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   const int beta = slice_digit_bits_checked(k, int8, op);
-  at::Tensor out = at::empty({m, n}, a.options());
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    const RowData rows_a{tau_a.const_data_ptr<int>(), span_a.const_data_ptr<int>(),
-                         nonfinite_a.const_data_ptr<bool>()};
-    const RowData rows_b{tau_b.const_data_ptr<int>(), span_b.const_data_ptr<int>(),
-                         nonfinite_b.const_data_ptr<bool>()};
-    gemm_chunks<scalar_t>(a, bt, rows_a, rows_b, static_cast<int>(slices), fast, nearest, beta,
-                          budget, out);
+    // Element by element: each gets exactly the bits of its own 2-D product.
+    for (int64_t e = 0; e < shape.batch; ++e) {
+      const RowData rows_a{tau_a.const_data_ptr<int>() + e * m, span_a.const_data_ptr<int>() + e * m,
+                           nonfinite_a.const_data_ptr<bool>() + e * m};
+      const RowData rows_b{tau_b.const_data_ptr<int>() + e * n, span_b.const_data_ptr<int>() + e * n,
+                           nonfinite_b.const_data_ptr<bool>() + e * n};
+      at::Tensor out_e = batch_element(out, shape.batched, e);
+      gemm_chunks<scalar_t>(batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
+                            rows_a, rows_b, static_cast<int>(slices), fast, nearest, beta, budget,
+                            out_e);
+    }
   });
   return out;
 }

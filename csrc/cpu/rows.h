@@ -1,6 +1,8 @@
 // Per-row work of the CPU backend: statistics and splitting, on raw row pointers so the GEMM path
-// can split chunks straight into its own buffers.
+// can split chunks straight into its own buffers; and the elements of batched operands.
 #pragma once
+
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -25,6 +27,11 @@ void split_row(const T* row, int64_t k, int64_t k_stride, int tau, int slices, i
     split_scaled_value(scaled_entry(a, tau), slices, beta,
                        [&](int p, double v) { out[p * slice_stride + l] = static_cast<Out>(v); });
   }
+}
+
+// Element e of a batched (batch, rows, k) operand, or the 2-D operand itself: a view, no copy.
+inline at::Tensor batch_element(const at::Tensor& t, bool batched, int64_t e) {
+  return batched ? t.select(0, e) : t;
 }
 
 }  // namespace ozaki::cpu

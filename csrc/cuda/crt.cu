@@ -3,8 +3,10 @@
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
 // (one read of the input), one exact INT8 GEMM per modulus, and one pass that reads every
-// modulus's INT32 result once, rebuilds the exact integer and writes C. Exactness makes the
-// result independent of chunking, GEMM algorithm and stream, and equal to the CPU kernel's.
+// modulus's INT32 result once, rebuilds the exact integer and writes C. A batch of small products
+// puts several whole elements in one chunk (batch.cuh): every pass covers them all and each
+// modulus's GEMM is one strided batched GEMM over them. Exactness makes the result independent of
+// chunking, batching, GEMM algorithm and stream, and equal to the CPU kernel's.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -13,6 +15,7 @@
 #include "../checks.h"
 #include "../crt.h"
 #include "../workspace.h"
+#include "batch.cuh"
 #include "int8_gemm.cuh"
 #include "launch.cuh"
 
@@ -79,9 +82,10 @@ __global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int
   }
 }
 
+// Digits of every row of the flattened a (rows of all elements of a batch), tau indexed alike.
 template <typename T>
 at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int64_t k_stride) {
-  const int64_t rows = a.size(0), k = a.size(1);
+  const int64_t k = a.size(-1), rows = a.numel() / k;
   at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
   constexpr int threads = 256;
   magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
@@ -94,20 +98,22 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int6
 
 constexpr int kMinThreads = 256;
 
-// Per block: min over the usable entries of a chunk of exact digit products, scaled as in
-// csrc/cpu/crt.cpp (min is exact and order-free, so the result matches the CPU's).
-__global__ void magnitude_min_kernel(const int32_t* products, int64_t rows, int64_t cols,
-                                     int64_t first_col, const int* tau_a, const int* tau_b,
-                                     const int* nu_a, const int* nu_b, const bool* usable_a,
-                                     const bool* usable_b, double* block_min) {
+// Per block: min over the usable entries of a chunk of exact digit products (element e's rows at
+// products + e * rows * ld), scaled as in csrc/cpu/crt.cpp (min is exact and order-free, so the
+// result matches the CPU's).
+__global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk chunk,
+                                     const int* tau_a, const int* tau_b, const int* nu_a,
+                                     const int* nu_b, const bool* usable_a, const bool* usable_b,
+                                     double* block_min) {
   double smallest = infinity();
-  const int64_t total = rows * cols;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e / cols, j = first_col + (e - i * cols);
-    if (!usable_a[i] || !usable_b[j]) continue;
-    const double value = static_cast<double>(products[e]) * magnitude_factor(tau_a[i], nu_a[i]) *
-                         magnitude_factor(tau_b[j], nu_b[j]);
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e, i, j;
+    chunk.entry(t, &e, &i, &j);
+    const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
+    if (!usable_a[gi] || !usable_b[gj]) continue;
+    const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) *
+                         magnitude_factor(tau_a[gi], nu_a[gi]) * magnitude_factor(tau_b[gj], nu_b[gj]);
     smallest = value < smallest ? value : smallest;
   }
   __shared__ double shared[kMinThreads];
@@ -124,37 +130,49 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
                          const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
                          const at::Tensor& usable_a, const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
-  check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  const ProductShape shape =
+      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
+  const int64_t batch = shape.batch, m = shape.m, k = shape.k, n = shape.n;
   check_same_device(a, {&bt, &tau_a, &tau_b, &nu_a, &nu_b, &usable_a, &usable_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
-  if (m == 0 || n == 0 || k == 0) return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
+  if (batch == 0 || m == 0 || n == 0 || k == 0) {
+    return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
+  }
   const int64_t k_stride = round_up(k, kInnerAlign);
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a, k_stride);
     db = magnitude_digit_rows<scalar_t>(bt, tau_b, k_stride);
   });
-  // Column chunks keep the INT32 products near 1 GiB.
+  // Chunks keep the INT32 products near 1 GiB: columns of one element, or whole elements when one
+  // fits, their GEMMs one strided batched GEMM (pairs of rows of the same element only).
+  constexpr int64_t kProductEntries = int64_t(1) << 28;
   const int64_t ld_full = round_up(n, kResultAlign);
-  const int64_t chunk = std::max<int64_t>(kResultAlign, std::min(ld_full, round_up((int64_t(1) << 28) / m, kResultAlign)));
-  at::Tensor products = at::empty({m * chunk}, a.options().dtype(at::kInt));
+  const int64_t chunk = std::max<int64_t>(kResultAlign, std::min(ld_full, round_up(kProductEntries / m, kResultAlign)));
+  const int64_t chunk_elements = chunk >= n ? elements_per_chunk(batch, m * chunk, kProductEntries) : 1;
+  at::Tensor products = at::empty({chunk_elements * m * chunk}, a.options().dtype(at::kInt));
   std::vector<at::Tensor> minima;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  for (int64_t j0 = 0; j0 < n; j0 += chunk) {
-    const int64_t cols = std::min(chunk, n - j0);
-    exact_int8_gemm(at::cuda::getCurrentCUDABlasHandle(), db.const_data_ptr<int8_t>() + j0 * k_stride,
-                    da.const_data_ptr<int8_t>(), cols, m, k_stride, products.mutable_data_ptr<int32_t>(),
-                    cols);
-    const int blocks = grid_for(m * cols, kMinThreads);
-    at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
-    magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
-        products.const_data_ptr<int32_t>(), m, cols, j0, tau_a.const_data_ptr<int>(),
-        tau_b.const_data_ptr<int>(), nu_a.const_data_ptr<int>(), nu_b.const_data_ptr<int>(),
-        usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
-        block_min.mutable_data_ptr<double>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    minima.push_back(block_min);
+  for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
+    const int64_t elements = std::min(chunk_elements, batch - e0);
+    for (int64_t j0 = 0; j0 < n; j0 += chunk) {
+      const Chunk part{e0, elements, 0, m, j0, std::min(chunk, n - j0), m, n};
+      const int64_t ld = round_up(part.cols, kResultAlign);
+      exact_int8_gemm_batched(at::cuda::getCurrentCUDABlasHandle(),
+                              db.const_data_ptr<int8_t>() + part.b_row(0, 0) * k_stride,
+                              da.const_data_ptr<int8_t>() + part.a_row(0, 0) * k_stride, part.cols,
+                              m, k_stride, products.mutable_data_ptr<int32_t>(), ld,
+                              GemmBatch{elements, n * k_stride, m * k_stride, m * ld});
+      const int blocks = grid_for(part.entries(), kMinThreads);
+      at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
+      magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
+          products.const_data_ptr<int32_t>(), ld, part, tau_a.const_data_ptr<int>(),
+          tau_b.const_data_ptr<int>(), nu_a.const_data_ptr<int>(), nu_b.const_data_ptr<int>(),
+          usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
+          block_min.mutable_data_ptr<double>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      minima.push_back(block_min);
+    }
   }
   return at::cat(minima).min();
 }
@@ -173,104 +191,128 @@ struct CrtOperands {
 };
 
 // Each thread turns 8 consecutive entries of a row into their N residues and stores each
-// modulus's 8 residues with one 8-byte store: out[(i * rows + r) * k_stride + l].
+// modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
+// out[((e * N + i) * blocks.count + r) * k_stride + l].
 template <int N, typename T>
-__global__ void residues_kernel(const T* a, int64_t k, int64_t first_row, int64_t rows,
-                                int64_t k_stride, const int* shift, int8_t* out) {
+__global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
+                                const int* shift, int8_t* out) {
   constexpr int kGroup = 8;
   const int64_t groups_per_row = k_stride / kGroup;
-  const int64_t groups = rows * groups_per_row;
+  const int64_t groups = blocks.total() * groups_per_row;
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = g / groups_per_row;
-    const int64_t l0 = (g - r * groups_per_row) * kGroup;
-    const int row_shift = shift[first_row + r];
-    const T* entries = a + (first_row + r) * k;
+    const int64_t block_row = g / groups_per_row;
+    const int64_t l0 = (g - block_row * groups_per_row) * kGroup;
+    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
+    const int64_t r = block_row - e * blocks.count;
+    const int64_t row = blocks.row(e, r);
+    const int row_shift = shift[row];
+    const T* entries = a + row * k;
     __align__(8) int8_t residues[N][kGroup];
 #pragma unroll
     for (int c = 0; c < kGroup; ++c) {
       const double x = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
       residues_of<N>(x, row_shift, [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
     }
+    int8_t* element_out = out + e * N * blocks.count * k_stride;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      *reinterpret_cast<uint2*>(out + (i * rows + r) * k_stride + l0) =
+      *reinterpret_cast<uint2*>(element_out + (i * blocks.count + r) * k_stride + l0) =
           *reinterpret_cast<const uint2*>(residues[i]);
     }
   }
 }
 
 template <int N, typename T>
-void launch_residues(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
+void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                      const int* shift, int8_t* out, cudaStream_t stream) {
-  if (rows == 0) return;
+  if (blocks.total() == 0) return;
   constexpr int threads = 256;
-  residues_kernel<N, T><<<grid_for(rows * (k_stride / 8), threads), threads, 0, stream>>>(
-      a, k, first_row, rows, k_stride, shift, out);
+  residues_kernel<N, T><<<grid_for(blocks.total() * (k_stride / 8), threads), threads, 0, stream>>>(
+      a, k, blocks, k_stride, shift, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// One entry per thread: the N INT32 results of (i, j) rebuilt into the exact integer and rounded
-// once; rows or columns with NaN/Inf get the IEEE answer.
+// One entry per thread: the N INT32 results of (e, i, j) rebuilt into the exact integer and
+// rounded once; rows or columns with NaN/Inf get the IEEE answer. Modulus i's results of element e
+// are the plane products + (e * N + i) * rows * ld.
 template <int N, typename T>
-__global__ void reconstruct_kernel(const int32_t* products, int64_t rows, int64_t cols, int64_t ld,
-                                   int64_t first_row, int64_t first_col, int64_t n,
+__global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                    CrtOperands<T> in, T* out) {
-  const int64_t plane = rows * ld;
-  const int64_t total = rows * cols;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e / cols, j = e - i * cols;
-    const int64_t gi = first_row + i, gj = first_col + j;
+  const int64_t plane = chunk.rows * ld;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e, i, j;
+    chunk.entry(t, &e, &i, &j);
+    const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
     double value;
     if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
       value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
     } else {
-      const int32_t* entry = products + i * ld + j;
+      const int32_t* entry = products + e * N * plane + i * ld + j;
       int32_t residues[N];
 #pragma unroll
       for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(entry + modulus * plane);
       const int64_t unit = -(int64_t(in.shift_a[gi]) + in.shift_b[gj]);
       value = crt_reconstruct<N>(residues, unit, format_of<T>());
     }
-    out[gi * n + gj] = static_cast<T>(value);
+    out[chunk.out_index(e, i, j)] = static_cast<T>(value);
   }
 }
 
 template <int N, typename T>
-void gemm_crt_chunks(const CrtOperands<T>& in, int64_t m, int64_t n, int64_t budget, T* out,
+void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget, T* out,
                      const at::TensorOptions& options) {
+  const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   const WorkspaceShape shape{k_stride, N, N, 1, 4, kResultAlign};
-  ChunkPlan plan = plan_chunks(m, n, shape, budget);
+  BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget);
   // cuBLAS takes int sizes.
-  plan.rows = std::min<int64_t>(plan.rows, int64_t(1) << 30);
-  plan.cols = std::min<int64_t>(plan.cols, int64_t(1) << 30);
-  const int64_t ld = round_up(plan.cols, kResultAlign);
-  at::Tensor a_residues = at::empty({N * plan.rows * k_stride}, options.dtype(at::kChar));
-  at::Tensor b_residues = at::empty({N * plan.cols * k_stride}, options.dtype(at::kChar));
-  at::Tensor products = at::empty({N * plan.rows * ld}, options.dtype(at::kInt));
+  constexpr int64_t kMaxSide = int64_t(1) << 30;
+  if (plan.within.rows > kMaxSide || plan.within.cols > kMaxSide) {
+    plan = BatchChunkPlan{1, ChunkPlan{std::min(plan.within.rows, kMaxSide),
+                                       std::min(plan.within.cols, kMaxSide)}};
+  }
+  const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
+  const int64_t chunk_cols = plan.within.cols;
+  const int64_t ld = round_up(chunk_cols, kResultAlign);
+  at::Tensor a_residues = at::empty({chunk_elements * N * chunk_rows * k_stride}, options.dtype(at::kChar));
+  at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
+  at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld}, options.dtype(at::kInt));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
   int32_t* product_data = products.mutable_data_ptr<int32_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
-  const bool single_row_chunk = plan.rows >= m;
-  if (single_row_chunk) launch_residues<N>(in.a, in.k, 0, m, k_stride, in.shift_a, a_res, stream);
-  for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
-    const int64_t cols = std::min(plan.cols, n - j0);
-    launch_residues<N>(in.bt, in.k, j0, cols, k_stride, in.shift_b, b_res, stream);
-    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
-      const int64_t rows = std::min(plan.rows, m - i0);
-      if (!single_row_chunk) launch_residues<N>(in.a, in.k, i0, rows, k_stride, in.shift_a, a_res, stream);
-      for (int i = 0; i < N; ++i) {
-        exact_int8_gemm(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride, cols, rows,
-                        k_stride, product_data + i * rows * ld, ld);
+  const bool single_row_chunk = chunk_rows >= m;
+  for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
+    const int64_t elements = std::min(chunk_elements, batch - e0);
+    if (single_row_chunk) {
+      launch_residues<N>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.shift_a, a_res,
+                         stream);
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
+      const int64_t cols = std::min(chunk_cols, n - j0);
+      launch_residues<N>(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride,
+                         in.shift_b, b_res, stream);
+      for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
+        const int64_t rows = std::min(chunk_rows, m - i0);
+        if (!single_row_chunk) {
+          launch_residues<N>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
+                             in.shift_a, a_res, stream);
+        }
+        // Element e's residues and results of every modulus follow element e - 1's.
+        const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
+        for (int i = 0; i < N; ++i) {
+          exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,
+                                  cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
+        }
+        const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
+        constexpr int threads = 256;
+        reconstruct_kernel<N, T><<<grid_for(chunk.entries(), threads), threads, 0, stream>>>(
+            product_data, ld, chunk, in, out);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
-      constexpr int threads = 256;
-      reconstruct_kernel<N, T><<<grid_for(rows * cols, threads), threads, 0, stream>>>(
-          product_data, rows, cols, ld, i0, j0, n, in, out);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
 }
@@ -279,20 +321,21 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
                     const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_crt";
-  check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  const ProductShape shape =
+      check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
   check_same_device(a, {&bt, &shift_a, &shift_b, &nonfinite_a, &nonfinite_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
-  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
-  at::Tensor out = at::empty({m, n}, a.options());
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
                                    shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
                                    nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
-      gemm_crt_chunks<decltype(count)::value, scalar_t>(in, m, n, budget,
+      gemm_crt_chunks<decltype(count)::value, scalar_t>(in, shape, budget,
                                                         out.mutable_data_ptr<scalar_t>(), a.options());
     });
   });

@@ -11,6 +11,7 @@
 
 #include "../checks.h"
 #include "../workspace.h"
+#include "batch.cuh"
 #include "half_gemm.cuh"
 #include "launch.cuh"
 
@@ -33,10 +34,11 @@ __global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int
   }
 }
 
+// Digits of every row of the flattened a (rows of all elements of a batch), tau indexed alike.
 template <typename T>
 std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau,
                                                       int grid_bits) {
-  const int64_t rows = a.size(0), k = a.size(1), k_stride = padded_inner(k);
+  const int64_t k = a.size(-1), rows = a.numel() / k, k_stride = padded_inner(k);
   at::Tensor high = at::empty({rows, k_stride}, a.options().dtype(at::kHalf));
   at::Tensor low = at::empty({rows, k_stride}, a.options().dtype(at::kHalf));
   const int64_t total = rows * k_stride;
@@ -49,25 +51,29 @@ std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, cons
   return {high, low};
 }
 
-// Exact FP32 (m, n) = x (m, k_stride) * y (n, k_stride)^T of FP16 digit rows.
-at::Tensor digit_product(const at::Tensor& x, const at::Tensor& y) {
-  const int64_t m = x.size(0), n = y.size(0);
-  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
-  exact_half_gemm(at::cuda::getCurrentCUDABlasHandle(),
-                  reinterpret_cast<const __half*>(y.const_data_ptr<at::Half>()),
-                  reinterpret_cast<const __half*>(x.const_data_ptr<at::Half>()), n, m, x.size(1),
-                  out.mutable_data_ptr<float>(), n);
+// Exact FP32 x_e (m, k_stride) * y_e (n, k_stride)^T of FP16 digit rows for every element e: one
+// strided batched GEMM over the elements (pairs of rows of the same element only).
+at::Tensor digit_product(const at::Tensor& x, const at::Tensor& y, const ProductShape& shape) {
+  const int64_t m = shape.m, n = shape.n, k_stride = x.size(1);
+  at::Tensor out = at::empty(shape.out_sizes(), x.options().dtype(at::kFloat));
+  exact_half_gemm_batched(at::cuda::getCurrentCUDABlasHandle(),
+                          reinterpret_cast<const __half*>(y.const_data_ptr<at::Half>()),
+                          reinterpret_cast<const __half*>(x.const_data_ptr<at::Half>()), n, m,
+                          k_stride, out.mutable_data_ptr<float>(), n,
+                          GemmBatch{shape.batch, n * k_stride, m * k_stride, m * n});
   return out;
 }
 
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b) {
   constexpr const char* op = "ozaki::magnitude_product";
-  check_magnitude_arguments(a, bt, tau_a, tau_b, op);
+  const ProductShape shape = check_magnitude_arguments(a, bt, tau_a, tau_b, op);
   check_same_device(a, {&bt, &tau_a, &tau_b}, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
   const c10::cuda::CUDAGuard guard(a.device());
-  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options().dtype(at::kDouble));
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) {
+    return at::zeros(shape.out_sizes(), a.options().dtype(at::kDouble));
+  }
   TORCH_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31), op, ": m and n must be below 2^31");
   const int grid_bits = magnitude_grid_bits(k);
   std::pair<at::Tensor, at::Tensor> da, db;
@@ -76,9 +82,9 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
     db = magnitude_digit_rows<scalar_t>(bt, tau_b, grid_bits);
   });
   // Three exact GEMMs, combined exactly in float64 in the CPU kernel's order.
-  const at::Tensor high_high = digit_product(da.first, db.first).to(at::kDouble);
-  const at::Tensor cross = digit_product(da.first, db.second).to(at::kDouble)
-                               .add_(digit_product(da.second, db.first).to(at::kDouble));
+  const at::Tensor high_high = digit_product(da.first, db.first, shape).to(at::kDouble);
+  const at::Tensor cross = digit_product(da.first, db.second, shape).to(at::kDouble)
+                               .add_(digit_product(da.second, db.first, shape).to(at::kDouble));
   return high_high.add_(cross.mul_(pow2(-grid_bits)));
 }
 

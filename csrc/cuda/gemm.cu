@@ -4,7 +4,9 @@
 // Per chunk of rows of A and columns of B: the A-slices are stacked into one (slices * rows, k)
 // operand, so each B-slice q needs one GEMM that yields P(p, q) for every kept p at once (slices
 // GEMMs per chunk instead of one per pair); then one pass reads each exact product once and writes
-// C. Exactness makes the result independent of chunking, GEMM algorithm and stream.
+// C. A batch of small products puts several whole elements in one chunk (batch.cuh): each of those
+// GEMMs is then one strided batched GEMM over the elements, and each pass covers them all.
+// Exactness makes the result independent of chunking, batching, GEMM algorithm and stream.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
@@ -16,6 +18,7 @@
 #include "../checks.h"
 #include "../exact.h"
 #include "../workspace.h"
+#include "batch.cuh"
 #include "half_gemm.cuh"
 #include "int8_gemm.cuh"
 #include "split.cuh"
@@ -38,8 +41,8 @@ struct SliceKind<__half> {
   using Product = float;
   using Product4 = float4;
   static void gemm(cublasHandle_t handle, const __half* b, const __half* a, int64_t cols, int64_t rows,
-                   int64_t k_stride, float* out, int64_t ld) {
-    exact_half_gemm(handle, b, a, cols, rows, k_stride, out, ld);
+                   int64_t k_stride, float* out, int64_t ld, const GemmBatch& batch) {
+    exact_half_gemm_batched(handle, b, a, cols, rows, k_stride, out, ld, batch);
   }
 };
 template <>
@@ -47,8 +50,8 @@ struct SliceKind<int8_t> {
   using Product = int32_t;
   using Product4 = int4;
   static void gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
-                   int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
-    exact_int8_gemm(handle, b, a, cols, rows, k_stride, out, ld);
+                   int64_t rows, int64_t k_stride, int32_t* out, int64_t ld, const GemmBatch& batch) {
+    exact_int8_gemm_batched(handle, b, a, cols, rows, k_stride, out, ld, batch);
   }
 };
 
@@ -65,28 +68,29 @@ struct Operands {
   const bool* nonfinite_b;
 };
 
-// Sums entries (i, j .. j + N - 1) of the chunk; rows or columns with NaN/Inf get the IEEE answer.
 // A product read as the value csrc/scheme.h sums: FP16 products are already in those units, INT8
 // products are integers in units of 2^(-2 beta) (`unit`; the scaling is exact).
 __device__ __forceinline__ double product_value(float p, double) { return p; }
 __device__ __forceinline__ double product_value(int32_t p, double unit) { return static_cast<double>(p) * unit; }
 
+// Sums entries (i, j .. j + N - 1) of element e of the chunk, whose exact products start at
+// `products`; rows or columns with NaN/Inf get the IEEE answer.
 template <int N, typename Digit, typename T>
 __device__ __forceinline__ void accumulate_entries(const typename SliceKind<Digit>::Product* products, const PairLayout& layout,
-                                                   int64_t i, int64_t j, int64_t first_row,
-                                                   int64_t first_col, int64_t n, int beta,
-                                                   double unit, const Operands<T>& in, T* out) {
-  const int64_t gi = first_row + i;
+                                                   const Chunk& chunk, int64_t e, int64_t i, int64_t j,
+                                                   int beta, double unit, const Operands<T>& in, T* out) {
+  const int64_t gi = chunk.a_row(e, i);
   bool nonfinite = in.nonfinite_a[gi];
   int tau_sums[N];
   for (int c = 0; c < N; ++c) {
-    nonfinite = nonfinite || in.nonfinite_b[first_col + j + c];
-    tau_sums[c] = in.tau_a[gi] + in.tau_b[first_col + j + c];
+    const int64_t gj = chunk.b_row(e, j + c);
+    nonfinite = nonfinite || in.nonfinite_b[gj];
+    tau_sums[c] = in.tau_a[gi] + in.tau_b[gj];
   }
   double results[N];
   if (nonfinite) {
     for (int c = 0; c < N; ++c) {
-      const int64_t gj = first_col + j + c;
+      const int64_t gj = chunk.b_row(e, j + c);
       double value[1];
       if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
         value[0] = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
@@ -109,20 +113,26 @@ __device__ __forceinline__ void accumulate_entries(const typename SliceKind<Digi
     sum_levels<N>([&](int64_t index, double* v) { for (int c = 0; c < N; ++c) v[c] = product_value(products[index + c], unit); },
                   layout, i, j, beta, tau_sums, results);
   }
-  for (int c = 0; c < N; ++c) out[gi * n + first_col + j + c] = static_cast<T>(results[c]);
+  for (int c = 0; c < N; ++c) out[chunk.out_index(e, i, j + c)] = static_cast<T>(results[c]);
+}
+
+// The products of element e of a chunk follow those of element e - 1 (PairLayout per element).
+__device__ __forceinline__ int64_t element_products(const PairLayout& layout) {
+  return layout.total_blocks() * layout.chunk_rows * layout.ld;
 }
 
 // rounding="nearest": one entry per thread, summed exactly and rounded once; entries the kept
-// slice products leave undecided (rare) are computed exactly from the inputs.
+// slice products leave undecided (rare) are computed exactly from the inputs. blockIdx.y walks the
+// rows of every element of the chunk.
 template <typename P, typename T>
-__global__ void nearest_kernel(const P* products, PairLayout layout, int64_t rows, int64_t cols,
-                               int64_t first_row, int64_t first_col, int64_t n, int beta,
+__global__ void nearest_kernel(const P* products, PairLayout layout, Chunk chunk, int beta,
                                double unit, Operands<T> in, T* out) {
   const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (j >= cols) return;
-  const int64_t gj = first_col + j;
-  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
-    const int64_t gi = first_row + i;
+  if (j >= chunk.cols) return;
+  for (int64_t r = blockIdx.y; r < chunk.elements * chunk.rows; r += gridDim.y) {
+    const int64_t e = element_of(r, chunk.rows, chunk.elements), i = r - e * chunk.rows;
+    const P* element = products + e * element_products(layout);
+    const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
     const int tau_sum = in.tau_a[gi] + in.tau_b[gj];
     double value;
     if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
@@ -130,96 +140,120 @@ __global__ void nearest_kernel(const P* products, PairLayout layout, int64_t row
     } else {
       bool undecided;
       const DroppedBound dropped = dropped_bound(layout, beta, in.k, in.span_a[gi], in.span_b[gj]);
-      value = nearest_from_levels([&](int64_t index, double* v) { v[0] = product_value(__ldg(products + index), unit); },
+      value = nearest_from_levels([&](int64_t index, double* v) { v[0] = product_value(__ldg(element + index), unit); },
                                   layout, i, j, beta, tau_sum, dropped, format_of<T>(), &undecided);
       if (undecided) {
         value = exact_dot_rounded(in.a + gi * in.k, in.bt + gj * in.k, in.k,
                                   tau_sum - in.span_a[gi] - in.span_b[gj], tau_sum, format_of<T>());
       }
     }
-    out[gi * n + gj] = static_cast<T>(value);
+    out[chunk.out_index(e, i, j)] = static_cast<T>(value);
   }
 }
 
 // Each thread sums 4 consecutive entries of a row with 16-byte loads (the workspace's leading
 // dimension is a multiple of 8 floats, so every group of 4 is aligned); a ragged tail of the row
-// is summed one entry at a time.
+// is summed one entry at a time. blockIdx.y walks the rows of every element of the chunk.
 template <typename Digit, typename T>
 __global__ void accumulate_kernel(const typename SliceKind<Digit>::Product* products,
-                                  PairLayout layout, int64_t rows, int64_t cols, int64_t first_row,
-                                  int64_t first_col, int64_t n, int beta, double unit,
+                                  PairLayout layout, Chunk chunk, int beta, double unit,
                                   Operands<T> in, T* out) {
   const int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 4;
-  if (j >= cols) return;
-  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
-    if (j + 4 <= cols) {
-      accumulate_entries<4, Digit>(products, layout, i, j, first_row, first_col, n, beta, unit, in, out);
+  if (j >= chunk.cols) return;
+  for (int64_t r = blockIdx.y; r < chunk.elements * chunk.rows; r += gridDim.y) {
+    const int64_t e = element_of(r, chunk.rows, chunk.elements), i = r - e * chunk.rows;
+    const auto* element = products + e * element_products(layout);
+    if (j + 4 <= chunk.cols) {
+      accumulate_entries<4, Digit>(element, layout, chunk, e, i, j, beta, unit, in, out);
     } else {
-      for (int64_t c = j; c < cols; ++c) {
-        accumulate_entries<1, Digit>(products, layout, i, c, first_row, first_col, n, beta, unit, in, out);
+      for (int64_t c = j; c < chunk.cols; ++c) {
+        accumulate_entries<1, Digit>(element, layout, chunk, e, i, c, beta, unit, in, out);
       }
     }
   }
 }
 
+// Threads per block for `work` items along a row: up to 128, fewer (whole warps) for narrow rows
+// so small elements do not leave most threads idle.
+int row_threads(int64_t work) {
+  return static_cast<int>(std::min<int64_t>(128, std::max<int64_t>(32, round_up(work, 32))));
+}
+
 template <typename Digit, typename T>
-void gemm_chunks(const Operands<T>& in, int64_t m, int64_t n, int slices, bool fast, bool nearest,
-                 int beta, int64_t budget, T* out, const at::TensorOptions& options) {
+void gemm_chunks(const Operands<T>& in, const ProductShape& product, int slices, bool fast,
+                 bool nearest, int beta, int64_t budget, T* out, const at::TensorOptions& options) {
   using Product = typename SliceKind<Digit>::Product;
   constexpr bool int8 = std::is_same_v<Digit, int8_t>;
+  const int64_t batch = product.batch, m = product.m, n = product.n;
   const double unit = int8 ? pow2(-2 * beta) : 1.0;
   // INT8 operands want rows of 16 bytes.
   const int64_t k_stride = int8 ? round_up(in.k, 16) : padded_inner(in.k);
   const PairLayout pairs_shape{slices, fast, 0, 0};
   const WorkspaceShape shape{k_stride, slices, pairs_shape.total_blocks(), sizeof(Digit), 4,
                              kProductColumnAlign};
-  ChunkPlan plan = plan_chunks(m, n, shape, budget);
+  BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget);
   // cuBLAS takes int sizes: the stacked operand must stay below 2^31 rows.
-  plan.rows = std::min<int64_t>(plan.rows, (int64_t(1) << 31) / (slices + 1));
-  const int64_t ld = round_up(plan.cols, kProductColumnAlign);
+  const int64_t max_rows = (int64_t(1) << 31) / (slices + 1);
+  if (plan.within.rows > max_rows) plan = BatchChunkPlan{1, ChunkPlan{max_rows, plan.within.cols}};
+  const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
+  const int64_t chunk_cols = plan.within.cols;
+  const int64_t ld = round_up(chunk_cols, kProductColumnAlign);
 
   const auto digit_dtype = int8 ? at::kChar : at::kHalf;
-  at::Tensor a_slices = at::empty({slices * plan.rows * k_stride}, options.dtype(digit_dtype));
-  at::Tensor b_slices = at::empty({slices * plan.cols * k_stride}, options.dtype(digit_dtype));
-  at::Tensor products = at::empty({pairs_shape.total_blocks() * plan.rows * ld},
+  at::Tensor a_slices =
+      at::empty({chunk_elements * slices * chunk_rows * k_stride}, options.dtype(digit_dtype));
+  at::Tensor b_slices =
+      at::empty({chunk_elements * slices * chunk_cols * k_stride}, options.dtype(digit_dtype));
+  at::Tensor products = at::empty({chunk_elements * pairs_shape.total_blocks() * chunk_rows * ld},
                                   options.dtype(int8 ? at::kInt : at::kFloat));
   auto* a_digits = static_cast<Digit*>(a_slices.mutable_data_ptr());
   auto* b_digits = static_cast<Digit*>(b_slices.mutable_data_ptr());
   auto* product_data = static_cast<Product*>(products.mutable_data_ptr());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
-  const bool single_row_chunk = plan.rows >= m;
+  const bool single_row_chunk = chunk_rows >= m;
 
-  if (single_row_chunk) {
-    launch_split_rows(in.a, in.k, 0, m, k_stride, in.tau_a, slices, beta, a_digits, stream);
-  }
-  for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
-    const int64_t cols = std::min(plan.cols, n - j0);
-    launch_split_rows(in.bt, in.k, j0, cols, k_stride, in.tau_b, slices, beta, b_digits, stream);
-    for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
-      const int64_t rows = std::min(plan.rows, m - i0);
-      if (!single_row_chunk) {
-        launch_split_rows(in.a, in.k, i0, rows, k_stride, in.tau_a, slices, beta, a_digits, stream);
-      }
-      const PairLayout layout{slices, fast, rows, ld};
-      for (int q = 0; q < slices; ++q) {
-        SliceKind<Digit>::gemm(handle, b_digits + q * cols * k_stride, a_digits, cols, layout.rows_for(q) * rows,
-                        k_stride, product_data + layout.block_start(q) * rows * ld, ld);
-      }
-      constexpr int threads = 128;
-      if (nearest) {
-        const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)),
-                        static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
-        nearest_kernel<Product, T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0,
-                                                                 j0, n, beta, unit, in, out);
+  for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
+    const int64_t elements = std::min(chunk_elements, batch - e0);
+    if (single_row_chunk) {
+      launch_split_rows(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.tau_a, slices,
+                        beta, a_digits, stream);
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
+      const int64_t cols = std::min(chunk_cols, n - j0);
+      launch_split_rows(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride, in.tau_b,
+                        slices, beta, b_digits, stream);
+      for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
+        const int64_t rows = std::min(chunk_rows, m - i0);
+        if (!single_row_chunk) {
+          launch_split_rows(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
+                            in.tau_a, slices, beta, a_digits, stream);
+        }
+        const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
+        const PairLayout layout{slices, fast, rows, ld};
+        // Element e's stacked A-slices, B-slices and products follow element e - 1's.
+        const GemmBatch per_element{elements, slices * cols * k_stride, slices * rows * k_stride,
+                                    layout.total_blocks() * rows * ld};
+        for (int q = 0; q < slices; ++q) {
+          SliceKind<Digit>::gemm(handle, b_digits + q * cols * k_stride, a_digits, cols,
+                                 layout.rows_for(q) * rows, k_stride,
+                                 product_data + layout.block_start(q) * rows * ld, ld, per_element);
+        }
+        const unsigned grid_rows = static_cast<unsigned>(std::min<int64_t>(elements * rows, 65535));
+        if (nearest) {
+          const int threads = row_threads(cols);
+          const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)), grid_rows);
+          nearest_kernel<Product, T><<<grid, threads, 0, stream>>>(product_data, layout, chunk, beta,
+                                                                   unit, in, out);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+          continue;
+        }
+        const int threads = row_threads(ceil_div(cols, 4));
+        const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)), grid_rows);
+        accumulate_kernel<Digit, T><<<grid, threads, 0, stream>>>(product_data, layout, chunk, beta,
+                                                                  unit, in, out);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
-        continue;
       }
-      const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)),
-                      static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
-      accumulate_kernel<Digit, T><<<grid, threads, 0, stream>>>(product_data, layout, rows, cols, i0,
-                                                                j0, n, beta, unit, in, out);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
 }
@@ -229,18 +263,14 @@ at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tens
                        const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
                        bool fast, bool nearest, bool int8, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_slices";
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  check_same_operands(a, bt, op);
+  const ProductShape shape = check_gemm_slices_arguments(a, bt, tau_a, tau_b, span_a, span_b,
+                                                         nonfinite_a, nonfinite_b, slices, op);
   check_same_device(a, {&bt, &tau_a, &tau_b, &span_a, &span_b, &nonfinite_a, &nonfinite_b}, op);
-  check_slices(slices, op);
-  const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  check_row_stats(tau_a, span_a, nonfinite_a, m, op, "a");
-  check_row_stats(tau_b, span_b, nonfinite_b, n, op, "bt");
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
   const c10::cuda::CUDAGuard guard(a.device());
-  if (m == 0 || n == 0 || k == 0) return at::zeros({m, n}, a.options());
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   const int beta = slice_digit_bits_checked(k, int8, op);
-  at::Tensor out = at::empty({m, n}, a.options());
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const Operands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
@@ -248,10 +278,10 @@ at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tens
                                 span_a.const_data_ptr<int>(), span_b.const_data_ptr<int>(),
                                 nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
     if (int8) {
-      gemm_chunks<int8_t, scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
+      gemm_chunks<int8_t, scalar_t>(in, shape, static_cast<int>(slices), fast, nearest, beta, budget,
                                     out.mutable_data_ptr<scalar_t>(), a.options());
     } else {
-      gemm_chunks<__half, scalar_t>(in, m, n, static_cast<int>(slices), fast, nearest, beta, budget,
+      gemm_chunks<__half, scalar_t>(in, shape, static_cast<int>(slices), fast, nearest, beta, budget,
                                     out.mutable_data_ptr<scalar_t>(), a.options());
     }
   });

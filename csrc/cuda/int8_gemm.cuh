@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "batch.cuh"
+
 namespace ozaki::cuda {
 
 // Output columns per cuBLAS call. On the H100 cuBLAS's default algorithm for an INT8 GEMM with
@@ -31,19 +33,40 @@ inline int64_t int8_column_block(int64_t cols) {
 }
 
 // Row-major out (rows x cols, leading dimension ld) = a (rows x k_stride) * b (cols x k_stride)^T,
-// both operands K-major (cuBLAS "TN"); k_stride and ld must be multiples of 4 (16 for speed).
-inline void exact_int8_gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
-                            int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
+// both operands K-major (cuBLAS "TN"); k_stride and ld must be multiples of 4 (16 for speed). For
+// each product of a strided batch (cublasGemmEx calls when batch.count is 1); the column blocks
+// apply to every product of the batch alike.
+inline void exact_int8_gemm_batched(cublasHandle_t handle, const int8_t* b, const int8_t* a,
+                                    int64_t cols, int64_t rows, int64_t k_stride, int32_t* out,
+                                    int64_t ld, const GemmBatch& batch) {
   const int32_t one = 1, zero = 0;
   const int64_t block = int8_column_block(cols);
   for (int64_t c0 = 0; c0 < cols; c0 += block) {
     const int64_t width = std::min(block, cols - c0);
-    TORCH_CUDABLAS_CHECK(cublasGemmEx(
-        handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
-        static_cast<int>(k_stride), &one, b + c0 * k_stride, CUDA_R_8I, static_cast<int>(k_stride),
-        a, CUDA_R_8I, static_cast<int>(k_stride), &zero, out + c0, CUDA_R_32I, static_cast<int>(ld),
-        CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    if (batch.count == 1) {
+      TORCH_CUDABLAS_CHECK(cublasGemmEx(
+          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
+          static_cast<int>(k_stride), &one, b + c0 * k_stride, CUDA_R_8I,
+          static_cast<int>(k_stride), a, CUDA_R_8I, static_cast<int>(k_stride), &zero, out + c0,
+          CUDA_R_32I, static_cast<int>(ld), CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+      continue;
+    }
+    for (int64_t first = 0; first < batch.count; first += kMaxGemmBatch) {
+      const int64_t count = std::min(kMaxGemmBatch, batch.count - first);
+      TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
+          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
+          static_cast<int>(k_stride), &one, b + first * batch.stride_b + c0 * k_stride, CUDA_R_8I,
+          static_cast<int>(k_stride), batch.stride_b, a + first * batch.stride_a, CUDA_R_8I,
+          static_cast<int>(k_stride), batch.stride_a, &zero, out + first * batch.stride_out + c0,
+          CUDA_R_32I, static_cast<int>(ld), batch.stride_out, static_cast<int>(count),
+          CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    }
   }
+}
+
+inline void exact_int8_gemm(cublasHandle_t handle, const int8_t* b, const int8_t* a, int64_t cols,
+                            int64_t rows, int64_t k_stride, int32_t* out, int64_t ld) {
+  exact_int8_gemm_batched(handle, b, a, cols, rows, k_stride, out, ld, kSingleGemm);
 }
 
 }  // namespace ozaki::cuda

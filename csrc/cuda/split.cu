@@ -56,29 +56,32 @@ __device__ __forceinline__ void store_digit(double scaled_digit, int beta, int8_
 
 // Each thread splits 4 consecutive entries and writes each of their slices with one store.
 template <typename T, typename Digit>
-__global__ void split_rows_kernel(const T* a, int64_t k, int64_t first_row, int64_t rows,
-                                  int64_t k_stride, const int* tau, int slices, int beta,
-                                  Digit* out) {
+__global__ void split_rows_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
+                                  const int* tau, int slices, int beta, Digit* out) {
   using Group = std::conditional_t<sizeof(Digit) == 2, uint2, uint32_t>;
   const int64_t groups_per_row = k_stride / 4;
-  const int64_t groups = rows * groups_per_row;
+  const int64_t groups = blocks.total() * groups_per_row;
   for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
        g += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = g / groups_per_row;
-    const int64_t l0 = (g - r * groups_per_row) * 4;
-    const int row_tau = tau[first_row + r];
-    const T* entries = a + (first_row + r) * k;
+    const int64_t block_row = g / groups_per_row;
+    const int64_t l0 = (g - block_row * groups_per_row) * 4;
+    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
+    const int64_t r = block_row - e * blocks.count;
+    const int64_t row = blocks.row(e, r);
+    const int row_tau = tau[row];
+    const T* entries = a + row * k;
     double remainder[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int64_t l = l0 + c;
       remainder[c] = scaled_entry(l < k ? static_cast<double>(entries[l]) : 0.0, row_tau);
     }
+    Digit* element_out = out + e * slices * blocks.count * k_stride;
     for (int p = 0; p < slices; ++p) {
       __align__(8) Digit digits[4];
 #pragma unroll
       for (int c = 0; c < 4; ++c) store_digit(next_slice(&remainder[c], p, beta), beta, &digits[c]);
-      *reinterpret_cast<Group*>(out + (p * rows + r) * k_stride + l0) =
+      *reinterpret_cast<Group*>(element_out + (p * blocks.count + r) * k_stride + l0) =
           *reinterpret_cast<const Group*>(digits);
     }
   }
@@ -95,25 +98,25 @@ void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_sp
 }
 
 template <typename T, typename Digit>
-void launch_split_rows(const T* a, int64_t k, int64_t first_row, int64_t rows, int64_t k_stride,
+void launch_split_rows(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                        const int* tau, int slices, int beta, Digit* out, cudaStream_t stream) {
   TORCH_INTERNAL_ASSERT(k_stride % 4 == 0 && k_stride >= k);
-  if (rows == 0 || k_stride == 0) return;
+  if (blocks.total() == 0 || k_stride == 0) return;
   constexpr int threads = 256;
-  split_rows_kernel<T, Digit><<<grid_for(rows * (k_stride / 4), threads), threads, 0, stream>>>(
-      a, k, first_row, rows, k_stride, tau, slices, beta, out);
+  split_rows_kernel<T, Digit><<<grid_for(blocks.total() * (k_stride / 4), threads), threads, 0,
+                                stream>>>(a, k, blocks, k_stride, tau, slices, beta, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template void launch_row_stats<float>(const float*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
 template void launch_row_stats<double>(const double*, int64_t, int64_t, int*, int*, bool*, cudaStream_t);
-template void launch_split_rows<float, __half>(const float*, int64_t, int64_t, int64_t, int64_t,
+template void launch_split_rows<float, __half>(const float*, int64_t, const RowBlocks&, int64_t,
                                                const int*, int, int, __half*, cudaStream_t);
-template void launch_split_rows<double, __half>(const double*, int64_t, int64_t, int64_t, int64_t,
+template void launch_split_rows<double, __half>(const double*, int64_t, const RowBlocks&, int64_t,
                                                 const int*, int, int, __half*, cudaStream_t);
-template void launch_split_rows<float, int8_t>(const float*, int64_t, int64_t, int64_t, int64_t,
+template void launch_split_rows<float, int8_t>(const float*, int64_t, const RowBlocks&, int64_t,
                                                const int*, int, int, int8_t*, cudaStream_t);
-template void launch_split_rows<double, int8_t>(const double*, int64_t, int64_t, int64_t, int64_t,
+template void launch_split_rows<double, int8_t>(const double*, int64_t, const RowBlocks&, int64_t,
                                                 const int*, int, int, int8_t*, cudaStream_t);
 
 namespace {
@@ -144,8 +147,8 @@ at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices
   const int64_t k_stride = padded_inner(k);
   auto padded = at::empty({slices, rows, k_stride}, a.options().dtype(at::kHalf));
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::split_rows", [&] {
-    launch_split_rows(a.const_data_ptr<scalar_t>(), k, 0, rows, k_stride, tau.const_data_ptr<int>(),
-                      static_cast<int>(slices), beta,
+    launch_split_rows(a.const_data_ptr<scalar_t>(), k, RowBlocks{0, rows, 1, rows}, k_stride,
+                      tau.const_data_ptr<int>(), static_cast<int>(slices), beta,
                       reinterpret_cast<__half*>(padded.mutable_data_ptr<at::Half>()),
                       at::cuda::getCurrentCUDAStream());
   });

@@ -1,0 +1,112 @@
+"""The kernel of the ozaki::gemm operator (schema in csrc/ozaki.cpp, registered in
+ozaki/library.py): D = alpha * A @ B + beta * C with BLAS semantics, for real and complex
+matrices (m, k) x (k, n) or batches (batch, m, k) x (batch, k, n).
+
+The epilogue is D = RN(alpha * P) + RN(beta * C), evaluated in separate IEEE operations (never a
+fused multiply-add), so it gives the same bits on every device and under torch.compile; alpha = 1
+and beta = 1 are exact, alpha = 0 reads neither A nor B and beta = 0 never reads C (NaN in C does
+not leak). Complex scalars act on the real and imaginary parts with real operations only, for the
+same reason.
+"""
+
+import numbers
+
+import torch
+
+from .complex import complex_parts
+from .product import _check_operands, _check_options, real_product
+
+REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
+           torch.complex128: torch.float64, torch.complex64: torch.float32}
+
+
+def check_scalar(name, arg, value, dtype):
+    """alpha and beta: real numbers, or complex ones for complex operands."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Number):
+        raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
+    if not dtype.is_complex and not isinstance(value, numbers.Real):  # 2+0j would make D complex
+        raise TypeError(f"{name}: {arg} = {value!r} is complex but the operands are {dtype}")
+
+
+def check_addend(name, C, dtype, device, shape):
+    """C of D = alpha A B + beta C: A's dtype and device, broadcastable to the result's shape."""
+    if not isinstance(C, torch.Tensor):
+        raise TypeError(f"{name}: C must be a torch.Tensor when beta != 0, got {type(C).__name__}")
+    if C.dtype != dtype:
+        raise TypeError(f"{name}: C must be {dtype} like A and B, got {C.dtype}")
+    if C.device != device:
+        raise ValueError(f"{name}: C must be on {device} like A and B, got {C.device}")
+    try:
+        broadcast = torch.broadcast_shapes(C.shape, shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(shape):
+        raise ValueError(f"{name}: C of shape {tuple(C.shape)} does not broadcast to the result's "
+                         f"shape {tuple(shape)}")
+
+
+def check_gemm(name, A, B, C, alpha, beta):
+    """Everything ozaki::gemm needs of its tensors and scalars; returns the result's shape."""
+    if not isinstance(A, torch.Tensor) or A.dtype not in REAL_OF:
+        raise TypeError(f"{name}: A must be a float64, float32, complex128 or complex64 tensor, got "
+                        f"{getattr(A, 'dtype', type(A).__name__)}")
+    _check_operands(name, A, B, A.dtype, ranks=(2, 3))
+    check_scalar(name, "alpha", alpha, A.dtype)
+    check_scalar(name, "beta", beta, A.dtype)
+    shape = (*A.shape[:-1], B.shape[-1])
+    if beta != 0:
+        check_addend(name, C, A.dtype, A.device, shape)
+    return shape
+
+
+def _scale(x, s):
+    """RN(s * x) for a real tensor and real s (exact and copy-free for s = 1)."""
+    return x if s == 1 else torch.mul(x, s)
+
+
+def _scale_parts(re, im, s):
+    """(Re, Im) of s * (re + i im), one IEEE operation per step."""
+    s = complex(s)
+    if s.imag == 0:
+        return _scale(re, s.real), _scale(im, s.real)
+    return (torch.sub(_scale(re, s.real), torch.mul(im, s.imag)),
+            torch.add(_scale(im, s.real), torch.mul(re, s.imag)))
+
+
+def _parts(x):
+    return (x.real, x.imag) if x.is_complex() else (x, None)
+
+
+def gemm_kernel(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
+    name = "ozaki::gemm"
+    shape = check_gemm(name, A, B, C, alpha, beta)
+    _check_options(name, slices, fast, rounding, backend, moduli)
+    options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
+    complex_result = A.dtype.is_complex
+    real_dtype = REAL_OF[A.dtype]
+
+    terms = []  # (Re, Im) pairs, Im None for real operands
+    if alpha != 0:
+        if complex_result:
+            re, im, _ = complex_parts(A, B, **options)
+            terms.append(_scale_parts(re, im, alpha))
+        else:
+            P, _ = real_product(A, B, real_dtype, **options)
+            terms.append((_scale(P, alpha), None))
+    if beta != 0:
+        re, im = _parts(C)
+        terms.append(_scale_parts(re, im, beta) if complex_result else (_scale(re, beta), None))
+
+    if not terms:
+        return torch.zeros(shape, dtype=A.dtype, device=A.device)
+    if len(terms) == 2:
+        (r0, i0), (r1, i1) = terms
+        re, im = torch.add(r0, r1), (torch.add(i0, i1) if complex_result else None)
+    else:
+        (re, im), = terms
+    result = torch.complex(re, im) if complex_result else re
+    # A fresh, contiguous tensor of the result's shape: never C itself, nor a broadcast view of it.
+    result = result.expand(shape)
+    if (C is not None and result.data_ptr() == C.data_ptr()) or not result.is_contiguous():
+        result = result.clone(memory_format=torch.contiguous_format)
+    return result

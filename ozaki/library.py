@@ -1,0 +1,99 @@
+"""torch.library registrations (schemas in csrc/ozaki.cpp): the Python kernel and the autograd
+formula of ozaki::gemm, and a fake kernel for every ozaki operator, so torch.compile,
+torch.library.opcheck and FakeTensor tracing see shapes and dtypes without running anything.
+Imported by ozaki/__init__.py."""
+
+import torch
+
+from . import _ops  # noqa: F401  (loads the schemas)
+from .gemm_op import check_gemm, gemm_kernel
+
+torch.library.impl("ozaki::gemm", ("CPU", "CUDA"), gemm_kernel)
+
+
+# ---- autograd ----------------------------------------------------------------------------------
+# D = alpha A B + beta C: dA = conj(alpha) G B^H, dB = conj(alpha) A^H G, dC = conj(beta) G summed
+# over C's broadcast dimensions. The two products run through ozaki::gemm with the forward's
+# options, so gradients get ozaki's accuracy and bits (and double backward works).
+
+def _setup_context(ctx, inputs, output):
+    A, B, C, alpha, beta, *options = inputs
+    ctx.save_for_backward(A if ctx.needs_input_grad[1] else None,
+                          B if ctx.needs_input_grad[0] else None)
+    ctx.alpha, ctx.beta, ctx.options = alpha, beta, options
+    ctx.c_shape = None if C is None else C.shape
+
+
+def _adjoint(x):
+    return x.mT.conj() if x.is_complex() else x.mT
+
+
+def _backward(ctx, grad):
+    A, B = ctx.saved_tensors
+    alpha = complex(ctx.alpha).conjugate() if grad.is_complex() else ctx.alpha
+    grad_a = grad_b = grad_c = None
+    if ctx.needs_input_grad[0] and ctx.alpha != 0:
+        grad_a = torch.ops.ozaki.gemm(grad, _adjoint(B), None, alpha, 0, *ctx.options)
+    if ctx.needs_input_grad[1] and ctx.alpha != 0:
+        grad_b = torch.ops.ozaki.gemm(_adjoint(A), grad, None, alpha, 0, *ctx.options)
+    if ctx.needs_input_grad[2] and ctx.beta != 0:
+        beta = complex(ctx.beta).conjugate() if grad.is_complex() else ctx.beta
+        grad_c = (grad if beta == 1 else grad * beta).sum_to_size(ctx.c_shape)
+    return (grad_a, grad_b, grad_c) + (None,) * 7
+
+
+torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_context)
+
+
+# ---- fake kernels --------------------------------------------------------------------------------
+
+@torch.library.register_fake("ozaki::gemm")
+def _gemm_fake(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
+    return A.new_empty(check_gemm("ozaki::gemm", A, B, C, alpha, beta))
+
+
+@torch.library.register_fake("ozaki::row_stats")
+def _row_stats_fake(a):
+    rows = a.shape[0]
+    return (a.new_empty(rows, dtype=torch.int32), a.new_empty(rows, dtype=torch.int32),
+            a.new_empty(rows, dtype=torch.bool))
+
+
+@torch.library.register_fake("ozaki::split_rows")
+def _split_rows_fake(a, tau, slices):
+    return a.new_empty((slices, *a.shape), dtype=torch.float16)
+
+
+def _product_shape(a, bt):
+    return (*a.shape[:-1], bt.shape[-2])
+
+
+@torch.library.register_fake("ozaki::magnitude_product")
+def _magnitude_product_fake(a, bt, tau_a, tau_b):
+    return a.new_empty(_product_shape(a, bt), dtype=torch.float64)
+
+
+@torch.library.register_fake("ozaki::gemm_slices")
+def _gemm_slices_fake(a, bt, tau_a, tau_b, span_a, span_b, nonfinite_a, nonfinite_b, slices, fast,
+                      nearest, int8, workspace_bytes):
+    return a.new_empty(_product_shape(a, bt))
+
+
+@torch.library.register_fake("ozaki::row_norm_exponents")
+def _row_norm_exponents_fake(a, tau):
+    return a.new_empty(a.shape[0], dtype=torch.int32)
+
+
+@torch.library.register_fake("ozaki::crt_magnitude")
+def _crt_magnitude_fake(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b):
+    return a.new_empty((), dtype=torch.float64)
+
+
+@torch.library.register_fake("ozaki::gemm_crt")
+def _gemm_crt_fake(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes):
+    return a.new_empty(_product_shape(a, bt))
+
+
+@torch.library.register_fake("ozaki::int8_matmul")
+def _int8_matmul_fake(a, bt):
+    return a.new_empty(_product_shape(a, bt), dtype=torch.int32)

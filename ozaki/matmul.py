@@ -1,0 +1,81 @@
+"""ozaki.matmul: torch.matmul's semantics (1-D operands, batched and broadcasting shapes) on
+ozaki products (docs/torch.md).
+
+A batch runs as one ozaki::gemm call: a shared right operand folds the batch into the rows of A,
+a shared left operand folds it into the columns of B, and otherwise the broadcast batch runs as a
+batched GEMM. Every entry of the result depends only on its row of a, its column of b and the
+plan, and the plan is made for the whole batch, so all three forms give the same bits.
+"""
+
+import math
+
+import torch
+
+from .blas import copy_out
+from .gemm_op import REAL_OF
+from .product import _check_options
+
+SUPPORTED = ", ".join(str(dtype) for dtype in REAL_OF)
+
+
+def _check(name, a, b):
+    for arg, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in REAL_OF:
+            raise TypeError(f"{name}: {arg} must be one of {SUPPORTED}, got {t.dtype}")
+        if t.dim() == 0:
+            raise ValueError(f"{name}: {arg} must have at least one dimension, got a 0-d tensor")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{name}: a and b must be on the same device, got {a.device} and {b.device}")
+    k_a, k_b = a.shape[-1], b.shape[0] if b.dim() == 1 else b.shape[-2]
+    if k_a != k_b:
+        raise ValueError(f"{name}: a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} "
+                         f"cannot be multiplied ({k_a} != {k_b})")
+
+
+def _gemm(A, B, options):
+    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options)
+
+
+def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
+    """a @ b with torch.matmul's shape rules, computed by ozaki for float64 (dgemm), float32
+    (sgemm), complex128 and complex64 (one real product per complex product, docs/torch.md).
+
+    1-D a is a row vector and 1-D b a column vector (the added dimension is removed again);
+    batch dimensions broadcast. One plan (backend, slices or moduli) serves the whole batch, so
+    each matrix of the result is bit-identical to ozaki.dgemm/sgemm of that pair with the plan
+    that ozaki.plan reports for the batch. The options are ozaki.dgemm's; out as in torch.
+    """
+    name = "ozaki.matmul"
+    _check(name, a, b)
+    _check_options(name, slices, fast, rounding, backend, moduli)
+    options = (backend, slices, fast, moduli, rounding)
+    vector_a, vector_b = a.dim() == 1, b.dim() == 1
+    if vector_a:
+        a = a.unsqueeze(0)
+    if vector_b:
+        b = b.unsqueeze(-1)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+    # explicit sizes, not -1: reshape cannot infer a size of an empty tensor
+    if not batch_b:  # shared right operand: the batch is more rows of A
+        rows = a.reshape(math.prod(batch_a) * m, k)
+        result = _gemm(rows, b, options).reshape(*batch_a, m, n)
+    elif not batch_a:  # shared left operand: the batch is more columns of B
+        # (k, batch n), stored by columns as the engine reads B
+        columns = b.mT.reshape(math.prod(batch_b) * n, k).mT
+        result = _gemm(a, columns, options).reshape(m, *batch_b, n).movedim(0, -2).contiguous()
+    else:
+        batch = torch.broadcast_shapes(batch_a, batch_b)
+        count = math.prod(batch)
+        A = a.expand(*batch, m, k).reshape(count, m, k)
+        B = b.expand(*batch, k, n).reshape(count, k, n)
+        result = _gemm(A, B, options).reshape(*batch, m, n)
+    if vector_a:
+        result = result.squeeze(-2)
+    if vector_b:
+        result = result.squeeze(-1)
+    return result if out is None else copy_out(name, result, out)

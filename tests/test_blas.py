@@ -1,0 +1,451 @@
+"""ozaki.gemm (BLAS semantics: alpha, beta, C, transa/transb, batches, out=) and ozaki.dgemm /
+ozaki.sgemm, all of which run the ozaki::gemm operator (ozaki/blas.py, ozaki/gemm_op.py,
+docs/torch.md, "ozaki.gemm: BLAS semantics")."""
+
+import math
+
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from ozaki import accuracy
+
+REAL_GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
+REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
+           torch.complex128: torch.float64, torch.complex64: torch.float32}
+REAL_DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
+COMPLEX_DTYPES = [pytest.param(torch.complex128, id="complex128"),
+                  pytest.param(torch.complex64, id="complex64")]
+ALL_DTYPES = REAL_DTYPES + COMPLEX_DTYPES
+BACKENDS = ("auto", "fp16", "int8", "crt")
+FLAGS = [False, True, "N", "T", "C"]
+nan, inf = float("nan"), float("inf")
+
+
+def same_bits(x, y):
+    """assert_bitwise_equal for real and complex tensors (complex: both parts, bit for bit)."""
+    assert x.dtype == y.dtype, (x.dtype, y.dtype)
+    if x.is_complex():
+        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
+    assert_bitwise_equal(x, y)
+
+
+def draw(shape, dtype, generator, phi=1.0):
+    """A phi matrix (or a batch of them) of any float or complex dtype, drawn on the CPU; complex
+    entries get independent real and imaginary parts."""
+    real = REAL_OF[dtype]
+
+    def part():
+        rows = math.prod(shape[:-1])
+        return accuracy.phi_matrix(rows, shape[-1], phi, generator=generator,
+                                   dtype=real).reshape(shape)
+
+    return torch.complex(part(), part()) if dtype.is_complex else part()
+
+
+def operands(shapes, dtype, seed, device, phi=1.0):
+    """Tensors of the given shapes from one seeded CPU generator, moved to device."""
+    g = seeded(seed)
+    return [draw(shape, dtype, g, phi).to(device) for shape in shapes]
+
+
+def scaled(x, s):
+    """RN(s * x) by real IEEE operations, as the documented epilogue forms it (complex s acts on
+    the parts: Re = RN(RN(sr xr) - RN(si xi)), Im = RN(RN(sr xi) + RN(si xr)))."""
+    if not x.is_complex():
+        return torch.mul(x, s)
+    s = complex(s)
+    re, im = x.real, x.imag
+    if s.imag == 0:
+        return torch.complex(torch.mul(re, s.real), torch.mul(im, s.real))
+    return torch.complex(torch.sub(torch.mul(re, s.real), torch.mul(im, s.imag)),
+                         torch.add(torch.mul(im, s.real), torch.mul(re, s.imag)))
+
+
+def added(x, y):
+    if not x.is_complex():
+        return torch.add(x, y)
+    return torch.complex(torch.add(x.real, y.real), torch.add(x.imag, y.imag))
+
+
+def materialised(x, flag):
+    """op(x) as a fresh contiguous tensor: x, x^T or x^H."""
+    if flag in (False, "N"):
+        return x.contiguous()
+    if flag == "C":
+        return x.mT.conj().resolve_conj().contiguous()
+    return x.mT.contiguous()
+
+
+def stored(shape, flag):
+    """The shape to store X in so that op(X) has `shape`."""
+    return shape if flag in (False, "N") else (*shape[:-2], shape[-1], shape[-2])
+
+
+# ---- alpha = 1, beta = 0 ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", REAL_DTYPES)
+@pytest.mark.parametrize("options", [{}, {"backend": "fp16", "slices": 3}, {"backend": "crt"},
+                                     {"rounding": "nearest"}], ids=["default", "fp16-s3", "crt",
+                                                                     "nearest"])
+def test_defaults_give_the_bits_of_dgemm_and_sgemm(device, dtype, options):
+    """gemm(A, B) with alpha = 1, beta = 0 (given or by default, with or without a C that beta = 0
+    leaves unread) is bit-identical to dgemm / sgemm with the same options."""
+    A, B, C = operands([(9, 37), (37, 6), (9, 6)], dtype, seed=1, device=device)
+    expected = REAL_GEMMS[dtype](A, B, **options)
+    assert expected.device.type == device
+    same_bits(ozaki.gemm(A, B, **options), expected)
+    same_bits(ozaki.gemm(A, B, alpha=1.0, beta=0.0, **options), expected)
+    same_bits(ozaki.gemm(A, B, C, alpha=1, beta=0, **options), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES)
+@pytest.mark.parametrize("options", [{}, {"rounding": "nearest"}], ids=["default", "nearest"])
+def test_complex_defaults_equal_matmul(device, dtype, options):
+    """Complex gemm(A, B) (alpha = 1, beta = 0) is bit-identical to ozaki.matmul."""
+    A, B = operands([(7, 20), (20, 5)], dtype, seed=2, device=device)
+    D = ozaki.gemm(A, B, **options)
+    assert D.dtype == dtype and D.device.type == device
+    same_bits(D, ozaki.matmul(A, B, **options))
+
+
+# ---- The epilogue RN(alpha P) + RN(beta C) ------------------------------------------------------
+
+C_SHAPES = {"full": (8, 5), "row": (5,), "column": (8, 1), "one": (1, 1)}
+REAL_SCALARS = [(2.5, -0.75), (1.0, 1.0), (-3.0, 1.0), (1.0, 0.1), (0.1, 2)]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", REAL_DTYPES)
+@pytest.mark.parametrize("c_shape", list(C_SHAPES))
+@pytest.mark.parametrize("alpha, beta", REAL_SCALARS)
+def test_real_epilogue_is_two_roundings_and_one_add(device, dtype, c_shape, alpha, beta):
+    """D = torch.add(torch.mul(dgemm(A, B), alpha), torch.mul(C.expand(m, n), beta)) bit for bit,
+    for a full C and for C broadcast from a row, a column or a single entry (alpha = 1 and
+    beta = 1 exact)."""
+    A, B, C = operands([(8, 30), (30, 5), C_SHAPES[c_shape]], dtype, seed=3, device=device)
+    P = REAL_GEMMS[dtype](A, B)
+    expected = torch.add(torch.mul(P, alpha), torch.mul(C.expand(8, 5), beta))
+    D = ozaki.gemm(A, B, C, alpha=alpha, beta=beta)
+    assert D.is_contiguous()
+    same_bits(D, expected)
+    if alpha == 1 and beta == 1:  # the exact shortcuts: no multiplication at all
+        same_bits(D, torch.add(P, C.expand(8, 5)))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES)
+@pytest.mark.parametrize("c_shape", ["full", "row", "column"])
+@pytest.mark.parametrize("alpha, beta", [(0.5 - 2j, 1.5 + 0.25j), (2.5, -0.75), (1j, 1), (1, 1)])
+def test_complex_epilogue_uses_real_operations(device, dtype, c_shape, alpha, beta):
+    """Complex alpha and beta act on the real and imaginary parts by real IEEE operations
+    (docs/torch.md: Re(alpha P) = RN(RN(ar Pr) - RN(ai Pi)))."""
+    A, B, C = operands([(8, 12), (12, 5), C_SHAPES[c_shape]], dtype, seed=4, device=device)
+    P = ozaki.matmul(A, B)
+    expected = added(scaled(P, alpha), scaled(C.expand(8, 5), beta))
+    same_bits(ozaki.gemm(A, B, C, alpha=alpha, beta=beta), expected)
+
+
+# ---- BLAS rules: alpha = 0 reads neither A nor B, beta = 0 never reads C ------------------------
+
+
+def poisoned(shape, dtype, device):
+    """A tensor full of NaN and +-Inf (in both parts for complex dtypes)."""
+    values = torch.tensor([nan, inf, -inf, nan], dtype=REAL_OF[dtype])
+    x = values.repeat(math.prod(shape))[:math.prod(shape)].reshape(shape)
+    return (torch.complex(x, x.flip(-1)) if dtype.is_complex else x).to(device)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_alpha_zero_reads_neither_a_nor_b(device, dtype):
+    """With alpha = 0, NaN and Inf in A and B do not reach D: D is exactly beta * C (beta = 1: C's
+    bits, -0.0 entries included; a broadcast C is expanded), and zeros when beta = 0 too."""
+    A, B = poisoned((6, 9), dtype, device), poisoned((9, 4), dtype, device)
+    C, = operands([(6, 4)], dtype, seed=5, device=device)
+    real = REAL_OF[dtype]
+    signs = torch.tensor([-0.0, 0.0, -0.0, 1.0], dtype=real, device=device)
+    C[1] = torch.complex(signs, signs.flip(0)) if dtype.is_complex else signs
+    D = ozaki.gemm(A, B, C, alpha=0, beta=1)
+    same_bits(D, C)
+    assert D.data_ptr() != C.data_ptr()  # a fresh tensor, never C itself
+    assert torch.signbit(torch.view_as_real(D) if D.is_complex() else D).any()
+    same_bits(ozaki.gemm(A, B, C, alpha=0.0, beta=-2.5), scaled(C, -2.5))
+    row = C[2]
+    same_bits(ozaki.gemm(A, B, row, alpha=0, beta=1), row.expand(6, 4).contiguous())
+    zeros = torch.zeros(6, 4, dtype=dtype, device=device)
+    same_bits(ozaki.gemm(A, B, C, alpha=0, beta=0), zeros)
+    same_bits(ozaki.gemm(A, B, alpha=0), zeros)
+    if dtype.is_complex:
+        same_bits(ozaki.gemm(A, B, C, alpha=0j, beta=1 + 1j), scaled(C, 1 + 1j))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_beta_zero_never_reads_c(device, dtype):
+    """With beta = 0, NaN and Inf in C do not leak into D, and C=None is accepted."""
+    A, B = operands([(6, 15), (15, 4)], dtype, seed=6, device=device)
+    expected = ozaki.gemm(A, B)
+    assert expected.isfinite().all()
+    same_bits(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), beta=0), expected)
+    same_bits(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), alpha=1.0, beta=0.0), expected)
+    same_bits(ozaki.gemm(A, B, None, beta=0), expected)
+    same_bits(ozaki.gemm(A, B, poisoned((4,), dtype, device), alpha=-2.0, beta=0),
+              scaled(expected, -2.0))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_nonzero_beta_needs_c(dtype):
+    """beta != 0 with C=None raises a TypeError naming C."""
+    A, B = operands([(3, 4), (4, 2)], dtype, seed=7, device="cpu")
+    with pytest.raises(TypeError, match=r"ozaki.gemm: C must be a torch.Tensor when beta != 0"):
+        ozaki.gemm(A, B, beta=1)
+    with pytest.raises(TypeError, match=r"ozaki.gemm: C must be a torch.Tensor when beta != 0"):
+        ozaki.gemm(A, B, None, alpha=0, beta=0.5)
+
+
+# ---- transa / transb and layouts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("transb", FLAGS, ids=str)
+@pytest.mark.parametrize("transa", FLAGS, ids=str)
+def test_transpose_flags_equal_materialised_copies(device, dtype, transa, transb):
+    """op(X) = X, X^T or X^H ("C" is "T" for real X; False/True are "N"/"T"): the same bits as the
+    product of contiguous copies of op(A) and op(B)."""
+    A, B = operands([stored((7, 11), transa), stored((11, 5), transb)], dtype, seed=8,
+                    device=device)
+    expected = ozaki.gemm(materialised(A, transa), materialised(B, transb))
+    assert expected.shape == (7, 5)
+    same_bits(ozaki.gemm(A, B, transa=transa, transb=transb), expected)
+    if not dtype.is_complex and "C" in (transa, transb):  # "C" is "T" for real operands
+        plain = {"C": "T"}
+        same_bits(ozaki.gemm(A, B, transa=plain.get(transa, transa),
+                             transb=plain.get(transb, transb)), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_transpose_flags_with_a_batch_and_an_epilogue(device, dtype):
+    """transa/transb act on the last two dimensions of a batch, together with alpha, beta, C."""
+    A, B, C = operands([(2, 9, 6), (2, 4, 9), (6, 4)], dtype, seed=9, device=device)
+    expected = ozaki.gemm(materialised(A, "C"), materialised(B, "T"), C, alpha=-1.5, beta=2.0)
+    same_bits(ozaki.gemm(A, B, C, alpha=-1.5, beta=2.0, transa="C", transb=True), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_strided_views_give_the_bits_of_contiguous_copies(device, dtype):
+    """Non-contiguous inputs (strided slices, transposed views, a slice of a batch) give the same
+    bits as their contiguous copies, through gemm and (real) dgemm / sgemm."""
+    X, Y, Z, W = operands([(14, 13), (25, 12), (3, 10, 13), (3, 8, 12)], dtype, seed=10,
+                          device=device)
+    A, B = X[::2, 1:], Y[1::2, ::2]          # (7, 12) and (12, 6)
+    assert not A.is_contiguous() and not B.is_contiguous()
+    expected = ozaki.gemm(A.contiguous(), B.contiguous())
+    same_bits(ozaki.gemm(A, B), expected)
+    same_bits(ozaki.gemm(A.mT, B.mT, transa=True, transb=True), expected)
+    if not dtype.is_complex:
+        same_bits(REAL_GEMMS[dtype](A, B), expected)
+        same_bits(REAL_GEMMS[dtype](A.t().contiguous().t(), B.t().contiguous().t()), expected)
+    A3, B3 = Z[:, ::2, 1:], W[:, ::2].mT     # (3, 5, 12) and (3, 12, 4)
+    assert not A3.is_contiguous() and not B3.is_contiguous()
+    same_bits(ozaki.gemm(A3, B3), ozaki.gemm(A3.contiguous(), B3.contiguous()))
+
+
+# ---- Batches: one plan for the whole batch ------------------------------------------------------
+
+
+def element_product(A, B, plan, rounding):
+    """dgemm / sgemm of one pair of matrices with the batch's plan."""
+    gemm = REAL_GEMMS[A.dtype]
+    if plan.backend == "crt":
+        return gemm(A, B, backend="crt", moduli=plan.moduli)
+    return gemm(A, B, backend=plan.backend, slices=plan.slices, fast=plan.fast, rounding=rounding)
+
+
+def spread_batch(dtype, device, seed):
+    """(3, 7, 13) x (3, 13, 5) phi = 1 batches whose elements sit at very different scales and
+    spreads, so a matrix on its own could get another plan than the batch."""
+    A, B = operands([(3, 7, 13), (3, 13, 5)], dtype, seed=seed, device="cpu")
+    A[1] *= 2.0 ** 20
+    A[2, :, ::3] *= 2.0 ** -12
+    B[2, ::2] *= 2.0 ** 9
+    return A.to(device), B.to(device)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", REAL_DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rounding", [None, "nearest"])
+def test_batch_elements_equal_dgemm_with_the_batch_plan(device, dtype, backend, rounding):
+    """Each matrix of a batched gemm is bit-identical to dgemm / sgemm of that pair with the plan
+    ozaki.plan reports for the batch (moduli for crt; backend, slices and fast for scheme I)."""
+    A, B = spread_batch(dtype, device, seed=11)
+    plan = ozaki.plan(A, B, backend=backend, rounding=rounding)
+    D = ozaki.gemm(A, B, backend=backend, rounding=rounding)
+    assert D.shape == (3, 7, 5) and D.dtype == dtype
+    for e in range(3):
+        same_bits(D[e], element_product(A[e], B[e], plan, rounding))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", COMPLEX_DTYPES)
+def test_complex_batch_under_nearest_equals_each_element(device, dtype):
+    """Under rounding="nearest" the bits do not depend on the plan, so each matrix of a complex
+    batch equals gemm of that pair on its own."""
+    A, B = operands([(2, 5, 9), (2, 9, 3)], dtype, seed=12, device=device)
+    D = ozaki.gemm(A, B, rounding="nearest")
+    for e in range(2):
+        same_bits(D[e], ozaki.gemm(A[e], B[e], rounding="nearest"))
+
+
+# ---- out= ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["2d", "batched"])
+def test_out_is_returned_and_holds_the_result(device, dtype, batch):
+    """out= returns out itself holding D; out=C with beta = 1 updates C in place."""
+    A, B, C = operands([(*batch, 6, 10), (*batch, 10, 4), (*batch, 6, 4)], dtype, seed=13,
+                       device=device)
+    out = poisoned((*batch, 6, 4), dtype, device)
+    expected = ozaki.gemm(A, B, C, alpha=0.5, beta=-1.25)
+    assert ozaki.gemm(A, B, C, alpha=0.5, beta=-1.25, out=out) is out
+    same_bits(out, expected)
+    before = C.clone()
+    expected = ozaki.gemm(A, B, before, beta=1)
+    assert ozaki.gemm(A, B, C, beta=1, out=C) is C
+    same_bits(C, expected)
+    assert ozaki.gemm(A, B, C, alpha=2.0, beta=1, out=C) is C
+    same_bits(C, ozaki.gemm(A, B, expected, alpha=2.0, beta=1))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_out_of_the_wrong_shape_dtype_or_type_is_named(device):
+    """out must match the result's shape and dtype (and be a tensor); the message names out."""
+    A, B = operands([(4, 5), (5, 3)], torch.float64, seed=14, device=device)
+    with pytest.raises(ValueError, match=r"ozaki.gemm: out must have the result's shape "
+                                         r"\(4, 3\), got \(3, 4\)"):
+        ozaki.gemm(A, B, out=torch.empty(3, 4, dtype=torch.float64, device=device))
+    with pytest.raises(ValueError, match=r"ozaki.gemm: out must have the result's dtype "
+                                         r"torch.float64, got torch.float32"):
+        ozaki.gemm(A, B, out=torch.empty(4, 3, dtype=torch.float32, device=device))
+    with pytest.raises(TypeError, match=r"ozaki.gemm: out must be a torch.Tensor, got list"):
+        ozaki.gemm(A, B, out=[])
+
+
+@pytest.mark.cuda
+def test_out_and_c_on_the_wrong_device_are_named():
+    """On CUDA operands, out and C on the CPU are rejected with messages naming them."""
+    A, B = operands([(4, 5), (5, 3)], torch.float64, seed=15, device="cuda")
+    with pytest.raises(ValueError, match=r"ozaki.gemm: out must have the result's device"):
+        ozaki.gemm(A, B, out=torch.empty(4, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"ozaki.gemm: C must be on cuda"):
+        ozaki.gemm(A, B, torch.ones(4, 3, dtype=torch.float64), beta=1)
+    with pytest.raises(ValueError, match=r"ozaki.gemm: A and B must be on the same device"):
+        ozaki.gemm(A, B.cpu())
+
+
+# ---- Error messages -----------------------------------------------------------------------------
+
+f64, f32 = torch.float64, torch.float32
+
+
+def _t(*shape, dtype=f64):
+    return torch.ones(shape, dtype=dtype)
+
+
+# (id, arguments (A, B, C) and keywords, exception, message)
+ERRORS = [
+    ("transa-X", (_t(3, 4), _t(4, 2)), {"transa": "X"}, ValueError,
+     r"ozaki.gemm: transa must be False, True, 'N', 'T' or 'C', got 'X'"),
+    ("transb-lowercase", (_t(3, 4), _t(4, 2)), {"transb": "t"}, ValueError,
+     r"ozaki.gemm: transb must be False, True, 'N', 'T' or 'C', got 't'"),
+    ("transa-int", (_t(3, 4), _t(4, 2)), {"transa": 1}, ValueError,
+     r"ozaki.gemm: transa must be .*, got 1"),
+    ("alpha-str", (_t(3, 4), _t(4, 2)), {"alpha": "2"}, TypeError,
+     r"ozaki.gemm: alpha must be a number, got str '2'"),
+    ("alpha-bool", (_t(3, 4), _t(4, 2)), {"alpha": True}, TypeError,
+     r"ozaki.gemm: alpha must be a number, got bool True"),
+    ("beta-none", (_t(3, 4), _t(4, 2), _t(3, 2)), {"beta": None}, TypeError,
+     r"ozaki.gemm: beta must be a number, got NoneType"),
+    ("alpha-complex-real-operands", (_t(3, 4), _t(4, 2)), {"alpha": 2j}, TypeError,
+     r"ozaki.gemm: alpha = 2j is complex but the operands are torch.float64"),
+    ("beta-complex-real-operands", (_t(3, 4), _t(4, 2), _t(3, 2)), {"beta": 1 + 1j}, TypeError,
+     r"ozaki.gemm: beta = \(1\+1j\) is complex but the operands are torch.float64"),
+    ("C-dtype", (_t(3, 4), _t(4, 2), _t(3, 2, dtype=f32)), {"beta": 1}, TypeError,
+     r"ozaki.gemm: C must be torch.float64 like A and B, got torch.float32"),
+    ("C-shape", (_t(3, 4), _t(4, 2), _t(4, 2)), {"beta": 1}, ValueError,
+     r"ozaki.gemm: C of shape \(4, 2\) does not broadcast to the result's shape \(3, 2\)"),
+    ("C-bigger", (_t(3, 4), _t(4, 2), _t(2, 3, 2)), {"beta": 1}, ValueError,
+     r"ozaki.gemm: C of shape \(2, 3, 2\) does not broadcast to the result's shape \(3, 2\)"),
+    ("mixed-dtypes", (_t(3, 4), _t(4, 2, dtype=f32)), {}, TypeError,
+     r"ozaki.gemm: B must be torch.float64, got torch.float32"),
+    ("int-tensors", (_t(3, 4, dtype=torch.int32), _t(4, 2, dtype=torch.int32)), {}, TypeError,
+     r"ozaki.gemm: A must be a float64, float32, complex128 or complex64 tensor, got torch.int32"),
+    ("A-not-a-tensor", ([[1.0]], _t(1, 2)), {}, TypeError,
+     r"ozaki.gemm: A must be a float64, float32, complex128 or complex64 tensor, got list"),
+    ("A-1d", (_t(4), _t(4, 2)), {}, ValueError,
+     r"ozaki.gemm: A must be 2-D or 3-D, got 1-D with shape \(4,\)"),
+    ("4d", (_t(1, 2, 3, 4), _t(1, 2, 4, 2)), {}, ValueError, r"ozaki.gemm: A must be 2-D or 3-D"),
+    ("batch-sizes", (_t(2, 3, 4), _t(3, 4, 2)), {}, ValueError,
+     r"ozaki.gemm: A is \(2, 3, 4\) and B is \(3, 4, 2\); batched operands need the same batch"),
+    ("batch-and-matrix", (_t(2, 3, 4), _t(4, 2)), {}, ValueError,
+     r"batched operands need the same batch size"),
+    ("inner", (_t(3, 4), _t(5, 2)), {}, ValueError, r"ozaki.gemm: inner dimensions differ"),
+    ("inner-after-transb", (_t(3, 4), _t(4, 2)), {"transb": "T"}, ValueError,
+     r"ozaki.gemm: inner dimensions differ"),
+    ("backend", (_t(3, 4), _t(4, 2)), {"backend": "bogus"}, ValueError,
+     r"ozaki.gemm: backend must be one of 'auto', 'fp16', 'int8', 'crt', got 'bogus'"),
+    ("slices", (_t(3, 4), _t(4, 2)), {"slices": 0}, ValueError,
+     r"ozaki.gemm: slices must be between 1 and 40, got 0"),
+    ("rounding", (_t(3, 4), _t(4, 2)), {"rounding": "up"}, ValueError,
+     r"ozaki.gemm: rounding must be None or 'nearest', got 'up'"),
+    ("moduli-fp16", (_t(3, 4), _t(4, 2)), {"backend": "fp16", "moduli": 8}, ValueError,
+     r"ozaki.gemm: moduli applies to backend='crt'"),
+    ("slices-crt", (_t(3, 4), _t(4, 2)), {"backend": "crt", "slices": 3}, ValueError,
+     r"ozaki.gemm: slices applies to the scheme-I backends"),
+]
+
+
+@pytest.mark.parametrize("args, kwargs, error, message",
+                         [pytest.param(*case[1:], id=case[0]) for case in ERRORS])
+def test_errors_name_the_argument(args, kwargs, error, message):
+    """Bad arguments raise before any product, with a message naming ozaki.gemm and the argument."""
+    with pytest.raises(error, match=message):
+        ozaki.gemm(*args, **kwargs)
+
+
+@pytest.mark.parametrize("scalars", [{"alpha": 2 + 0j}, {"beta": 2 + 0j}], ids=["alpha", "beta"])
+def test_complex_typed_scalars_are_rejected_for_real_operands(scalars):
+    """A Python complex, even with zero imaginary part, as alpha or beta of real operands is a
+    TypeError (it would otherwise turn the float64 result complex, against the fake kernel)."""
+    A, B, C = operands([(3, 4), (4, 2), (3, 2)], torch.float64, seed=16, device="cpu")
+    with pytest.raises(TypeError, match="is complex but the operands are torch.float64"):
+        ozaki.gemm(A, B, C, **scalars)
+
+
+# ---- Accuracy -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", REAL_DTYPES)
+@pytest.mark.parametrize("phi, seed", [(0.5, 20), (2.0, 21)])
+def test_gemm_is_no_less_accurate_than_native(device, dtype, phi, seed):
+    """The max componentwise error of ozaki.gemm (alpha = 1, beta = 0) against the exact product
+    is at most that of torch's native A @ B on the same inputs."""
+    A, B = phi_pair(20, 300, 17, phi, seed=seed, dtype=dtype, device=device)
+    exact = accuracy.exact_matmul(A.cpu(), B.cpu())
+    magnitudes = accuracy.exact_matmul(A.cpu().abs(), B.cpu().abs())
+    ozaki_error = accuracy.componentwise_error(ozaki.gemm(A, B), exact, A.cpu(), B.cpu(),
+                                               magnitudes=magnitudes)
+    native_error = accuracy.componentwise_error(A @ B, exact, A.cpu(), B.cpu(),
+                                                magnitudes=magnitudes)
+    assert ozaki_error <= native_error, (ozaki_error, native_error)

@@ -1,0 +1,258 @@
+"""ozaki.enable, the drop-in mode: which torch calls it sends through ozaki (with its options and
+dtypes), what it leaves alone, nesting, leaving the block, errors and repr (ozaki/dropin.py,
+docs/torch.md, "Drop-in mode")."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
+from ozaki import accuracy
+
+f64, f32 = torch.float64, torch.float32
+nan = float("nan")
+OPTIONS = {"slices": 3}
+
+
+def draw(shape, generator, dtype):
+    flat = accuracy.phi_matrix(1, math.prod(shape), 1.0, generator=generator, dtype=dtype)
+    return flat.reshape(shape)
+
+
+def operands(shapes, seed, device, dtype=f64):
+    g = seeded(seed)
+    return [draw(tuple(s), g, dtype).to(device) for s in shapes]
+
+
+# (id, the torch call, the ozaki call it must equal bit for bit with the mode's options)
+CALLS = {
+    "torch.matmul": (lambda a, b, c, x, w, bias: torch.matmul(a, b),
+                     lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b, **o)),
+    "Tensor.matmul": (lambda a, b, c, x, w, bias: a.matmul(b),
+                      lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b, **o)),
+    "@": (lambda a, b, c, x, w, bias: a @ b,
+          lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b, **o)),
+    "__rmatmul__": (lambda a, b, c, x, w, bias: b.__rmatmul__(a),
+                    lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b, **o)),
+    "@-batched-broadcast": (lambda a, b, c, x, w, bias: x @ w.mT,
+                            lambda a, b, c, x, w, bias, o: ozaki.matmul(x, w.mT, **o)),
+    "@-vector": (lambda a, b, c, x, w, bias: a[0] @ b,
+                 lambda a, b, c, x, w, bias, o: ozaki.matmul(a[0], b, **o)),
+    "torch.mm": (lambda a, b, c, x, w, bias: torch.mm(a, b),
+                 lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, **o)),
+    "Tensor.mm": (lambda a, b, c, x, w, bias: a.mm(b),
+                  lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, **o)),
+    "torch.bmm": (lambda a, b, c, x, w, bias: torch.bmm(x, x.mT),
+                  lambda a, b, c, x, w, bias, o: ozaki.gemm(x, x.mT, **o)),
+    "Tensor.bmm": (lambda a, b, c, x, w, bias: x.bmm(x.mT),
+                   lambda a, b, c, x, w, bias, o: ozaki.gemm(x, x, transb=True, **o)),
+    "torch.addmm": (lambda a, b, c, x, w, bias: torch.addmm(c, a, b, beta=0.5, alpha=-2.0),
+                    lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, alpha=-2.0, beta=0.5, **o)),
+    "torch.addmm-default": (lambda a, b, c, x, w, bias: torch.addmm(c, a, b),
+                            lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, beta=1, **o)),
+    "torch.addmm-row": (lambda a, b, c, x, w, bias: torch.addmm(c[0], a, b, alpha=1.5),
+                        lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c[0], alpha=1.5, beta=1,
+                                                                  **o)),
+    "Tensor.addmm": (lambda a, b, c, x, w, bias: c.addmm(a, b, beta=3.0),
+                     lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, beta=3.0, **o)),
+    "addmm-beta-0-nan": (lambda a, b, c, x, w, bias: torch.addmm(torch.full_like(c, nan), a, b,
+                                                                 beta=0),
+                         lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, **o)),
+    "linear": (lambda a, b, c, x, w, bias: F.linear(a, w),
+               lambda a, b, c, x, w, bias, o: ozaki.gemm(a, w, transb=True, **o)),
+    "linear-bias": (lambda a, b, c, x, w, bias: F.linear(a, w, bias),
+                    lambda a, b, c, x, w, bias, o: ozaki.gemm(a, w, bias, beta=1, transb=True,
+                                                              **o)),
+    "linear-batched-bias": (lambda a, b, c, x, w, bias: F.linear(x, w, bias),
+                            lambda a, b, c, x, w, bias, o: ozaki.gemm(
+                                x.reshape(-1, 9), w, bias, beta=1, transb=True,
+                                **o).reshape(2, 6, 5)),
+    "linear-vector": (lambda a, b, c, x, w, bias: F.linear(a[1], w, bias),
+                      lambda a, b, c, x, w, bias, o: ozaki.gemm(a[1:2], w.T, bias, beta=1,
+                                                                **o)[0]),
+}
+
+
+def call_operands(seed, device, dtype):
+    """a (6, 9), b (9, 5), c (6, 5), x (2, 6, 9), weight (5, 9), bias (5,)."""
+    return operands([(6, 9), (9, 5), (6, 5), (2, 6, 9), (5, 9), (5,)], seed, device, dtype)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("call", list(CALLS))
+def test_intercepted_calls_give_the_ozaki_bits(device, call):
+    """Inside enable(slices=3) each intercepted float64 call returns ozaki.matmul / ozaki.gemm's
+    bits with the same options; the mode's result is not the native one."""
+    torch_call, ozaki_call = CALLS[call]
+    tensors = call_operands(1, device, f64)
+    native = torch_call(*tensors)
+    with ozaki.enable(**OPTIONS):
+        result = torch_call(*tensors)
+    expected = ozaki_call(*tensors, OPTIONS)
+    assert_bitwise_equal(result, expected)
+    assert expected.isfinite().all()
+    assert not torch.equal(result, native)  # slices=3 truncates: the mode really ran ozaki
+    assert_bitwise_equal(torch_call(*tensors), native)  # and leaving the block restores torch
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("call", list(CALLS))
+def test_other_dtypes_are_untouched(device, call):
+    """float32 operands under a float64 mode get the native product's bits."""
+    torch_call, _ = CALLS[call]
+    tensors = call_operands(2, device, f32)
+    native = torch_call(*tensors)
+    with ozaki.enable(**OPTIONS):
+        assert_bitwise_equal(torch_call(*tensors), native)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_nn_linear_forward_and_backward(device):
+    """nn.Linear(dtype=float64) runs through ozaki under the mode: the forward is gemm with the
+    bias in the epilogue, and the weight gets an ozaki gradient."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(9, 5, dtype=f64).to(device)
+    x, G = operands([(4, 9), (4, 5)], 3, device)
+    native = layer(x)
+    with ozaki.enable(**OPTIONS):
+        y = layer(x)
+        y.backward(G)
+    weight, bias = layer.weight.detach(), layer.bias.detach()
+    assert_bitwise_equal(y, ozaki.gemm(x, weight, bias, beta=1, transb=True, **OPTIONS))
+    assert not torch.equal(y, native)
+    assert_bitwise_equal(layer.weight.grad, ozaki.gemm(x, G, transa=True, **OPTIONS).T)
+    assert_bitwise_equal(layer(x), native)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_leaving_the_block_restores_torch(device):
+    """After the block, and after an exception raised inside it, a @ b is the native product
+    (computed before entering)."""
+    a, b = operands([(6, 9), (9, 5)], 4, device)
+    native = a @ b
+    with ozaki.enable(**OPTIONS):
+        assert not torch.equal(a @ b, native)
+    assert_bitwise_equal(a @ b, native)
+    with pytest.raises(ZeroDivisionError):
+        with ozaki.enable(**OPTIONS):
+            1 / 0
+    assert_bitwise_equal(a @ b, native)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_nested_modes(device):
+    """The innermost mode that takes a dtype handles it: float64 goes through the outer options
+    under an inner float32 mode, float32 through the inner ones; an inner float64 mode overrides
+    the outer one until its block ends."""
+    a, b = operands([(6, 9), (9, 5)], 5, device)
+    a32, b32 = a.float(), b.float()
+    native32 = a32 @ b32
+    with ozaki.enable(f64, slices=3):
+        with ozaki.enable(dtypes=(f32,), slices=2):
+            assert_bitwise_equal(a @ b, ozaki.matmul(a, b, slices=3))
+            assert_bitwise_equal(torch.mm(a32, b32), ozaki.sgemm(a32, b32, slices=2))
+        assert_bitwise_equal(a32 @ b32, native32)  # the float32 mode has ended
+        with ozaki.enable(f64, slices=5):
+            assert_bitwise_equal(a @ b, ozaki.matmul(a, b, slices=5))
+        assert_bitwise_equal(a @ b, ozaki.matmul(a, b, slices=3))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_float32_outside_any_mode_is_native(device):
+    """A float32 product inside a float64 mode equals the one computed before the block."""
+    a, b = operands([(6, 9), (9, 5)], 6, device, f32)
+    native = a @ b
+    with ozaki.enable(f64, slices=3):
+        assert_bitwise_equal(a @ b, native)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_calls_not_intercepted_stay_native(device):
+    """einsum, mv, dot, baddbmm and tensordot stay plain torch inside the mode."""
+    a, b, v, x, y, z = operands([(6, 9), (9, 5), (9,), (2, 6, 9), (2, 9, 5), (2, 6, 5)], 7,
+                                device)
+    calls = [lambda: torch.einsum("ik,kj->ij", a, b), lambda: torch.mv(a, v),
+             lambda: torch.dot(v, v), lambda: torch.baddbmm(z, x, y),
+             lambda: torch.tensordot(a, b, dims=1)]
+    native = [call() for call in calls]
+    with ozaki.enable(**OPTIONS):
+        for call, expected in zip(calls, native):
+            assert_bitwise_equal(call(), expected)
+
+
+def bad_calls(device):
+    """Calls with shapes torch rejects, by name."""
+    a, x, w, c, bias = operands([(6, 9), (2, 6, 9), (5, 8), (4, 4), (3,)], 8, device)
+    return {"mm": lambda: torch.mm(a, a), "bmm": lambda: torch.bmm(x, x),
+            "addmm": lambda: torch.addmm(a, a, a), "linear": lambda: F.linear(a, w),
+            "matmul": lambda: torch.matmul(a, a), "@": lambda: a @ a,
+            "linear-bias": lambda: F.linear(a, a[:5], bias),
+            "addmm-C": lambda: torch.addmm(c, a, a.T)}
+
+
+def assert_raises_like_torch(call):
+    with pytest.raises(RuntimeError) as native:
+        call()
+    with ozaki.enable(**OPTIONS):
+        with pytest.raises(Exception) as inside:
+            call()
+    assert inside.type is native.type and str(inside.value) == str(native.value), inside.value
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("call", ["mm", "bmm", "addmm", "linear"])
+def test_bad_shapes_raise_torchs_error(device, call):
+    """Shapes torch rejects are handed to torch, which raises its own RuntimeError."""
+    assert_raises_like_torch(bad_calls(device)[call])
+
+
+@pytest.mark.parametrize("call", ["matmul", "@", "linear-bias", "addmm-C"])
+def test_bad_shapes_of_the_other_calls_raise_torchs_error(call):
+    assert_raises_like_torch(bad_calls("cpu")[call])
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"dtypes": (torch.int32,)}, ValueError,
+     r"ozaki.enable: dtypes may hold torch.float64, torch.float32, torch.complex128, "
+     r"torch.complex64; got torch.int32"),
+    ({"dtypes": ()}, TypeError, r"ozaki.enable: dtypes must be a non-empty tuple of dtypes"),
+    ({"dtypes": "float64"}, TypeError, r"ozaki.enable: dtypes must be a non-empty tuple"),
+    ({"slices": 0}, ValueError, r"ozaki.enable: slices must be between 1 and 40, got 0"),
+    ({"backend": "x"}, ValueError, r"ozaki.enable: backend must be one of 'auto', 'fp16', "
+                                   r"'int8', 'crt', got 'x'"),
+    ({"moduli": 4, "slices": 2}, ValueError, r"ozaki.enable: moduli \(scheme II\) cannot be "
+                                             r"combined with slices"),
+], ids=["int32", "empty", "string", "slices-0", "backend", "moduli-and-slices"])
+def test_enable_argument_errors(kwargs, error, message):
+    """Bad dtypes and options are rejected when the mode is made, naming ozaki.enable."""
+    with pytest.raises(error, match=message):
+        ozaki.enable(**kwargs)
+
+
+def test_enable_accepts_one_dtype_and_complex_dtypes():
+    """A single dtype stands for a one-element tuple; complex dtypes are taken too."""
+    assert ozaki.enable(f32).dtypes == (f32,)
+    assert ozaki.enable(dtypes=[torch.complex128, f64]).dtypes == (torch.complex128, f64)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_complex_dtypes_go_through_ozaki(device):
+    """A complex128 mode sends complex products through ozaki.matmul."""
+    a_re, a_im, b_re, b_im = operands([(4, 7), (4, 7), (7, 3), (7, 3)], 10, device)
+    a, b = torch.complex(a_re, a_im), torch.complex(b_re, b_im)
+    with ozaki.enable(torch.complex128, rounding="nearest"):
+        result = a @ b
+    expected = ozaki.matmul(a, b, rounding="nearest")
+    assert_bitwise_equal(torch.view_as_real(result), torch.view_as_real(expected))
+
+
+def test_repr_names_dtypes_and_options():
+    """repr(mode) shows the dtypes and every option."""
+    text = repr(ozaki.enable(dtypes=(f64, f32), backend="int8", slices=4, rounding="nearest"))
+    assert text == ("ozaki.enable(dtypes=(torch.float64, torch.float32,), backend='int8', "
+                    "slices=4, fast=None, moduli=None, rounding='nearest')")
+    assert repr(ozaki.enable()) == ("ozaki.enable(dtypes=(torch.float64,), backend='auto', "
+                                    "slices=None, fast=None, moduli=None, rounding=None)")

@@ -1,0 +1,341 @@
+"""ozaki and torch's machinery: torch.library registrations (opcheck of every operator),
+torch.compile (fullgraph, same bits as eager, forward and backward, with ozaki.enable) and
+autograd (gradcheck, gradgradcheck, and gradients that are ozaki products with the forward's
+options) (ozaki/library.py, docs/torch.md)."""
+
+import math
+
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
+from ozaki import _ops, accuracy, moduli
+
+OPS = torch.ops.ozaki
+nan = float("nan")
+f64 = torch.float64
+
+
+def same_bits(x, y):
+    """assert_bitwise_equal for real and complex tensors (complex: both parts, bit for bit)."""
+    assert x.dtype == y.dtype, (x.dtype, y.dtype)
+    if x.is_complex():
+        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
+    assert_bitwise_equal(x, y)
+
+
+def draw(shape, generator, dtype=f64):
+    """Phi = 1 entries of any shape, drawn on the CPU (complex: independent parts)."""
+    real = {torch.complex128: f64, torch.complex64: torch.float32}.get(dtype, dtype)
+
+    def part():
+        return accuracy.phi_matrix(1, math.prod(shape), 1.0, generator=generator,
+                                   dtype=real).reshape(shape)
+
+    return torch.complex(part(), part()) if dtype.is_complex else part()
+
+
+def operands(shapes, seed, device, dtype=f64, requires_grad=False):
+    g = seeded(seed)
+    return [draw(tuple(s), g, dtype).to(device).requires_grad_(requires_grad) for s in shapes]
+
+
+# ---- torch.library.opcheck of every operator ----------------------------------------------------
+
+
+def row_operands(device, batch=None, m=5, n=4, k=9, seed=1):
+    """What ozaki/product.py hands the low-level operators: a (m, k) and bt (n, k) (or batches
+    (batch, m, k), (batch, n, k)), row stats of the flattened rows, norm exponents, usable masks."""
+    lead = () if batch is None else (batch,)
+    a, bt = operands([(*lead, m, k), (*lead, n, k)], seed, device)
+    stats_a, stats_b = _ops.row_stats(a.reshape(-1, k)), _ops.row_stats(bt.reshape(-1, k))
+    nu_a = _ops.row_norm_exponents(a.reshape(-1, k), stats_a[0])
+    nu_b = _ops.row_norm_exponents(bt.reshape(-1, k), stats_b[0])
+    usable_a = (stats_a[1] > 0) & ~stats_a[2]
+    usable_b = (stats_b[1] > 0) & ~stats_b[2]
+    return a, bt, stats_a, stats_b, nu_a, nu_b, usable_a, usable_b
+
+
+def slices_args(device, batch=None, int8=False, nearest=False):
+    a, bt, sa, sb, *_ = row_operands(device, batch)
+    return (a, bt, sa[0], sb[0], sa[1], sb[1], sa[2], sb[2], 3, True, nearest, int8, 0)
+
+
+def crt_args(device, batch=None, count=8):
+    a, bt, sa, sb, nu_a, nu_b, *_ = row_operands(device, batch)
+    t_a, t_b = moduli.scale_bits(count, a.shape[-1])
+    return (a, bt, (t_a - nu_a).int(), (t_b - nu_b).int(), sa[2], sb[2], count, 0)
+
+
+def magnitude_args(device, batch=None):
+    a, bt, sa, sb, *_ = row_operands(device, batch)
+    return (a, bt, sa[0], sb[0])
+
+
+def crt_magnitude_args(device, batch=None):
+    a, bt, sa, sb, nu_a, nu_b, usable_a, usable_b = row_operands(device, batch)
+    return (a, bt, sa[0], sb[0], nu_a, nu_b, usable_a, usable_b)
+
+
+def int8_args(device):
+    g = seeded(2)
+    return (torch.randint(-128, 128, (5, 40), generator=g, dtype=torch.int8).to(device),
+            torch.randint(-128, 128, (3, 40), generator=g, dtype=torch.int8).to(device))
+
+
+def gemm_args(device, shapes, dtype=f64, alpha=1, beta=0, requires_grad=False, options=None):
+    tensors = operands(shapes, 3, device, dtype, requires_grad)
+    A, B = tensors[:2]
+    C = tensors[2] if len(tensors) > 2 else None
+    backend, slices, fast, moduli_, rounding = options or ("auto", None, None, None, None)
+    return (A, B, C, alpha, beta, backend, slices, fast, moduli_, rounding)
+
+
+OPCHECK_CASES = {
+    "row_stats": (OPS.row_stats, lambda d: (row_operands(d)[0],)),
+    "split_rows": (OPS.split_rows, lambda d: (row_operands(d)[0], row_operands(d)[2][0], 3)),
+    "magnitude_product": (OPS.magnitude_product, magnitude_args),
+    "magnitude_product-batched": (OPS.magnitude_product, lambda d: magnitude_args(d, 2)),
+    "gemm_slices-fp16": (OPS.gemm_slices, slices_args),
+    "gemm_slices-fp16-nearest": (OPS.gemm_slices, lambda d: slices_args(d, nearest=True)),
+    "gemm_slices-int8": (OPS.gemm_slices, lambda d: slices_args(d, int8=True)),
+    "gemm_slices-int8-nearest": (OPS.gemm_slices,
+                                 lambda d: slices_args(d, int8=True, nearest=True)),
+    "gemm_slices-batched-fp16": (OPS.gemm_slices, lambda d: slices_args(d, 3)),
+    "gemm_slices-batched-int8-nearest": (OPS.gemm_slices,
+                                         lambda d: slices_args(d, 3, int8=True, nearest=True)),
+    "row_norm_exponents": (OPS.row_norm_exponents,
+                           lambda d: (row_operands(d)[0], row_operands(d)[2][0])),
+    "crt_magnitude": (OPS.crt_magnitude, crt_magnitude_args),
+    "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
+    "gemm_crt": (OPS.gemm_crt, crt_args),
+    "gemm_crt-batched": (OPS.gemm_crt, lambda d: crt_args(d, 3)),
+    "int8_matmul": (OPS.int8_matmul, int8_args),
+    "gemm-2d": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4)])),
+    "gemm-batched": (OPS.gemm, lambda d: gemm_args(d, [(2, 5, 9), (2, 9, 4)],
+                                                   options=("int8", 3, False, None, None))),
+    "gemm-complex": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4), (4,)], torch.complex128,
+                                                   alpha=0.5 - 1j, beta=2.0)),
+    "gemm-C-alpha-beta": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4), (5, 1)], alpha=-1.5,
+                                                        beta=0.25,
+                                                        options=("crt", None, None, 6, None))),
+    "gemm-requires-grad": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4), (5, 4)], alpha=2.0,
+                                                         beta=1.0, requires_grad=True)),
+    "gemm-batched-requires-grad": (OPS.gemm, lambda d: gemm_args(
+        d, [(2, 5, 9), (2, 9, 4), (4,)], beta=1.5, requires_grad=True,
+        options=("auto", None, None, None, "nearest"))),
+    "gemm-complex-requires-grad": (OPS.gemm, lambda d: gemm_args(
+        d, [(5, 9), (9, 4)], torch.complex128, alpha=1j, requires_grad=True)),
+}
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("case", list(OPCHECK_CASES))
+def test_opcheck_passes_for_every_operator(device, case):
+    """torch.library.opcheck (schema, autograd registration, fake tensor, AOT dispatch) passes for
+    every ozaki operator, 2-D and batched, real and complex, with and without requires_grad."""
+    op, make_args = OPCHECK_CASES[case]
+    torch.library.opcheck(op, make_args(device))
+
+
+def test_every_operator_has_an_opcheck_case():
+    """No operator of the ozaki namespace is left out of the opcheck cases above."""
+    checked = {case.split("-")[0] for case in OPCHECK_CASES}
+    registered = {name.split("::")[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("ozaki::")}
+    assert registered <= checked, registered - checked
+
+
+# ---- torch.compile ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compile tests start and end with a clean Dynamo cache."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_compiled_matmul_gives_eager_bits(device, fresh_dynamo):
+    """torch.compile(fullgraph=True) of a function calling ozaki.matmul and elementwise ops gives
+    eager's bits, for matrices and for a batch. (The elementwise ops are ones whose bits Inductor
+    cannot change, fused or not: a power-of-two scaling, an addition, abs.)"""
+    def f(x, y):
+        return (ozaki.matmul(x, y) * 2.0 + 1.0).abs()
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=False)
+    for shapes in ([(6, 9), (9, 5)], [(2, 6, 9), (2, 9, 5)]):
+        x, y = operands(shapes, 4, device)
+        same_bits(compiled(x, y), f(x, y))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_enable_around_a_compiled_call(device, fresh_dynamo):
+    """A `with ozaki.enable(...)` entered outside a compiled function is traced: `a @ b` inside
+    becomes the ozaki product (eager's bits); outside the block the same function is native."""
+    def f(x, y):
+        return (x @ y) * 3.0
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=False)
+    x, y = operands([(6, 9), (9, 5)], 5, device)
+    with ozaki.enable(slices=3):
+        inside = compiled(x, y)
+    same_bits(inside, ozaki.matmul(x, y, slices=3) * 3.0)
+    same_bits(compiled(x, y), (x @ y) * 3.0)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_enable_inside_a_compiled_function(device, fresh_dynamo):
+    """A `with ozaki.enable(...)` block inside a function compiled with fullgraph=True is traced
+    too: its products are ozaki's (eager's bits), the one after the block is native."""
+    def f(x, y):
+        with ozaki.enable(slices=3):
+            inside = x @ y
+        return inside, x @ y
+
+    x, y = operands([(6, 9), (9, 5)], 6, device)
+    inside, after = torch.compile(f, fullgraph=True, dynamic=False)(x, y)
+    same_bits(inside, ozaki.matmul(x, y, slices=3))
+    torch.testing.assert_close(after, x @ y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_compiled_backward_gives_eager_gradient_bits(device, fresh_dynamo):
+    """The gradients of A and B through a compiled function holding ozaki.gemm are eager's bits
+    (the upstream gradient of each product entry is a fixed weight w, exactly). C's gradient, a
+    torch reduction over its broadcast dimension that Inductor compiles, is only close."""
+    def f(x, y, c, w):
+        return (ozaki.gemm(x, y, c, alpha=1.5, beta=0.5, transb=True) * w).sum()
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=False)
+    w, = operands([(6, 5)], 18, device)
+    grads = []
+    for function in (compiled, f):
+        x, y, c = operands([(6, 9), (5, 9), (5,)], 6, device, requires_grad=True)
+        function(x, y, c, w).backward()
+        grads.append((x.grad, y.grad, c.grad))
+    (compiled_a, compiled_b, compiled_c), (eager_a, eager_b, eager_c) = grads
+    same_bits(compiled_a, eager_a)
+    same_bits(compiled_b, eager_b)
+    torch.testing.assert_close(compiled_c, eager_c, rtol=1e-15, atol=1e-15)
+
+
+# ---- autograd -----------------------------------------------------------------------------------
+
+GRADCHECK_CASES = {
+    "dgemm": (ozaki.dgemm, [(3, 4), (4, 2)], {}),
+    "dgemm-fp16-s4": (ozaki.dgemm, [(3, 4), (4, 2)], {"backend": "fp16", "slices": 4}),
+    "matmul-2d": (ozaki.matmul, [(3, 4), (4, 2)], {}),
+    "matmul-batched": (ozaki.matmul, [(2, 3, 4), (2, 4, 2)], {}),
+    "matmul-shared-right": (ozaki.matmul, [(2, 3, 4), (4, 2)], {}),
+    "matmul-shared-left": (ozaki.matmul, [(3, 4), (2, 4, 2)], {}),
+    "matmul-broadcast": (ozaki.matmul, [(2, 1, 3, 4), (2, 4, 2)], {}),
+    "matmul-vector-matrix": (ozaki.matmul, [(4,), (4, 2)], {}),
+    "matmul-matrix-vector": (ozaki.matmul, [(3, 4), (4,)], {}),
+    "matmul-dot": (ozaki.matmul, [(4,), (4,)], {}),
+    "gemm-alpha-beta-C": (ozaki.gemm, [(3, 4), (4, 2), (3, 2)], {"alpha": -1.5, "beta": 0.75}),
+    "gemm-broadcast-C": (ozaki.gemm, [(3, 4), (4, 2), (2,)], {"alpha": 2.0, "beta": 1.25}),
+    "gemm-column-C": (ozaki.gemm, [(3, 4), (4, 2), (3, 1)], {"beta": 1.0}),
+    "gemm-trans": (ozaki.gemm, [(4, 3), (2, 4), (3, 2)],
+                   {"transa": True, "transb": "T", "alpha": 0.5, "beta": 2.0}),
+    "gemm-batched": (ozaki.gemm, [(2, 3, 4), (2, 2, 4), (2,)],
+                     {"transb": "C", "beta": 1.0, "rounding": "nearest"}),
+}
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("case", list(GRADCHECK_CASES))
+def test_gradcheck_float64(device, case):
+    """torch.autograd.gradcheck passes in float64 for dgemm, matmul (2-D, batched, folded,
+    broadcast, 1-D) and gemm (alpha, beta, full and broadcast C, transa/transb)."""
+    function, shapes, options = GRADCHECK_CASES[case]
+    inputs = operands(shapes, 7, device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *t: function(*t, **options), inputs)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("case", ["matmul", "matmul-batched", "gemm"])
+def test_gradcheck_complex128(device, case):
+    """gradcheck passes for complex128 products (conjugate Wirtinger gradients), with complex
+    alpha and beta and conjugate transposes."""
+    if case == "gemm":
+        inputs = operands([(4, 3), (4, 2), (2,)], 8, device, torch.complex128, True)
+        function = lambda a, b, c: ozaki.gemm(a, b, c, alpha=0.5 - 1.5j, beta=2 + 1j,  # noqa
+                                              transa="C")
+    else:
+        shapes = [(3, 4), (4, 2)] if case == "matmul" else [(2, 3, 4), (4, 2)]
+        inputs = operands(shapes, 8, device, torch.complex128, True)
+        function = ozaki.matmul
+    assert torch.autograd.gradcheck(function, inputs)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("options", [{}, {"backend": "crt"}, {"rounding": "nearest"}],
+                         ids=["auto", "crt", "nearest"])
+def test_gradgradcheck_dgemm(device, options):
+    """Double backward works: the backward products are ozaki::gemm calls themselves (plans at
+    float64 accuracy: a truncating slices=3 plan is too coarse for finite differences)."""
+    inputs = operands([(3, 4), (4, 2)], 9, device, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda a, b: ozaki.dgemm(a, b, **options), inputs)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("options", [{"slices": 4, "backend": "fp16"}, {"backend": "crt"},
+                                     {"rounding": "nearest"}], ids=["fp16-s4", "crt", "nearest"])
+def test_gradients_are_ozaki_products_with_the_forward_options(device, options):
+    """A.grad is bitwise dgemm(G, B.T) and B.grad dgemm(A.T, G) with the forward's options, scaled
+    by alpha in one rounding; C.grad is beta G summed over C's broadcast dimension."""
+    A, B, C = operands([(6, 13), (13, 5), (5,)], 10, device, requires_grad=True)
+    G, = operands([(6, 5)], 11, device)
+    ozaki.dgemm(A, B, **options).backward(G)
+    same_bits(A.grad, ozaki.dgemm(G, B.detach().T, **options))
+    same_bits(B.grad, ozaki.dgemm(A.detach().T, G, **options))
+    for t in (A, B):
+        t.grad = None
+    ozaki.gemm(A, B, C, alpha=-1.5, beta=0.5, **options).backward(G)
+    same_bits(A.grad, torch.mul(ozaki.dgemm(G, B.detach().T, **options), -1.5))
+    same_bits(B.grad, torch.mul(ozaki.dgemm(A.detach().T, G, **options), -1.5))
+    torch.testing.assert_close(C.grad, (0.5 * G).sum(0), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_nearest_reaches_the_backward_of_a_folded_batch(device):
+    """Under rounding="nearest" the gradients of a batch folded into rows are correctly rounded
+    too: a.grad[e] = dgemm(G[e], b^T) and b.grad = the one length-(batch m) product a^T G."""
+    a, b = operands([(3, 4, 10), (10, 5)], 12, device, requires_grad=True)
+    G, = operands([(3, 4, 5)], 13, device)
+    ozaki.matmul(a, b, rounding="nearest").backward(G)
+    for e in range(3):
+        same_bits(a.grad[e], ozaki.dgemm(G[e], b.detach().T, rounding="nearest"))
+    same_bits(b.grad, ozaki.dgemm(a.detach().reshape(12, 10).T, G.reshape(12, 5),
+                                  rounding="nearest"))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_complex_gradients_use_the_conjugate_alpha(device):
+    """dA = conj(alpha) G B^H and dB = conj(alpha) A^H G, as ozaki products (bitwise gemm with
+    transb/transa = "C")."""
+    A, B = operands([(4, 6), (6, 3)], 14, device, torch.complex128, True)
+    G, = operands([(4, 3)], 15, device, torch.complex128)
+    alpha = 0.75 - 2j
+    ozaki.gemm(A, B, alpha=alpha).backward(G)
+    same_bits(A.grad, ozaki.gemm(G, B.detach(), alpha=alpha.conjugate(), transb="C"))
+    same_bits(B.grad, ozaki.gemm(A.detach(), G, alpha=alpha.conjugate(), transa="C"))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_alpha_zero_sends_no_gradient_to_a_and_b(device):
+    """alpha = 0: no gradient (None or zeros, never NaN) reaches A and B even when A holds NaN;
+    C gets beta G."""
+    A, B, C = operands([(4, 6), (6, 3), (4, 3)], 16, device)
+    A[1, 2] = nan
+    for t in (A, B, C):
+        t.requires_grad_()
+    G, = operands([(4, 3)], 17, device)
+    ozaki.gemm(A, B, C, alpha=0, beta=2.0).backward(G)
+    for grad in (A.grad, B.grad):
+        assert grad is None or (grad == 0).all()
+    same_bits(C.grad, G * 2.0)
