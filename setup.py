@@ -8,6 +8,7 @@ compute capabilities to build machine code for.
 import glob
 import os
 import shutil
+import sys
 
 from setuptools import setup
 from torch.utils import cpp_extension
@@ -16,6 +17,10 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # The summation must not be contracted into FMAs or reassociated (docs/algorithm.md, "Sum").
 CXX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math"]
+# Link the C++ runtime dynamically, as torch does, even where the compiler links it statically by
+# default (some toolchains wrap g++ so): a private static copy of libstdc++ in ozaki._C throws
+# exceptions that torch's copy cannot catch, so every operator error crashed the process.
+SHARED_CXX_RUNTIME = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 NVCC_FLAGS = ["-O3", "-fmad=false", "--ftz=false", "--prec-div=true",
               "--prec-sqrt=true", "-Xcompiler", "-ffp-contract=off"]
 
@@ -72,14 +77,15 @@ def make_extension():
         print("ozaki: building the CPU backend only")
         return cpp_extension.CppExtension(
             "ozaki._C", cpu_sources, extra_compile_args={"cxx": CXX_FLAGS},
-            py_limited_api=False)
+            extra_link_args=SHARED_CXX_RUNTIME, py_limited_api=False)
     archs = os.environ.get("OZAKI_CUDA_ARCHS", "90").split(",")
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     include_dirs, library_dirs, link_args = cuda_library_dirs()
     print(f"ozaki: building the CPU and CUDA backends (sm_{', sm_'.join(archs)})")
     return cpp_extension.CUDAExtension(
         "ozaki._C", cpu_sources + cuda_sources,
-        include_dirs=include_dirs, library_dirs=library_dirs, extra_link_args=link_args,
+        include_dirs=include_dirs, library_dirs=library_dirs,
+        extra_link_args=link_args + SHARED_CXX_RUNTIME,
         extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + gencode})
 
 
