@@ -4,7 +4,7 @@ torch.compile."""
 
 import torch
 
-from .gemm_op import REAL_OF, check_addend, check_scalar
+from .gemm_op import check_gemm
 from .product import _check_operands, _check_options
 
 #: BLAS's transpose flags: "N" none, "T" transpose, "C" conjugate transpose; False/True = "N"/"T".
@@ -120,16 +120,8 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     name = "ozaki.gemm"
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
-    if not isinstance(A, torch.Tensor) or A.dtype not in REAL_OF:
-        raise TypeError(f"{name}: A must be a float64, float32, complex128 or complex64 tensor, "
-                        f"got {getattr(A, 'dtype', type(A).__name__)}")
-    _check_operands(name, A, B, A.dtype, ranks=(2, 3))
-    check_scalar(name, "alpha", alpha, A.dtype)
-    check_scalar(name, "beta", beta, A.dtype)
+    check_gemm(name, A, B, C, alpha, beta)
     _check_options(name, slices, fast, rounding, backend, moduli)
-    shape = (*A.shape[:-1], B.shape[-1])
-    if beta != 0:
-        check_addend(name, C, A.dtype, A.device, shape)
     result = torch.ops.ozaki.gemm(A, B, C if beta != 0 else None, alpha, beta, backend, slices,
                                   fast, moduli, rounding)
     return result if out is None else copy_out(name, result, out)

@@ -12,14 +12,25 @@ import torch
 from .product import real_product
 
 
+def _parts(x):
+    """(Re x, Im x, -Im x) of a complex tensor as views where they can be, the negated part
+    computed on first use; a lazily conjugated x (x.conj(), transa="C") is read without resolving
+    it."""
+    if x.is_conj():
+        stored = x.conj()  # the stored values: Im x = -Im(stored)
+        return stored.real, lambda: -stored.imag, lambda: stored.imag
+    return x.real, lambda: x.imag, lambda: -x.imag
+
+
 def complex_parts(A, B, **options):
     """(Re(A @ B), Im(A @ B), plan) for complex (..., m, k) A and (..., k, n) B with the same
     batch shape (2-D or 3-D), both parts real tensors of A's real dtype."""
-    A, B = A.resolve_conj(), B.resolve_conj()
-    a_re, a_im = A.real, A.imag
-    rows = torch.cat([torch.cat([a_re, -a_im], dim=-1), torch.cat([a_im, a_re], dim=-1)], dim=-2)
+    a_re, a_im, a_im_negated = _parts(A)
+    rows = torch.cat([torch.cat([a_re, a_im_negated()], dim=-1),
+                      torch.cat([a_im(), a_re], dim=-1)], dim=-2)
+    b_re, b_im, _ = _parts(B)
     # [Re B; Im B] built column by column (as its transpose), the layout the engine reads B in
-    cols = torch.cat([B.real.mT, B.imag.mT], dim=-1).mT
+    cols = torch.cat([b_re.mT, b_im().mT], dim=-1).mT
     stacked, plan = real_product(rows, cols, rows.dtype, **options)
     m = A.shape[-2]
     return stacked[..., :m, :], stacked[..., m:, :], plan

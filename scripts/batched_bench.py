@@ -9,12 +9,14 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 
 import torch
 
 import ozaki
 from ozaki import accuracy
+from ozaki.bench import time_call
 from ozaki.progress import Progress
 
 CASES = [  # (dtype, batch, n)
@@ -25,17 +27,9 @@ CASES = [  # (dtype, batch, n)
 
 
 def time_ms(fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    """Median milliseconds of reps calls after one warm-up (CUDA events, ozaki.bench's timer)."""
+    times, _ = time_call(fn, torch.device("cuda"), warmup=1, repeats=reps)
+    return statistics.median(times)
 
 
 def operands(dtype, batch, n, seed):

@@ -25,9 +25,25 @@ def phi_pair(m, k, n, phi, seed, dtype=torch.float64, device="cpu"):
     return A.to(device), B.to(device)
 
 
+def phi_tensor(shape, dtype, generator, phi=1.0):
+    """Fresh phi_matrix entries of any shape (empty too) and float or complex dtype, drawn on the
+    CPU; complex entries get independent real and imaginary parts."""
+    real = {torch.complex128: torch.float64, torch.complex64: torch.float32}.get(dtype, dtype)
+
+    def part():
+        if math.prod(shape) == 0:
+            return torch.empty(shape, dtype=real)
+        flat = accuracy.phi_matrix(1, math.prod(shape), phi, generator=generator, dtype=real)
+        return flat.reshape(shape)
+
+    return torch.complex(part(), part()) if dtype.is_complex else part()
+
+
 def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):
-    """Same shape, dtype and bits (NaN payloads and signed zeros included)."""
-    assert x.shape == y.shape and x.dtype == y.dtype
+    """Same shape, dtype and bits (NaN payloads and signed zeros included; complex: both parts)."""
+    assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
+    if x.is_complex():
+        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
     int_type = {torch.float64: torch.int64, torch.float32: torch.int32}[x.dtype]
     xb = x.detach().cpu().contiguous().view(int_type)
     yb = y.detach().cpu().contiguous().view(int_type)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ozaki
-from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, phi_tensor, seeded
 from ozaki import accuracy
 
 REAL_GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
@@ -23,31 +23,14 @@ FLAGS = [False, True, "N", "T", "C"]
 nan, inf = float("nan"), float("inf")
 
 
-def same_bits(x, y):
-    """assert_bitwise_equal for real and complex tensors (complex: both parts, bit for bit)."""
-    assert x.dtype == y.dtype, (x.dtype, y.dtype)
-    if x.is_complex():
-        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
-    assert_bitwise_equal(x, y)
 
 
-def draw(shape, dtype, generator, phi=1.0):
-    """A phi matrix (or a batch of them) of any float or complex dtype, drawn on the CPU; complex
-    entries get independent real and imaginary parts."""
-    real = REAL_OF[dtype]
-
-    def part():
-        rows = math.prod(shape[:-1])
-        return accuracy.phi_matrix(rows, shape[-1], phi, generator=generator,
-                                   dtype=real).reshape(shape)
-
-    return torch.complex(part(), part()) if dtype.is_complex else part()
 
 
 def operands(shapes, dtype, seed, device, phi=1.0):
     """Tensors of the given shapes from one seeded CPU generator, moved to device."""
     g = seeded(seed)
-    return [draw(shape, dtype, g, phi).to(device) for shape in shapes]
+    return [phi_tensor(shape, dtype, g, phi).to(device) for shape in shapes]
 
 
 def scaled(x, s):
@@ -97,9 +80,9 @@ def test_defaults_give_the_bits_of_dgemm_and_sgemm(device, dtype, options):
     A, B, C = operands([(9, 37), (37, 6), (9, 6)], dtype, seed=1, device=device)
     expected = REAL_GEMMS[dtype](A, B, **options)
     assert expected.device.type == device
-    same_bits(ozaki.gemm(A, B, **options), expected)
-    same_bits(ozaki.gemm(A, B, alpha=1.0, beta=0.0, **options), expected)
-    same_bits(ozaki.gemm(A, B, C, alpha=1, beta=0, **options), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, **options), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, alpha=1.0, beta=0.0, **options), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=1, beta=0, **options), expected)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -110,7 +93,7 @@ def test_complex_defaults_equal_matmul(device, dtype, options):
     A, B = operands([(7, 20), (20, 5)], dtype, seed=2, device=device)
     D = ozaki.gemm(A, B, **options)
     assert D.dtype == dtype and D.device.type == device
-    same_bits(D, ozaki.matmul(A, B, **options))
+    assert_bitwise_equal(D, ozaki.matmul(A, B, **options))
 
 
 # ---- The epilogue RN(alpha P) + RN(beta C) ------------------------------------------------------
@@ -132,9 +115,9 @@ def test_real_epilogue_is_two_roundings_and_one_add(device, dtype, c_shape, alph
     expected = torch.add(torch.mul(P, alpha), torch.mul(C.expand(8, 5), beta))
     D = ozaki.gemm(A, B, C, alpha=alpha, beta=beta)
     assert D.is_contiguous()
-    same_bits(D, expected)
+    assert_bitwise_equal(D, expected)
     if alpha == 1 and beta == 1:  # the exact shortcuts: no multiplication at all
-        same_bits(D, torch.add(P, C.expand(8, 5)))
+        assert_bitwise_equal(D, torch.add(P, C.expand(8, 5)))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -147,7 +130,7 @@ def test_complex_epilogue_uses_real_operations(device, dtype, c_shape, alpha, be
     A, B, C = operands([(8, 12), (12, 5), C_SHAPES[c_shape]], dtype, seed=4, device=device)
     P = ozaki.matmul(A, B)
     expected = added(scaled(P, alpha), scaled(C.expand(8, 5), beta))
-    same_bits(ozaki.gemm(A, B, C, alpha=alpha, beta=beta), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=beta), expected)
 
 
 # ---- BLAS rules: alpha = 0 reads neither A nor B, beta = 0 never reads C ------------------------
@@ -171,17 +154,17 @@ def test_alpha_zero_reads_neither_a_nor_b(device, dtype):
     signs = torch.tensor([-0.0, 0.0, -0.0, 1.0], dtype=real, device=device)
     C[1] = torch.complex(signs, signs.flip(0)) if dtype.is_complex else signs
     D = ozaki.gemm(A, B, C, alpha=0, beta=1)
-    same_bits(D, C)
+    assert_bitwise_equal(D, C)
     assert D.data_ptr() != C.data_ptr()  # a fresh tensor, never C itself
     assert torch.signbit(torch.view_as_real(D) if D.is_complex() else D).any()
-    same_bits(ozaki.gemm(A, B, C, alpha=0.0, beta=-2.5), scaled(C, -2.5))
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=0.0, beta=-2.5), scaled(C, -2.5))
     row = C[2]
-    same_bits(ozaki.gemm(A, B, row, alpha=0, beta=1), row.expand(6, 4).contiguous())
+    assert_bitwise_equal(ozaki.gemm(A, B, row, alpha=0, beta=1), row.expand(6, 4).contiguous())
     zeros = torch.zeros(6, 4, dtype=dtype, device=device)
-    same_bits(ozaki.gemm(A, B, C, alpha=0, beta=0), zeros)
-    same_bits(ozaki.gemm(A, B, alpha=0), zeros)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=0, beta=0), zeros)
+    assert_bitwise_equal(ozaki.gemm(A, B, alpha=0), zeros)
     if dtype.is_complex:
-        same_bits(ozaki.gemm(A, B, C, alpha=0j, beta=1 + 1j), scaled(C, 1 + 1j))
+        assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=0j, beta=1 + 1j), scaled(C, 1 + 1j))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -191,10 +174,10 @@ def test_beta_zero_never_reads_c(device, dtype):
     A, B = operands([(6, 15), (15, 4)], dtype, seed=6, device=device)
     expected = ozaki.gemm(A, B)
     assert expected.isfinite().all()
-    same_bits(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), beta=0), expected)
-    same_bits(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), alpha=1.0, beta=0.0), expected)
-    same_bits(ozaki.gemm(A, B, None, beta=0), expected)
-    same_bits(ozaki.gemm(A, B, poisoned((4,), dtype, device), alpha=-2.0, beta=0),
+    assert_bitwise_equal(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), beta=0), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), alpha=1.0, beta=0.0), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, None, beta=0), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, poisoned((4,), dtype, device), alpha=-2.0, beta=0),
               scaled(expected, -2.0))
 
 
@@ -222,10 +205,10 @@ def test_transpose_flags_equal_materialised_copies(device, dtype, transa, transb
                     device=device)
     expected = ozaki.gemm(materialised(A, transa), materialised(B, transb))
     assert expected.shape == (7, 5)
-    same_bits(ozaki.gemm(A, B, transa=transa, transb=transb), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, transa=transa, transb=transb), expected)
     if not dtype.is_complex and "C" in (transa, transb):  # "C" is "T" for real operands
         plain = {"C": "T"}
-        same_bits(ozaki.gemm(A, B, transa=plain.get(transa, transa),
+        assert_bitwise_equal(ozaki.gemm(A, B, transa=plain.get(transa, transa),
                              transb=plain.get(transb, transb)), expected)
 
 
@@ -235,7 +218,7 @@ def test_transpose_flags_with_a_batch_and_an_epilogue(device, dtype):
     """transa/transb act on the last two dimensions of a batch, together with alpha, beta, C."""
     A, B, C = operands([(2, 9, 6), (2, 4, 9), (6, 4)], dtype, seed=9, device=device)
     expected = ozaki.gemm(materialised(A, "C"), materialised(B, "T"), C, alpha=-1.5, beta=2.0)
-    same_bits(ozaki.gemm(A, B, C, alpha=-1.5, beta=2.0, transa="C", transb=True), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=-1.5, beta=2.0, transa="C", transb=True), expected)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -248,14 +231,14 @@ def test_strided_views_give_the_bits_of_contiguous_copies(device, dtype):
     A, B = X[::2, 1:], Y[1::2, ::2]          # (7, 12) and (12, 6)
     assert not A.is_contiguous() and not B.is_contiguous()
     expected = ozaki.gemm(A.contiguous(), B.contiguous())
-    same_bits(ozaki.gemm(A, B), expected)
-    same_bits(ozaki.gemm(A.mT, B.mT, transa=True, transb=True), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B), expected)
+    assert_bitwise_equal(ozaki.gemm(A.mT, B.mT, transa=True, transb=True), expected)
     if not dtype.is_complex:
-        same_bits(REAL_GEMMS[dtype](A, B), expected)
-        same_bits(REAL_GEMMS[dtype](A.t().contiguous().t(), B.t().contiguous().t()), expected)
+        assert_bitwise_equal(REAL_GEMMS[dtype](A, B), expected)
+        assert_bitwise_equal(REAL_GEMMS[dtype](A.t().contiguous().t(), B.t().contiguous().t()), expected)
     A3, B3 = Z[:, ::2, 1:], W[:, ::2].mT     # (3, 5, 12) and (3, 12, 4)
     assert not A3.is_contiguous() and not B3.is_contiguous()
-    same_bits(ozaki.gemm(A3, B3), ozaki.gemm(A3.contiguous(), B3.contiguous()))
+    assert_bitwise_equal(ozaki.gemm(A3, B3), ozaki.gemm(A3.contiguous(), B3.contiguous()))
 
 
 # ---- Batches: one plan for the whole batch ------------------------------------------------------
@@ -291,7 +274,7 @@ def test_batch_elements_equal_dgemm_with_the_batch_plan(device, dtype, backend, 
     D = ozaki.gemm(A, B, backend=backend, rounding=rounding)
     assert D.shape == (3, 7, 5) and D.dtype == dtype
     for e in range(3):
-        same_bits(D[e], element_product(A[e], B[e], plan, rounding))
+        assert_bitwise_equal(D[e], element_product(A[e], B[e], plan, rounding))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -302,7 +285,7 @@ def test_complex_batch_under_nearest_equals_each_element(device, dtype):
     A, B = operands([(2, 5, 9), (2, 9, 3)], dtype, seed=12, device=device)
     D = ozaki.gemm(A, B, rounding="nearest")
     for e in range(2):
-        same_bits(D[e], ozaki.gemm(A[e], B[e], rounding="nearest"))
+        assert_bitwise_equal(D[e], ozaki.gemm(A[e], B[e], rounding="nearest"))
 
 
 # ---- out= ---------------------------------------------------------------------------------------
@@ -318,13 +301,13 @@ def test_out_is_returned_and_holds_the_result(device, dtype, batch):
     out = poisoned((*batch, 6, 4), dtype, device)
     expected = ozaki.gemm(A, B, C, alpha=0.5, beta=-1.25)
     assert ozaki.gemm(A, B, C, alpha=0.5, beta=-1.25, out=out) is out
-    same_bits(out, expected)
+    assert_bitwise_equal(out, expected)
     before = C.clone()
     expected = ozaki.gemm(A, B, before, beta=1)
     assert ozaki.gemm(A, B, C, beta=1, out=C) is C
-    same_bits(C, expected)
+    assert_bitwise_equal(C, expected)
     assert ozaki.gemm(A, B, C, alpha=2.0, beta=1, out=C) is C
-    same_bits(C, ozaki.gemm(A, B, expected, alpha=2.0, beta=1))
+    assert_bitwise_equal(C, ozaki.gemm(A, B, expected, alpha=2.0, beta=1))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -2,29 +2,25 @@
 dtypes), what it leaves alone, nesting, leaving the block, errors and repr (ozaki/dropin.py,
 docs/torch.md, "Drop-in mode")."""
 
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import ozaki
-from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
-from ozaki import accuracy
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
+
 
 f64, f32 = torch.float64, torch.float32
 nan = float("nan")
 OPTIONS = {"slices": 3}
 
 
-def draw(shape, generator, dtype):
-    flat = accuracy.phi_matrix(1, math.prod(shape), 1.0, generator=generator, dtype=dtype)
-    return flat.reshape(shape)
 
 
 def operands(shapes, seed, device, dtype=f64):
     g = seeded(seed)
-    return [draw(tuple(s), g, dtype).to(device) for s in shapes]
+    return [phi_tensor(tuple(s), dtype, g).to(device) for s in shapes]
 
 
 # (id, the torch call, the ozaki call it must equal bit for bit with the mode's options)

@@ -10,7 +10,7 @@ import torch
 
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee, cpu_and_cuda,
-                     seeded)
+                     phi_tensor, seeded)
 from ozaki import accuracy
 
 REAL_GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
@@ -27,31 +27,13 @@ nan, inf = float("nan"), float("inf")
 f64 = torch.float64
 
 
-def same_bits(x, y):
-    """assert_bitwise_equal for real and complex tensors (complex: both parts, bit for bit)."""
-    assert x.dtype == y.dtype, (x.dtype, y.dtype)
-    if x.is_complex():
-        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
-    assert_bitwise_equal(x, y)
 
 
-def draw(shape, dtype, generator, phi=1.0):
-    """Phi-distributed entries of any shape (1-D, batches, empty) and float or complex dtype,
-    drawn on the CPU; complex entries get independent real and imaginary parts."""
-    real = REAL_OF[dtype]
-
-    def part():
-        if math.prod(shape) == 0:
-            return torch.empty(shape, dtype=real)
-        flat = accuracy.phi_matrix(1, math.prod(shape), phi, generator=generator, dtype=real)
-        return flat.reshape(shape)
-
-    return torch.complex(part(), part()) if dtype.is_complex else part()
 
 
 def operands(shapes, dtype, seed, device, phi=1.0):
     g = seeded(seed)
-    return [draw(tuple(shape), dtype, g, phi).to(device) for shape in shapes]
+    return [phi_tensor(tuple(shape), dtype, g, phi).to(device) for shape in shapes]
 
 
 # ---- Shapes -------------------------------------------------------------------------------------
@@ -158,10 +140,10 @@ def test_shared_right_operand_folds_into_rows(device, dtype, backend):
     a3 = spread(a3, 0)
     expanded = b2.expand(3, 11, 5)
     result = ozaki.matmul(a3, b2, backend=backend)
-    same_bits(result, ozaki.matmul(a3, expanded, backend=backend))
+    assert_bitwise_equal(result, ozaki.matmul(a3, expanded, backend=backend))
     plan = ozaki.plan(a3, expanded, backend=backend)
     for e in range(3):
-        same_bits(result[e], element_product(a3[e], b2, plan))
+        assert_bitwise_equal(result[e], element_product(a3[e], b2, plan))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -175,10 +157,10 @@ def test_shared_left_operand_folds_into_columns(device, dtype, backend):
     expanded = a2.expand(3, 6, 11)
     result = ozaki.matmul(a2, b3, backend=backend)
     assert result.is_contiguous()
-    same_bits(result, ozaki.matmul(expanded, b3, backend=backend))
+    assert_bitwise_equal(result, ozaki.matmul(expanded, b3, backend=backend))
     plan = ozaki.plan(expanded, b3, backend=backend)
     for e in range(3):
-        same_bits(result[e], element_product(a2, b3[e], plan))
+        assert_bitwise_equal(result[e], element_product(a2, b3[e], plan))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -189,12 +171,12 @@ def test_broadcast_batch_equals_the_expanded_batch(device, dtype, backend):
     the bits of the expanded operand, for real and complex dtypes."""
     a, b, a3, b2 = operands([(2, 1, 5, 9), (3, 9, 4), (3, 5, 9), (9, 4)], dtype, seed=5,
                             device=device)
-    same_bits(ozaki.matmul(a, b, backend=backend),
+    assert_bitwise_equal(ozaki.matmul(a, b, backend=backend),
               ozaki.matmul(a.expand(2, 3, 5, 9).contiguous(), b.expand(2, 3, 9, 4).contiguous(),
                            backend=backend))
-    same_bits(ozaki.matmul(a3, b2, backend=backend),
+    assert_bitwise_equal(ozaki.matmul(a3, b2, backend=backend),
               ozaki.matmul(a3, b2.expand(3, 9, 4), backend=backend))
-    same_bits(ozaki.matmul(b2.mT, a3.mT, backend=backend),
+    assert_bitwise_equal(ozaki.matmul(b2.mT, a3.mT, backend=backend),
               ozaki.matmul(b2.mT.expand(3, 4, 9), a3.mT, backend=backend))
 
 
@@ -204,9 +186,9 @@ def test_vectors_equal_the_matrix_products(device, dtype):
     """A 1-D operand is a row (a) or a column (b) vector: the same bits as the matrix product
     with the added dimension, squeezed."""
     v, a, w = operands([(9,), (9, 4), (5, 9)], dtype, seed=6, device=device)
-    same_bits(ozaki.matmul(v, a), ozaki.matmul(v[None], a)[0])
-    same_bits(ozaki.matmul(w, v), ozaki.matmul(w, v[:, None])[:, 0])
-    same_bits(ozaki.matmul(v, v), ozaki.matmul(v[None], v[:, None])[0, 0])
+    assert_bitwise_equal(ozaki.matmul(v, a), ozaki.matmul(v[None], a)[0])
+    assert_bitwise_equal(ozaki.matmul(w, v), ozaki.matmul(w, v[:, None])[:, 0])
+    assert_bitwise_equal(ozaki.matmul(v, v), ozaki.matmul(v[None], v[:, None])[0, 0])
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -217,7 +199,7 @@ def test_conjugate_views_give_the_bits_of_resolved_copies(device, dtype):
     a, b, b3 = operands([(3, 4, 5), (5, 2), (3, 5, 2)], dtype, seed=17, device=device)
     for x, y in ((a.conj(), b), (a, b.conj()), (a[0].conj(), b3), (a.conj(), b3.conj())):
         assert x.is_conj() or y.is_conj()
-        same_bits(ozaki.matmul(x, y), ozaki.matmul(x.resolve_conj().contiguous(),
+        assert_bitwise_equal(ozaki.matmul(x, y), ozaki.matmul(x.resolve_conj().contiguous(),
                                                    y.resolve_conj().contiguous()))
 
 
@@ -273,8 +255,8 @@ def test_complex128_nearest_rounds_each_part_correctly(device, backend):
         re, im = exact_complex(a[e], b[e])
         expected = torch.complex(torch.tensor([[float(x) for x in row] for row in re], dtype=f64),
                                  torch.tensor([[float(x) for x in row] for row in im], dtype=f64))
-        same_bits(result[e], expected.to(device))
-        same_bits(ozaki.matmul(a[e], b[e], backend=backend, rounding="nearest"), result[e])
+        assert_bitwise_equal(result[e], expected.to(device))
+        assert_bitwise_equal(ozaki.matmul(a[e], b[e], backend=backend, rounding="nearest"), result[e])
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -286,7 +268,7 @@ def test_complex64_nearest_rounds_each_part_once_to_float32(device):
     re, im = exact_complex(a, b)
     expected = torch.complex(accuracy.round_exact(re, torch.float32),
                              accuracy.round_exact(im, torch.float32))
-    same_bits(result, expected.to(device))
+    assert_bitwise_equal(result, expected.to(device))
 
 
 def stacked_real(a, b):
@@ -366,7 +348,7 @@ def test_out_is_returned_and_holds_the_result(device, dtype, shapes):
     expected = ozaki.matmul(a, b)
     out = torch.full_like(expected, nan)
     assert ozaki.matmul(a, b, out=out) is out
-    same_bits(out, expected)
+    assert_bitwise_equal(out, expected)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -3,42 +3,26 @@ torch.compile (fullgraph, same bits as eager, forward and backward, with ozaki.e
 autograd (gradcheck, gradgradcheck, and gradients that are ozaki products with the forward's
 options) (ozaki/library.py, docs/torch.md)."""
 
-import math
 
 import pytest
 import torch
 
 import ozaki
-from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
-from ozaki import _ops, accuracy, moduli
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
+from ozaki import _ops, moduli
 
 OPS = torch.ops.ozaki
 nan = float("nan")
 f64 = torch.float64
 
 
-def same_bits(x, y):
-    """assert_bitwise_equal for real and complex tensors (complex: both parts, bit for bit)."""
-    assert x.dtype == y.dtype, (x.dtype, y.dtype)
-    if x.is_complex():
-        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
-    assert_bitwise_equal(x, y)
 
 
-def draw(shape, generator, dtype=f64):
-    """Phi = 1 entries of any shape, drawn on the CPU (complex: independent parts)."""
-    real = {torch.complex128: f64, torch.complex64: torch.float32}.get(dtype, dtype)
-
-    def part():
-        return accuracy.phi_matrix(1, math.prod(shape), 1.0, generator=generator,
-                                   dtype=real).reshape(shape)
-
-    return torch.complex(part(), part()) if dtype.is_complex else part()
 
 
 def operands(shapes, seed, device, dtype=f64, requires_grad=False):
     g = seeded(seed)
-    return [draw(tuple(s), g, dtype).to(device).requires_grad_(requires_grad) for s in shapes]
+    return [phi_tensor(tuple(s), dtype, g).to(device).requires_grad_(requires_grad) for s in shapes]
 
 
 # ---- torch.library.opcheck of every operator ----------------------------------------------------
@@ -169,7 +153,7 @@ def test_compiled_matmul_gives_eager_bits(device, fresh_dynamo):
     compiled = torch.compile(f, fullgraph=True, dynamic=False)
     for shapes in ([(6, 9), (9, 5)], [(2, 6, 9), (2, 9, 5)]):
         x, y = operands(shapes, 4, device)
-        same_bits(compiled(x, y), f(x, y))
+        assert_bitwise_equal(compiled(x, y), f(x, y))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -183,8 +167,8 @@ def test_enable_around_a_compiled_call(device, fresh_dynamo):
     x, y = operands([(6, 9), (9, 5)], 5, device)
     with ozaki.enable(slices=3):
         inside = compiled(x, y)
-    same_bits(inside, ozaki.matmul(x, y, slices=3) * 3.0)
-    same_bits(compiled(x, y), (x @ y) * 3.0)
+    assert_bitwise_equal(inside, ozaki.matmul(x, y, slices=3) * 3.0)
+    assert_bitwise_equal(compiled(x, y), (x @ y) * 3.0)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -198,7 +182,7 @@ def test_enable_inside_a_compiled_function(device, fresh_dynamo):
 
     x, y = operands([(6, 9), (9, 5)], 6, device)
     inside, after = torch.compile(f, fullgraph=True, dynamic=False)(x, y)
-    same_bits(inside, ozaki.matmul(x, y, slices=3))
+    assert_bitwise_equal(inside, ozaki.matmul(x, y, slices=3))
     torch.testing.assert_close(after, x @ y, rtol=0, atol=0)
 
 
@@ -218,8 +202,8 @@ def test_compiled_backward_gives_eager_gradient_bits(device, fresh_dynamo):
         function(x, y, c, w).backward()
         grads.append((x.grad, y.grad, c.grad))
     (compiled_a, compiled_b, compiled_c), (eager_a, eager_b, eager_c) = grads
-    same_bits(compiled_a, eager_a)
-    same_bits(compiled_b, eager_b)
+    assert_bitwise_equal(compiled_a, eager_a)
+    assert_bitwise_equal(compiled_b, eager_b)
     torch.testing.assert_close(compiled_c, eager_c, rtol=1e-15, atol=1e-15)
 
 
@@ -291,13 +275,13 @@ def test_gradients_are_ozaki_products_with_the_forward_options(device, options):
     A, B, C = operands([(6, 13), (13, 5), (5,)], 10, device, requires_grad=True)
     G, = operands([(6, 5)], 11, device)
     ozaki.dgemm(A, B, **options).backward(G)
-    same_bits(A.grad, ozaki.dgemm(G, B.detach().T, **options))
-    same_bits(B.grad, ozaki.dgemm(A.detach().T, G, **options))
+    assert_bitwise_equal(A.grad, ozaki.dgemm(G, B.detach().T, **options))
+    assert_bitwise_equal(B.grad, ozaki.dgemm(A.detach().T, G, **options))
     for t in (A, B):
         t.grad = None
     ozaki.gemm(A, B, C, alpha=-1.5, beta=0.5, **options).backward(G)
-    same_bits(A.grad, torch.mul(ozaki.dgemm(G, B.detach().T, **options), -1.5))
-    same_bits(B.grad, torch.mul(ozaki.dgemm(A.detach().T, G, **options), -1.5))
+    assert_bitwise_equal(A.grad, torch.mul(ozaki.dgemm(G, B.detach().T, **options), -1.5))
+    assert_bitwise_equal(B.grad, torch.mul(ozaki.dgemm(A.detach().T, G, **options), -1.5))
     torch.testing.assert_close(C.grad, (0.5 * G).sum(0), rtol=0, atol=1e-15)
 
 
@@ -309,8 +293,8 @@ def test_nearest_reaches_the_backward_of_a_folded_batch(device):
     G, = operands([(3, 4, 5)], 13, device)
     ozaki.matmul(a, b, rounding="nearest").backward(G)
     for e in range(3):
-        same_bits(a.grad[e], ozaki.dgemm(G[e], b.detach().T, rounding="nearest"))
-    same_bits(b.grad, ozaki.dgemm(a.detach().reshape(12, 10).T, G.reshape(12, 5),
+        assert_bitwise_equal(a.grad[e], ozaki.dgemm(G[e], b.detach().T, rounding="nearest"))
+    assert_bitwise_equal(b.grad, ozaki.dgemm(a.detach().reshape(12, 10).T, G.reshape(12, 5),
                                   rounding="nearest"))
 
 
@@ -322,8 +306,8 @@ def test_complex_gradients_use_the_conjugate_alpha(device):
     G, = operands([(4, 3)], 15, device, torch.complex128)
     alpha = 0.75 - 2j
     ozaki.gemm(A, B, alpha=alpha).backward(G)
-    same_bits(A.grad, ozaki.gemm(G, B.detach(), alpha=alpha.conjugate(), transb="C"))
-    same_bits(B.grad, ozaki.gemm(A.detach(), G, alpha=alpha.conjugate(), transa="C"))
+    assert_bitwise_equal(A.grad, ozaki.gemm(G, B.detach(), alpha=alpha.conjugate(), transb="C"))
+    assert_bitwise_equal(B.grad, ozaki.gemm(A.detach(), G, alpha=alpha.conjugate(), transa="C"))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -338,4 +322,4 @@ def test_alpha_zero_sends_no_gradient_to_a_and_b(device):
     ozaki.gemm(A, B, C, alpha=0, beta=2.0).backward(G)
     for grad in (A.grad, B.grad):
         assert grad is None or (grad == 0).all()
-    same_bits(C.grad, G * 2.0)
+    assert_bitwise_equal(C.grad, G * 2.0)
