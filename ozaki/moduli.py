@@ -5,6 +5,7 @@ Mirrors the constants of csrc/crt.h. Rows of A and columns of B are scaled to in
 the budget the moduli buy, and every extra modulus buys about 8 bits of it.
 """
 
+import functools
 import math
 from fractions import Fraction
 
@@ -34,9 +35,13 @@ def scale_bits(moduli: int, k: int):
     """(t_a, t_b): the largest scales, t_a <= t_b <= t_a + 1 <= 62, with
     (2^t_a + g)(2^t_b + g) <= P/2 - P 2^-30 (g = rounding_growth(k)), so that by Cauchy-Schwarz
     every |A'B'|_ij stays within what the reconstruction recovers. None when even t = 0 fails."""
+    return _scale_bits(moduli, rounding_growth(k))
+
+
+@functools.lru_cache(maxsize=None)  # a few dozen (moduli, g) pairs; every plan asks for them
+def _scale_bits(moduli: int, g: int):
     product = moduli_product(moduli)
     limit = Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
-    g = rounding_growth(k)
     best = None
     for total in range(0, 2 * MAX_SCALE_BITS + 1):
         t_a = total // 2
@@ -51,7 +56,12 @@ def scale_bits(moduli: int, k: int):
 def predicted_error(moduli: int, k: int) -> Fraction:
     """Predicted truncation of (A'B')_ij 2^-(shifts) relative to 2^(nu_a_i + nu_b_j): each operand's
     rounding is at most 2^-(t + 1) of its norm bound, so 2^-(t_a + 1) + 2^-(t_b + 1)."""
-    t_a, t_b = scale_bits(moduli, k)
+    return _predicted_error(moduli, rounding_growth(k))
+
+
+@functools.lru_cache(maxsize=None)
+def _predicted_error(moduli: int, g: int) -> Fraction:
+    t_a, t_b = _scale_bits(moduli, g)
     return Fraction(1, 1 << (t_a + 1)) + Fraction(1, 1 << (t_b + 1))
 
 
