@@ -2,14 +2,11 @@
 // output, exact whenever k * max|a| * max|b| < 2^31 (the callers' digit and residue bounds).
 #pragma once
 
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/Exceptions.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
-#include "batch.cuh"
+#include "tn_gemm.cuh"
 
 namespace ozaki::cuda {
 
@@ -39,28 +36,11 @@ inline int64_t int8_column_block(int64_t cols) {
 inline void exact_int8_gemm_batched(cublasHandle_t handle, const int8_t* b, const int8_t* a,
                                     int64_t cols, int64_t rows, int64_t k_stride, int32_t* out,
                                     int64_t ld, const GemmBatch& batch) {
-  const int32_t one = 1, zero = 0;
   const int64_t block = int8_column_block(cols);
   for (int64_t c0 = 0; c0 < cols; c0 += block) {
-    const int64_t width = std::min(block, cols - c0);
-    if (batch.count == 1) {
-      TORCH_CUDABLAS_CHECK(cublasGemmEx(
-          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
-          static_cast<int>(k_stride), &one, b + c0 * k_stride, CUDA_R_8I,
-          static_cast<int>(k_stride), a, CUDA_R_8I, static_cast<int>(k_stride), &zero, out + c0,
-          CUDA_R_32I, static_cast<int>(ld), CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
-      continue;
-    }
-    for (int64_t first = 0; first < batch.count; first += kMaxGemmBatch) {
-      const int64_t count = std::min(kMaxGemmBatch, batch.count - first);
-      TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(width), static_cast<int>(rows),
-          static_cast<int>(k_stride), &one, b + first * batch.stride_b + c0 * k_stride, CUDA_R_8I,
-          static_cast<int>(k_stride), batch.stride_b, a + first * batch.stride_a, CUDA_R_8I,
-          static_cast<int>(k_stride), batch.stride_a, &zero, out + first * batch.stride_out + c0,
-          CUDA_R_32I, static_cast<int>(ld), batch.stride_out, static_cast<int>(count),
-          CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
-    }
+    tn_gemm<int8_t, int32_t, int32_t>(handle, b + c0 * k_stride, a, std::min(block, cols - c0),
+                                      rows, k_stride, out + c0, ld, batch,
+                                      GemmTypes{CUDA_R_8I, CUDA_R_32I, CUBLAS_COMPUTE_32I});
   }
 }
 
