@@ -120,6 +120,14 @@ inline int slice_digit_bits_checked(int64_t k, bool int8, const char* op) {
 
 // The arguments of ozaki::magnitude_product: two row-major operands (or batches of them) and their
 // row exponents.
+// The inner dimension whose grid a k-shard uses: total_k when given (> 0, at least the shard's k),
+// else the shard's own k.
+inline int64_t grid_inner_checked(int64_t k, int64_t total_k, const char* op) {
+  TORCH_CHECK(total_k >= 0 && (total_k == 0 || total_k >= k), op,
+              ": total_k must be 0 or at least the operands' inner dimension ", k, ", got ", total_k);
+  return total_k > 0 ? total_k : k;
+}
+
 inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
                                               const at::Tensor& tau_a, const at::Tensor& tau_b,
                                               const char* op) {

@@ -24,7 +24,9 @@ TORCH_LIBRARY(ozaki, m) {
   //
   // Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j) from magnitudes floored onto a
   // coarse grid: float64 (m, n) or (batch, m, n). The automatic slice count is planned from it.
-  m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b) -> Tensor");
+  // total_k > 0: the grid comes from that inner dimension instead of a's (a k-shard of a larger
+  // product; the shards' results add up exactly to the whole product's, docs/distributed.md).
+  m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, int total_k=0) -> Tensor");
   // C = a @ bt.T by Ozaki scheme I with FP16 slices (int8 = false) or INT8 slices (int8 = true);
   // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt
   // (flattened when batched). nearest: correctly rounded result. (m, n) or (batch, m, n).
@@ -46,6 +48,36 @@ TORCH_LIBRARY(ozaki, m) {
   m.def(
       "gemm_crt(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, Tensor nonfinite_a, "
       "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
+  // ---- k-sharded products (docs/distributed.md): a rank holds columns [k0, k0 + k) of A's rows and
+  // the same rows of B; tau/span/shift are the whole rows' (the same on every rank). Each operator
+  // below returns integers (or values on a fixed grid) whose sum over the shards is exact in any
+  // order, and the rounding operators turn those sums into exactly the bits of the one-device
+  // operator. 2-D only; rows or columns with NaN/Inf are left to the caller.
+  //
+  // Scheme I: float64 (levels, m, n), levels = slices (fast) or 2 slices - 1; level l holds the sum
+  // of the exact slice products P(p, q) with p + q = l, in the units csrc/scheme.h sums, with the
+  // digit width beta of total_k (FP16 or, int8 = true, INT8 digits).
+  m.def(
+      "slice_levels(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, int slices, bool fast, "
+      "bool int8, int total_k, int workspace_bytes) -> Tensor");
+  // gemm_slices' result from summed slice_levels: (C, undecided). nearest: C is correctly rounded
+  // where undecided is false; undecided entries need the exact dot product (the caller's).
+  m.def(
+      "round_levels(Tensor levels, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
+      "int slices, bool fast, bool int8, int total_k, bool nearest, ScalarType dtype) "
+      "-> (Tensor, Tensor)");
+  // Scheme II: per row, the int64 sum of csrc/crt.h's norm_square_units (nu follows from it).
+  m.def("row_norm_square_sums(Tensor a, Tensor tau) -> Tensor");
+  // Scheme II plan: int8 magnitude_digit of every entry (rows, k); int8_matmul of two of them gives
+  // the digit products crt_magnitude takes its minimum over.
+  m.def("crt_magnitude_digits(Tensor a, Tensor tau) -> Tensor");
+  // Scheme II: int32 (moduli, m, n), the exact INT32 GEMM of each modulus's symmetric residues
+  // of A' = RN(a_i 2^shift_a_i) and B'; the shards' sums stay below 2^31 for total k < 2^17.
+  m.def(
+      "crt_residue_products(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, int moduli, "
+      "int workspace_bytes) -> Tensor");
+  // gemm_crt's result from summed crt_residue_products (moduli = products.size(0)).
+  m.def("crt_round(Tensor products, Tensor shift_a, Tensor shift_b, ScalarType dtype) -> Tensor");
   // a @ bt.T of int8 (m, k) and (n, k) matrices with exact int32 accumulation (k < 2^17): the
   // tensor-core GEMM both INT8 backends run, exposed for benchmarks and tests.
   m.def("int8_matmul(Tensor a, Tensor bt) -> Tensor");

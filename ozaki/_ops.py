@@ -40,9 +40,10 @@ def split_rows(a: torch.Tensor, tau: torch.Tensor, slices: int) -> torch.Tensor:
     return torch.ops.ozaki.split_rows(a, tau, slices)
 
 
-def magnitude_product(a, bt, stats_a, stats_b) -> torch.Tensor:
-    """Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j), float64 (m, n)."""
-    return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0])
+def magnitude_product(a, bt, stats_a, stats_b, total_k: int = 0) -> torch.Tensor:
+    """Exact lower bound of (|a| |bt|^T)_ij 2^-(tau_a_i + tau_b_j), float64 (m, n); total_k: the
+    whole inner dimension when a and bt are a k-shard of it."""
+    return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0], total_k)
 
 
 def gemm_slices(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool = False,
@@ -69,3 +70,43 @@ def gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli: int, workspace: 
     """a @ bt.T by scheme II: RN(A'B' 2^-(shift_a_i + shift_b_j)), A' = RN(a_i 2^shift_a_i)."""
     return torch.ops.ozaki.gemm_crt(a, bt, shift_a, shift_b, stats_a[2], stats_b[2], moduli,
                                     workspace)
+
+
+# ---- k-sharded products (csrc/ozaki.cpp; ozaki/distributed/inner.py) -----------------------------
+
+def slice_levels(a, bt, tau_a, tau_b, slices: int, fast: bool, int8: bool, total_k: int,
+                 workspace: int = 0) -> torch.Tensor:
+    """Scheme I's exact level sums of a k-shard: float64 (levels, m, n)."""
+    return torch.ops.ozaki.slice_levels(a, bt, tau_a, tau_b, slices, fast, int8, total_k, workspace)
+
+
+def round_levels(levels, stats_a, stats_b, slices: int, fast: bool, int8: bool, total_k: int,
+                 nearest: bool, dtype: torch.dtype):
+    """(C, undecided) from the summed level sums; stats_* are the whole rows' row_stats."""
+    return torch.ops.ozaki.round_levels(levels, stats_a[0], stats_b[0], stats_a[1], stats_b[1],
+                                        slices, fast, int8, total_k, nearest, dtype)
+
+
+def row_norm_square_sums(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Per row of a: the int64 sum that row_norm_exponents turns into nu."""
+    return torch.ops.ozaki.row_norm_square_sums(a, tau)
+
+
+def crt_magnitude_digits(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """int8 floor(|a| 2^-tau 2^7) of every entry (rows, k)."""
+    return torch.ops.ozaki.crt_magnitude_digits(a, tau)
+
+
+def int8_matmul(a: torch.Tensor, bt: torch.Tensor) -> torch.Tensor:
+    """Exact int32 a @ bt.T of int8 (m, k) and (n, k) matrices."""
+    return torch.ops.ozaki.int8_matmul(a, bt)
+
+
+def crt_residue_products(a, bt, shift_a, shift_b, moduli: int, workspace: int = 0) -> torch.Tensor:
+    """Scheme II's exact per-modulus INT32 products of a k-shard: int32 (moduli, m, n)."""
+    return torch.ops.ozaki.crt_residue_products(a, bt, shift_a, shift_b, moduli, workspace)
+
+
+def crt_round(products, shift_a, shift_b, dtype: torch.dtype) -> torch.Tensor:
+    """gemm_crt's result from summed crt_residue_products."""
+    return torch.ops.ozaki.crt_round(products, shift_a, shift_b, dtype)

@@ -69,7 +69,7 @@ def _product_shape(a, bt):
 
 
 @torch.library.register_fake("ozaki::magnitude_product")
-def _magnitude_product_fake(a, bt, tau_a, tau_b):
+def _magnitude_product_fake(a, bt, tau_a, tau_b, total_k=0):
     return a.new_empty(_product_shape(a, bt), dtype=torch.float64)
 
 
@@ -97,3 +97,36 @@ def _gemm_crt_fake(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, wo
 @torch.library.register_fake("ozaki::int8_matmul")
 def _int8_matmul_fake(a, bt):
     return a.new_empty(_product_shape(a, bt), dtype=torch.int32)
+
+
+@torch.library.register_fake("ozaki::slice_levels")
+def _slice_levels_fake(a, bt, tau_a, tau_b, slices, fast, int8, total_k, workspace_bytes):
+    levels = slices if fast else 2 * slices - 1
+    return a.new_empty((levels, *_product_shape(a, bt)), dtype=torch.float64)
+
+
+@torch.library.register_fake("ozaki::round_levels")
+def _round_levels_fake(levels, tau_a, tau_b, span_a, span_b, slices, fast, int8, total_k, nearest,
+                       dtype):
+    shape = levels.shape[1:]
+    return levels.new_empty(shape, dtype=dtype), levels.new_empty(shape, dtype=torch.bool)
+
+
+@torch.library.register_fake("ozaki::row_norm_square_sums")
+def _row_norm_square_sums_fake(a, tau):
+    return a.new_empty(a.shape[0], dtype=torch.int64)
+
+
+@torch.library.register_fake("ozaki::crt_magnitude_digits")
+def _crt_magnitude_digits_fake(a, tau):
+    return a.new_empty(a.shape, dtype=torch.int8)
+
+
+@torch.library.register_fake("ozaki::crt_residue_products")
+def _crt_residue_products_fake(a, bt, shift_a, shift_b, moduli, workspace_bytes):
+    return a.new_empty((moduli, *_product_shape(a, bt)), dtype=torch.int32)
+
+
+@torch.library.register_fake("ozaki::crt_round")
+def _crt_round_fake(products, shift_a, shift_b, dtype):
+    return products.new_empty(products.shape[1:], dtype=dtype)
