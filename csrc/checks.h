@@ -207,4 +207,38 @@ inline void check_int8_operands(const at::Tensor& a, const at::Tensor& bt, const
 // the padding holds zeros, which add nothing to the exact products.
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }
 
+// The arguments of ozaki::crt_residue_products: 2-D operands of one k-shard (check_operands'
+// rules otherwise), int32 shifts of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the shape
+// (a shard's results are only useful summed with the others').
+inline ProductShape check_crt_residue_products_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                                         const at::Tensor& shift_a,
+                                                         const at::Tensor& shift_b, int64_t moduli,
+                                                         const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  const ProductShape shape = check_operands(a, bt, op);
+  check_moduli(moduli, op);
+  check_row_vector(shift_a, shape.m, at::kInt, op, "shift_a");
+  check_row_vector(shift_b, shape.n, at::kInt, op, "shift_b");
+  check_crt_inner(shape.k, op);
+  return shape;
+}
+
+// The arguments of ozaki::crt_round: the summed int32 (moduli, m, n) crt_residue_products with
+// 1 <= moduli <= 16, the shifts they were computed with, and a float64 or float32 output dtype.
+inline void check_crt_round_arguments(const at::Tensor& products, const at::Tensor& shift_a,
+                                      const at::Tensor& shift_b, at::ScalarType dtype,
+                                      const char* op) {
+  TORCH_CHECK(products.dim() == 3 && products.scalar_type() == at::kInt && products.is_contiguous(),
+              op, ": products must be a contiguous 3-D int32 tensor (moduli, m, n), got ",
+              products.sizes(), " ", products.scalar_type());
+  TORCH_CHECK(products.size(0) >= 1 && products.size(0) <= kMaxModuli, op,
+              ": products.size(0) (the moduli count) must be in [1, ", kMaxModuli, "], got ",
+              products.size(0));
+  check_row_vector(shift_a, products.size(1), at::kInt, op, "shift_a");
+  check_row_vector(shift_b, products.size(2), at::kInt, op, "shift_b");
+  TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat, op,
+              ": dtype must be float64 or float32, got ", dtype);
+}
+
 }  // namespace ozaki

@@ -10,6 +10,7 @@ See docs/ for the algorithm, the accuracy contract and the benchmarks.
 
 import importlib
 
+from . import distributed  # noqa: F401  (ozaki.distributed.matmul; DTensor operands)
 from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and the fake kernels)
 from .blas import dgemm, gemm, sgemm
 from .dropin import enable
@@ -19,7 +20,7 @@ from .slicing import SlicePlan
 
 __version__ = "0.1.0"
 __all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "SlicePlan", "accuracy",
-           "__version__"]
+           "distributed", "__version__"]
 
 
 def __getattr__(name):

@@ -4,6 +4,7 @@ torch.compile."""
 
 import torch
 
+from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import check_gemm
 from .product import _check_operands, _check_options
 
@@ -12,6 +13,9 @@ TRANSPOSE_FLAGS = {False: "N", True: "T", "N": "N", "T": "T", "C": "C"}
 
 
 def _real_gemm(name, A, B, dtype, backend, slices, fast, moduli, rounding):
+    if is_dtensor(A) or is_dtensor(B):  # sharded operands (docs/distributed.md)
+        options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
+        return dtensor_product(name, A, B, dtype, options)
     _check_operands(name, A, B, dtype)
     _check_options(name, slices, fast, rounding, backend, moduli)
     return torch.ops.ozaki.gemm(A, B, None, 1, 0, backend, slices, fast, moduli, rounding)
@@ -118,6 +122,9 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
         D (or out), differentiable in A, B and C.
     """
     name = "ozaki.gemm"
+    if any(is_dtensor(x) for x in (A, B, C)):
+        raise TypeError(f"{name}: DTensor operands are taken by ozaki.matmul, ozaki.dgemm and "
+                        "ozaki.sgemm (docs/distributed.md), not by ozaki.gemm")
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
     check_gemm(name, A, B, C, alpha, beta)

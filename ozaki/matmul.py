@@ -12,6 +12,7 @@ import math
 import torch
 
 from .blas import copy_out
+from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF
 from .product import _check_options
 
@@ -50,6 +51,11 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
     that ozaki.plan reports for the batch. The options are ozaki.dgemm's; out as in torch.
     """
     name = "ozaki.matmul"
+    if is_dtensor(a) or is_dtensor(b):  # sharded 2-D operands (docs/distributed.md)
+        if out is not None:
+            raise ValueError(f"{name}: out= is not supported for DTensor operands")
+        options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
+        return dtensor_product(name, a, b, a.dtype, options)
     _check(name, a, b)
     _check_options(name, slices, fast, rounding, backend, moduli)
     options = (backend, slices, fast, moduli, rounding)

@@ -3,6 +3,7 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 (ozaki/blas.py, ozaki/matmul.py) reach it through the ozaki::gemm operator (ozaki/library.py)."""
 
 import dataclasses
+import math
 
 import torch
 
@@ -87,9 +88,15 @@ def _row_operands(A, B):
     return A.contiguous(), B.mT.contiguous()
 
 
+def _flat_rows(x):
+    """The rows of a matrix or of a batch's matrices as one (rows, k) matrix (row e*m + i); sizes
+    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard)."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
 def _row_stats(x):
     """row_stats of every row of a matrix or of a batch's matrices (flattened: row e*m + i)."""
-    return _ops.row_stats(x.reshape(-1, x.shape[-1]))
+    return _ops.row_stats(_flat_rows(x))
 
 
 def _usable_rows(stats):
@@ -99,17 +106,12 @@ def _usable_rows(stats):
     return (span > 0) & ~nonfinite
 
 
-def _smallest_magnitude(a, bt, stats_a, stats_b):
-    """min over usable (i, j) of the exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)."""
-    bound = _ops.magnitude_product(a, bt, stats_a, stats_b)  # (m, n) or (batch, m, n)
+def _masked_min(bound, stats_a, stats_b):
+    """min of a (m, n) or (batch, m, n) bound over usable rows and columns (+inf if none)."""
     rows_unused = ~_usable_rows(stats_a).view(bound.shape[:-1]).unsqueeze(-1)
     cols_unused = ~_usable_rows(stats_b).view(*bound.shape[:-2], 1, bound.shape[-1])
-    return bound.masked_fill(rows_unused, float("inf")).masked_fill(cols_unused, float("inf")).amin()
-
-
-def _max_span(stats_a, stats_b):
-    """The largest bit span of any row of A or column of B (row_stats), a 0-d device tensor."""
-    return torch.maximum(stats_a[1].max(), stats_b[1].max())
+    masked = bound.masked_fill(rows_unused, float("inf")).masked_fill(cols_unused, float("inf"))
+    return masked.amin() if masked.numel() else bound.new_tensor(float("inf"))
 
 
 def _check_inner(k, digits):
@@ -121,95 +123,149 @@ def _check_inner(k, digits):
                          "(k must be <= 2^22)")
 
 
-def _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, digits, reason=None):
-    k = a.shape[-1]
+class Estimates:
+    """What the planner reads from the operands: the largest bit span of a row, scheme I's and
+    scheme II's lower bounds of |A||B|, and scheme II's row norms. This class reads one device's
+    whole product; ozaki/distributed derives the same values from shards (combined across
+    ranks), so every rank makes the one-device plan.
+
+    a (m, k) and bt (n, k) (or batches of them), with row_stats stats_a and stats_b; k is the
+    product's whole inner dimension."""
+
+    def __init__(self, a, bt, stats_a, stats_b):
+        self.a, self.bt, self.stats_a, self.stats_b = a, bt, stats_a, stats_b
+        self.k = a.shape[-1]
+
+    def combine_max(self, values):
+        """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
+        device: the values themselves). Minima are maxima of the negated values."""
+        return values
+
+    def local_max_span(self):
+        """The largest bit span of any row of A or column of B (row_stats), a 0-d tensor."""
+        spans = torch.cat([self.stats_a[1], self.stats_b[1], self.stats_a[1].new_zeros(1)])
+        return spans.max()
+
+    def max_span(self) -> int:
+        return int(self.combine_max(self.local_max_span().double().reshape(1))[0])
+
+    def scheme_one_bound(self):
+        """min over usable (i, j) of the exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)."""
+        bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b)
+        return _masked_min(bound, self.stats_a, self.stats_b)
+
+    def span_and_magnitude(self):
+        """(largest bit span, scheme I's magnitude estimate) in one device-to-host read; the
+        estimate is 0 (unresolved) past the FP16 estimate's reach (k > 2^22)."""
+        if digit_bits_for(self.k) < 1:
+            return self.max_span(), 0.0
+        local = torch.stack([self.local_max_span().double(), -self.scheme_one_bound().double()])
+        span, negated = self.combine_max(local).tolist()
+        return int(span), -negated
+
+    def norm_exponents(self):
+        """Scheme II: per row of a and of bt, nu (int32) with ||row||_2 <= 2^nu."""
+        return (_ops.row_norm_exponents(_flat_rows(self.a), self.stats_a[0]),
+                _ops.row_norm_exponents(_flat_rows(self.bt), self.stats_b[0]))
+
+    def crt_magnitude(self, nu_a, nu_b) -> float:
+        """Scheme II: min over usable (i, j) of the exact lower bound of
+        (|A||B|)_ij 2^-(nu_a_i + nu_b_j)."""
+        local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, nu_a, nu_b,
+                                   _usable_rows(self.stats_a), _usable_rows(self.stats_b))
+        return -self.combine_max(-local.double().reshape(1)).item()
+
+
+def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
+    k = est.k
     _check_inner(k, digits)
-    max_span = _max_span(stats_a, stats_b).double()
     if rounding == "nearest":
-        return nearest_plan(k, dtype, int(max_span), slices, fast, digits,
+        return nearest_plan(k, dtype, est.max_span(), slices, fast, digits,
                             reason or "correctly rounded")
     if slices is not None:
-        return requested_plan(k, dtype, int(max_span), slices, True if fast is None else fast, digits)
-    span, smallest = _span_and_magnitude(a, bt, stats_a, stats_b, max_span)
+        return requested_plan(k, dtype, est.max_span(), slices, True if fast is None else fast,
+                              digits)
+    span, smallest = est.span_and_magnitude()
     return auto_plan(k, dtype, span, smallest, fast, digits)
-
-
-def _span_and_magnitude(a, bt, stats_a, stats_b, max_span):
-    """(largest bit span, scheme I's magnitude estimate) in one device-to-host read; the estimate
-    is 0 (unresolved) past the FP16 estimate's reach (k > 2^22)."""
-    if digit_bits_for(a.shape[-1]) < 1:
-        return int(max_span), 0.0
-    magnitude = _smallest_magnitude(a, bt, stats_a, stats_b).double()
-    span, smallest = torch.stack([max_span, magnitude]).tolist()
-    return int(span), smallest
 
 
 class _CrtInputs:
     """The per-row norm exponents scheme II scales by (computed once, used by plan and product)."""
 
-    def __init__(self, a, bt, stats_a, stats_b):
-        self.nu_a = _ops.row_norm_exponents(a.reshape(-1, a.shape[-1]), stats_a[0])
-        self.nu_b = _ops.row_norm_exponents(bt.reshape(-1, bt.shape[-1]), stats_b[0])
+    def __init__(self, est):
+        self.est = est
+        self.nu_a, self.nu_b = est.norm_exponents()
 
-    def magnitude(self, a, bt, stats_a, stats_b) -> float:
-        return _ops.crt_magnitude(a, bt, stats_a, stats_b, self.nu_a, self.nu_b,
-                                  _usable_rows(stats_a), _usable_rows(stats_b)).item()
+    def magnitude(self) -> float:
+        return self.est.crt_magnitude(self.nu_a, self.nu_b)
 
     def shifts(self, plan: SlicePlan, k: int):
         t_a, t_b = crt.scale_bits(plan.moduli, k)
         return (t_a - self.nu_a).int(), (t_b - self.nu_b).int()
 
 
-def _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, backend="fp16", moduli=None):
+def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
-    crt_inputs is set when the plan is scheme II."""
-    k = a.shape[-1]
+    crt_inputs is set when the plan is scheme II. est: the operands' Estimates."""
+    k = est.k
     if rounding == "nearest":  # the exact INT8 split is the cheapest correctly rounded path
         digits = "fp16" if backend == "fp16" else "int8"
         reason = ("correctly rounded (INT8 scheme I: scheme II truncates)" if backend == "crt"
                   else "correctly rounded")
-        return _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, digits,
-                                reason), None
+        return _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason), None
     if backend in ("fp16", "int8"):
-        return _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, None, backend), None
+        return _scheme_one_plan(est, dtype, slices, fast, None, backend), None
     if backend == "auto" and (slices is not None or fast is not None):
-        return _scheme_one_plan(a, bt, stats_a, stats_b, dtype, slices, fast, None, "fp16"), None
+        return _scheme_one_plan(est, dtype, slices, fast, None, "fp16"), None
     if k > crt.MAX_INNER:
         if backend == "crt" or moduli is not None:
             raise ValueError(f"inner dimension k = {k} is too large for backend='crt' (exact INT8 "
                              f"residue products need k <= {crt.MAX_INNER})")
-        return _fastest_scheme_one(a, bt, stats_a, stats_b, dtype), None
-    inputs = _CrtInputs(a, bt, stats_a, stats_b)
-    magnitude = None if moduli is not None else inputs.magnitude(a, bt, stats_a, stats_b)
+        return _fastest_scheme_one(est, dtype), None
+    inputs = _CrtInputs(est)
+    magnitude = None if moduli is not None else inputs.magnitude()
     plan = crt_plan(k, dtype, magnitude, moduli)
     if backend == "auto" and plan.capped:
-        return _fastest_scheme_one(a, bt, stats_a, stats_b, dtype), None
+        return _fastest_scheme_one(est, dtype), None
     if backend == "auto" and moduli is None:
-        exact = _exact_int8_plan(a, bt, stats_a, stats_b, dtype)
+        exact = _exact_int8_plan(est, dtype)
         if exact.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
             return exact, None
     return plan, inputs
 
 
-def _exact_int8_plan(a, bt, stats_a, stats_b, dtype):
+def _exact_int8_plan(est, dtype):
     """All pairs of the full INT8 split: the exact product rounded once (no estimate needed)."""
-    k = a.shape[-1]
-    max_span = int(_max_span(stats_a, stats_b))
+    k = est.k
+    max_span = est.max_span()
     full = slices_for_bits(max_span, digit_bits_for(k, "int8"))
     plan = requested_plan(k, dtype, max_span, min(full, MAX_SLICES), False, "int8")
     return dataclasses.replace(plan, reason="exact")
 
 
-def _fastest_scheme_one(a, bt, stats_a, stats_b, dtype):
+def _fastest_scheme_one(est, dtype):
     """The automatic scheme-I plan with the lower cost in FP16-GEMM units (an INT8 GEMM counts
     half: the H100 runs them about twice as fast); INT8 on a tie. FP16 is left out past its
     exactness limit (k > 2^22)."""
-    k = a.shape[-1]
+    k = est.k
     kinds = ("int8", "fp16") if digit_bits_for(k) >= 1 else ("int8",)
-    max_span = _max_span(stats_a, stats_b).double()
-    span, smallest = _span_and_magnitude(a, bt, stats_a, stats_b, max_span)  # shared by both
+    span, smallest = est.span_and_magnitude()  # shared by both
     plans = [auto_plan(k, dtype, span, smallest, None, digits) for digits in kinds]
     return min(plans, key=lambda p: p.gemms * (1 if p.backend == "int8" else 2))
+
+
+def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None, rounding=None,
+                    backend="auto", moduli=None):
+    """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
+    plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
+    if plan.backend == "crt":
+        shift_a, shift_b = inputs.shifts(plan, est.k)
+        C = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, plan.moduli,
+                          _ops.workspace_bytes())
+    else:
+        C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast, rounding == "nearest",
+                             _ops.workspace_bytes(), int8=plan.backend == "int8")
+    return C, plan
 
 
 def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="auto", moduli=None):
@@ -221,15 +277,8 @@ def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="au
         return torch.zeros(shape, dtype=dtype, device=A.device), None
     a, bt = _row_operands(A, B)
     stats_a, stats_b = _row_stats(a), _row_stats(bt)
-    plan, inputs = _plan_for(a, bt, stats_a, stats_b, dtype, slices, fast, rounding, backend, moduli)
-    if plan.backend == "crt":
-        shift_a, shift_b = inputs.shifts(plan, k)
-        C = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, plan.moduli,
-                          _ops.workspace_bytes())
-    else:
-        C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast, rounding == "nearest",
-                             _ops.workspace_bytes(), int8=plan.backend == "int8")
-    return C, plan
+    return planned_product(a, bt, stats_a, stats_b, Estimates(a, bt, stats_a, stats_b), dtype,
+                           slices, fast, rounding, backend, moduli)
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -247,5 +296,5 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
         raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
                          "product has nothing to split")
     a, bt = _row_operands(A, B)
-    return _plan_for(a, bt, _row_stats(a), _row_stats(bt), A.dtype, slices, fast,
-                     rounding, backend, moduli)[0]
+    est = Estimates(a, bt, _row_stats(a), _row_stats(bt))
+    return _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)[0]

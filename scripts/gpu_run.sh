@@ -2,12 +2,14 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, rate.
+# STEP: tests, bench, study, batched, profile, rate, distributed.
 # all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
-# profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh).
+# profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
+# distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
+# ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -60,6 +62,11 @@ fi
 if wants profile; then
   echo "== crt profile"
   python3 scripts/crt_profile.py --out "$OUT" 2>&1 | tee "$OUT/profile.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,distributed,* ]]; then
+  echo "== several GPUs"
+  python3 scripts/distributed_bench.py --out "$OUT" 2>&1 | tee "$OUT/distributed.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,rate,* ]]; then

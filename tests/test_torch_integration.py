@@ -76,6 +76,28 @@ def gemm_args(device, shapes, dtype=f64, alpha=1, beta=0, requires_grad=False, o
     return (A, B, C, alpha, beta, backend, slices, fast, moduli_, rounding)
 
 
+def slice_levels_args(device, int8=False):
+    a, bt, sa, sb, *_ = row_operands(device)
+    return (a, bt, sa[0], sb[0], 3, False, int8, 2 * a.shape[1], 0)
+
+
+def round_levels_args(device, nearest=False, dtype=f64):
+    a, bt, sa, sb, *_ = row_operands(device)
+    levels = OPS.slice_levels(a, bt, sa[0], sb[0], 3, True, False, a.shape[1], 0)
+    return (levels, sa[0], sb[0], sa[1], sb[1], 3, True, False, a.shape[1], nearest, dtype)
+
+
+def crt_shard_args(device):
+    a, bt, shift_a, shift_b, _, _, count, workspace = crt_args(device)
+    return (a, bt, shift_a, shift_b, count, workspace)
+
+
+def crt_round_args(device, dtype=f64):
+    a, bt, shift_a, shift_b, _, _, count, workspace = crt_args(device)
+    products = OPS.crt_residue_products(a, bt, shift_a, shift_b, count, workspace)
+    return (products, shift_a, shift_b, dtype)
+
+
 OPCHECK_CASES = {
     "row_stats": (OPS.row_stats, lambda d: (row_operands(d)[0],)),
     "split_rows": (OPS.split_rows, lambda d: (row_operands(d)[0], row_operands(d)[2][0], 3)),
@@ -96,6 +118,20 @@ OPCHECK_CASES = {
     "gemm_crt": (OPS.gemm_crt, crt_args),
     "gemm_crt-batched": (OPS.gemm_crt, lambda d: crt_args(d, 3)),
     "int8_matmul": (OPS.int8_matmul, int8_args),
+    "magnitude_product-total_k": (OPS.magnitude_product,
+                                  lambda d: (*magnitude_args(d), 2 * magnitude_args(d)[0].shape[1])),
+    "slice_levels-fp16": (OPS.slice_levels, slice_levels_args),
+    "slice_levels-int8": (OPS.slice_levels, lambda d: slice_levels_args(d, int8=True)),
+    "round_levels": (OPS.round_levels, round_levels_args),
+    "round_levels-nearest-float32": (OPS.round_levels,
+                                     lambda d: round_levels_args(d, True, torch.float32)),
+    "row_norm_square_sums": (OPS.row_norm_square_sums,
+                             lambda d: (row_operands(d)[0], row_operands(d)[2][0])),
+    "crt_magnitude_digits": (OPS.crt_magnitude_digits,
+                             lambda d: (row_operands(d)[0], row_operands(d)[2][0])),
+    "crt_residue_products": (OPS.crt_residue_products, crt_shard_args),
+    "crt_round": (OPS.crt_round, crt_round_args),
+    "crt_round-float32": (OPS.crt_round, lambda d: crt_round_args(d, torch.float32)),
     "gemm-2d": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4)])),
     "gemm-batched": (OPS.gemm, lambda d: gemm_args(d, [(2, 5, 9), (2, 9, 4)],
                                                    options=("int8", 3, False, None, None))),

@@ -1,6 +1,7 @@
 // CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude and
-// ozaki::gemm_crt, the bit-exact reference of the CUDA backend. Residue products come from
-// float64 GEMMs, exact because every partial sum is an integer below 2^31.
+// ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
+// row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round. Residue products
+// come from float64 GEMMs, exact because every partial sum is an integer below 2^31.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -17,37 +18,63 @@ namespace {
 
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(256) << 20;
 
-at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
-  constexpr const char* op = "ozaki::row_norm_exponents";
-  check_matrix(a, op, "a");
+// Per row i of a: write(i, sum of norm_square_units over the row, tau_i); the sum is an exact
+// integer, so any order gives it.
+template <typename Write>
+void for_each_row_norm_square_sum(const at::Tensor& a, const int* tau, Write write) {
   const int64_t rows = a.size(0), k = a.size(1);
-  check_row_vector(tau, rows, at::kInt, op, "tau");
-  at::Tensor nu = at::empty({rows}, tau.options());
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
-    const int* tau_in = tau.const_data_ptr<int>();
-    int* nu_out = nu.mutable_data_ptr<int>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         uint64_t sum = 0;
-        for (int64_t l = 0; l < k; ++l) sum += norm_square_units(static_cast<double>(data[i * k + l]), tau_in[i]);
-        nu_out[i] = norm_exponent(sum, tau_in[i]);
+        for (int64_t l = 0; l < k; ++l) {
+          sum += norm_square_units(static_cast<double>(data[i * k + l]), tau[i]);
+        }
+        write(i, sum, tau[i]);
       }
     });
+  });
+}
+
+at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::row_norm_exponents";
+  check_matrix(a, op, "a");
+  check_row_vector(tau, a.size(0), at::kInt, op, "tau");
+  at::Tensor nu = at::empty({a.size(0)}, tau.options());
+  int* nu_out = nu.mutable_data_ptr<int>();
+  for_each_row_norm_square_sum(a, tau.const_data_ptr<int>(), [&](int64_t i, uint64_t sum, int row_tau) {
+    nu_out[i] = norm_exponent(sum, row_tau);
   });
   return nu;
 }
 
-// Per row: the magnitude digits (float64, exact) of a (rows, k) or (batch, rows, k) operand, tau
-// indexed by the rows of the flattened operand.
-template <typename T>
-at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau) {
+// The sums themselves: a k-shard's add up (exactly, in int64) to the whole rows' sums.
+at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::row_norm_square_sums";
+  check_matrix(a, op, "a");
+  check_row_vector(tau, a.size(0), at::kInt, op, "tau");
+  at::Tensor sums = at::empty({a.size(0)}, tau.options().dtype(at::kLong));
+  int64_t* out = sums.mutable_data_ptr<int64_t>();
+  for_each_row_norm_square_sum(a, tau.const_data_ptr<int>(), [&](int64_t i, uint64_t sum, int) {
+    out[i] = static_cast<int64_t>(sum);
+  });
+  return sums;
+}
+
+// Per row: the magnitude digits (exact in Out: float64 for the GEMM below, int8 for
+// crt_magnitude_digits) of a (rows, k) or (batch, rows, k) operand, tau indexed by the rows of the
+// flattened operand.
+template <typename Out, typename T>
+at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarType dtype) {
   const int64_t k = a.size(-1), rows = k == 0 ? 0 : a.numel() / k;
-  at::Tensor digits = at::empty(a.sizes(), a.options().dtype(at::kDouble));
+  at::Tensor digits = at::empty(a.sizes(), a.options().dtype(dtype));
   const T* in = a.const_data_ptr<T>();
-  double* out = digits.mutable_data_ptr<double>();
+  Out* out = digits.mutable_data_ptr<Out>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin * k; e < end * k; ++e) out[e] = magnitude_digit(static_cast<double>(in[e]), tau[e / k]);
+    for (int64_t e = begin * k; e < end * k; ++e) {
+      out[e] = static_cast<Out>(magnitude_digit(static_cast<double>(in[e]), tau[e / k]));
+    }
   });
   return digits;
 }
@@ -61,8 +88,8 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   const int64_t m = shape.m, n = shape.n;
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    da = magnitude_digit_rows<scalar_t>(a, tau_a.const_data_ptr<int>());
-    db = magnitude_digit_rows<scalar_t>(bt, tau_b.const_data_ptr<int>());
+    da = magnitude_digit_rows<double, scalar_t>(a, tau_a.const_data_ptr<int>(), at::kDouble);
+    db = magnitude_digit_rows<double, scalar_t>(bt, tau_b.const_data_ptr<int>(), at::kDouble);
   });
   // Exact (integers below 2^31), and only pairs of rows of the same element.
   const at::Tensor digits = shape.batched ? at::bmm(da, db.transpose(1, 2)) : at::mm(da, db.t());
@@ -85,6 +112,19 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   return at::scalar_tensor(smallest, a.options().dtype(at::kDouble));
 }
 
+// The digits of every entry as int8 (rows, k): int8_matmul of two of them gives crt_magnitude's
+// digit products, and a k-shard's products add up to the whole rows'.
+at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::crt_magnitude_digits";
+  check_matrix(a, op, "a");
+  check_row_vector(tau, a.size(0), at::kInt, op, "tau");
+  at::Tensor digits;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    digits = magnitude_digit_rows<int8_t, scalar_t>(a, tau.const_data_ptr<int>(), at::kChar);
+  });
+  return digits;
+}
+
 // Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l].
 template <int N, typename T>
 void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* shift, double* out) {
@@ -98,13 +138,16 @@ void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int
   });
 }
 
-template <int N, typename T>
-void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift_a, const int* shift_b,
-                     const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
+// The exact residue products of the 2-D a @ bt.T, chunk by chunk within the workspace budget:
+// finish(products, i0, rows, j0, cols) gets the chunk of rows [i0, i0 + rows) and columns
+// [j0, j0 + cols), modulus i's entry (r, c) at products[(i * rows + r) * cols + c] (float64
+// holding integers below 2^31).
+template <int N, typename T, typename Finish>
+void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift_a,
+                            const int* shift_b, int64_t budget, Finish finish) {
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
-  T* out_data = out.mutable_data_ptr<T>();
   const WorkspaceShape shape{k, N, N, 8, 8, 1};
   const ChunkPlan plan = plan_chunks(m, n, shape, budget);
   const auto f64 = a.options().dtype(at::kDouble);
@@ -117,28 +160,44 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift
       at::Tensor a_res = at::empty({N, rows, k}, f64);
       residue_rows<N>(a_data, k, i0, rows, shift_a, a_res.mutable_data_ptr<double>());
       const at::Tensor products = at::bmm(a_res, b_res.transpose(1, 2)).contiguous();  // exact
-      const double* p = products.const_data_ptr<double>();
-      at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          for (int64_t j = 0; j < cols; ++j) {
-            const int64_t gi = i0 + i, gj = j0 + j;
-            double value;
-            if (nonfinite_a[gi] || nonfinite_b[gj]) {
-              value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
-            } else {
-              int32_t residues[N];
-              for (int modulus = 0; modulus < N; ++modulus) {
-                residues[modulus] = static_cast<int32_t>(p[(modulus * rows + i) * cols + j]);
-              }
-              const int64_t unit = -(int64_t(shift_a[gi]) + shift_b[gj]);
-              value = crt_reconstruct<N>(residues, unit, format_of<T>());
-            }
-            out_data[gi * n + gj] = static_cast<T>(value);
-          }
-        }
-      });
+      finish(products.const_data_ptr<double>(), i0, rows, j0, cols);
     }
   }
+}
+
+// C_ij rebuilt from its N residue products, modulus i's at entry[i * plane], and rounded once to
+// T (gemm_crt's and crt_round's entries alike).
+template <int N, typename T, typename Product>
+T crt_entry(const Product* entry, int64_t plane, int shift_a, int shift_b) {
+  int32_t residues[N];
+  for (int modulus = 0; modulus < N; ++modulus) {
+    residues[modulus] = static_cast<int32_t>(entry[modulus * plane]);
+  }
+  const int64_t unit = -(int64_t(shift_a) + shift_b);
+  return static_cast<T>(crt_reconstruct<N>(residues, unit, format_of<T>()));
+}
+
+template <int N, typename T>
+void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift_a, const int* shift_b,
+                     const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
+  const int64_t k = a.size(1), n = bt.size(0);
+  const T* a_data = a.const_data_ptr<T>();
+  const T* b_data = bt.const_data_ptr<T>();
+  T* out_data = out.mutable_data_ptr<T>();
+  const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t gi = i0 + i, gj = j0 + j;
+          out_data[gi * n + gj] =
+              nonfinite_a[gi] || nonfinite_b[gj]
+                  ? static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k))
+                  : crt_entry<N, T>(p + i * cols + j, rows * cols, shift_a[gi], shift_b[gj]);
+        }
+      }
+    });
+  };
+  residue_product_chunks<N, T>(a, bt, shift_a, shift_b, budget, round_chunk);
 }
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& shift_a,
@@ -168,12 +227,75 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   return out;
 }
 
+// gemm_crt's INT32 GEMM results of a k-shard, int32 (moduli, m, n): summed over the shards they
+// are the whole product's (exact integers), which crt_round turns into gemm_crt's bits.
+at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
+                                const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                int64_t moduli, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::crt_residue_products";
+  const ProductShape shape =
+      check_crt_residue_products_arguments(a, bt, shift_a, shift_b, moduli, op);
+  const int64_t m = shape.m, n = shape.n;
+  if (m == 0 || n == 0 || shape.k == 0) return at::zeros({moduli, m, n}, a.options().dtype(at::kInt));
+  at::Tensor out = at::empty({moduli, m, n}, a.options().dtype(at::kInt));
+  int32_t* out_data = out.mutable_data_ptr<int32_t>();
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+      constexpr int N = decltype(count)::value;
+      // Chunk row r of modulus i is plane row i * rows + r, out's row i * m + i0 + r.
+      const auto copy_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+        at::parallel_for(0, N * rows, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t plane_row = begin; plane_row < end; ++plane_row) {
+            const int64_t modulus = plane_row / rows, r = plane_row - modulus * rows;
+            int32_t* row_out = out_data + (modulus * m + i0 + r) * n + j0;
+            for (int64_t c = 0; c < cols; ++c) row_out[c] = static_cast<int32_t>(p[plane_row * cols + c]);
+          }
+        });
+      };
+      residue_product_chunks<N, scalar_t>(a, bt, shift_a.const_data_ptr<int>(),
+                                          shift_b.const_data_ptr<int>(), budget, copy_chunk);
+    });
+  });
+  return out;
+}
+
+// gemm_crt's result from the summed crt_residue_products (finite rows and columns).
+at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
+                     const at::Tensor& shift_b, at::ScalarType dtype) {
+  constexpr const char* op = "ozaki::crt_round";
+  check_crt_round_arguments(products, shift_a, shift_b, dtype, op);
+  const int64_t m = products.size(1), n = products.size(2);
+  at::Tensor out = at::empty({m, n}, products.options().dtype(dtype));
+  if (m == 0 || n == 0) return out;
+  const int32_t* p = products.const_data_ptr<int32_t>();
+  const int *sa = shift_a.const_data_ptr<int>(), *sb = shift_b.const_data_ptr<int>();
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
+    with_moduli_count(static_cast<int>(products.size(0)), [&](auto count) {
+      at::parallel_for(0, m, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            out_data[i * n + j] =
+                crt_entry<decltype(count)::value, scalar_t>(p + i * n + j, m * n, sa[i], sb[j]);
+          }
+        }
+      });
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("row_norm_exponents", &row_norm_exponents);
+  m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
+  m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
+  m.impl("crt_residue_products", &crt_residue_products);
+  m.impl("crt_round", &crt_round);
 }
 
 }  // namespace ozaki::cpu

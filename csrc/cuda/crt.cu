@@ -1,5 +1,6 @@
 // CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude
-// and ozaki::gemm_crt.
+// and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
+// crt_residue_products and crt_round.
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
 // (one read of the input), one exact INT8 GEMM per modulus, and one pass that reads every
@@ -29,12 +30,28 @@ constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 constexpr int64_t kInnerAlign = 16;
 constexpr int64_t kResultAlign = 4;
 
-// ---- row_norm_exponents --------------------------------------------------------------------------
+// ---- row_norm_exponents, row_norm_square_sums ------------------------------------------------
 
 constexpr int kNormThreads = 256;
 
-template <typename T>
-__global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, int* nu) {
+// What the per-row reduction writes: nu (row_norm_exponents) or the sum itself (a k-shard's,
+// row_norm_square_sums).
+struct WriteNormExponent {
+  int* nu;
+  __device__ void operator()(int64_t row, uint64_t sum, int tau) const {
+    nu[row] = norm_exponent(sum, tau);
+  }
+};
+struct WriteNormSquareSum {
+  int64_t* sums;
+  __device__ void operator()(int64_t row, uint64_t sum, int) const {
+    sums[row] = static_cast<int64_t>(sum);
+  }
+};
+
+// One block per row: the sum of norm_square_units over the row, handed to write.
+template <typename T, typename Write>
+__global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, Write write) {
   const int64_t row = blockIdx.x;
   const int row_tau = tau[row];
   unsigned long long sum = 0;  // exact: integers, any order
@@ -48,25 +65,37 @@ __global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, int* nu) 
   if (threadIdx.x == 0) {
     unsigned long long total = 0;
     for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sum[w];
-    nu[row] = norm_exponent(total, row_tau);
+    write(row, total, row_tau);
   }
 }
 
-at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
-  constexpr const char* op = "ozaki::row_norm_exponents";
+// Checks a (rows, k) and tau, then runs row_norm_kernel into a fresh (rows,) tensor of out_dtype.
+template <typename Write, typename Data>
+at::Tensor row_norm_reduction(const at::Tensor& a, const at::Tensor& tau, at::ScalarType out_dtype,
+                              const char* op) {
   check_matrix(a, op, "a");
   const int64_t rows = a.size(0), k = a.size(1);
   check_row_vector(tau, rows, at::kInt, op, "tau");
   check_same_device(a, {&tau}, op);
   const c10::cuda::CUDAGuard guard(a.device());
-  at::Tensor nu = at::empty({rows}, tau.options());
-  if (rows == 0) return nu;
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    row_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.const_data_ptr<scalar_t>(), k, tau.const_data_ptr<int>(), nu.mutable_data_ptr<int>());
+  at::Tensor out = at::empty({rows}, tau.options().dtype(out_dtype));
+  if (rows == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
+    row_norm_kernel<scalar_t, Write><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.const_data_ptr<scalar_t>(), k, tau.const_data_ptr<int>(),
+        Write{out.mutable_data_ptr<Data>()});
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return nu;
+  return out;
+}
+
+at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
+  return row_norm_reduction<WriteNormExponent, int>(a, tau, at::kInt, "ozaki::row_norm_exponents");
+}
+
+at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
+  return row_norm_reduction<WriteNormSquareSum, int64_t>(a, tau, at::kLong,
+                                                         "ozaki::row_norm_square_sums");
 }
 
 // ---- crt_magnitude -------------------------------------------------------------------------------
@@ -93,6 +122,23 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int6
       a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
       digits.mutable_data_ptr<int8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return digits;
+}
+
+// The digits of every entry as int8 (rows, k), contiguous for int8_matmul: its products of two of
+// them are crt_magnitude's, and a k-shard's products add up to the whole rows'.
+at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::crt_magnitude_digits";
+  check_matrix(a, op, "a");
+  const int64_t rows = a.size(0), k = a.size(1);
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_same_device(a, {&tau}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (rows == 0 || k == 0) return at::empty({rows, k}, a.options().dtype(at::kChar));
+  at::Tensor digits;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    digits = magnitude_digit_rows<scalar_t>(a, tau, k);  // k_stride = k: contiguous, no padding
+  });
   return digits;
 }
 
@@ -233,6 +279,19 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// C_ij rebuilt from its N INT32 results, modulus i's at entry[i * plane], and rounded once:
+// gemm_crt's and crt_round's entries alike. All N loads are issued before the reconstruction (the
+// shifts are references so they are read after them, as the kernel was first written and tuned).
+template <int N, typename T>
+__device__ __forceinline__ double crt_entry(const int32_t* entry, int64_t plane, const int& shift_a,
+                                            const int& shift_b) {
+  int32_t residues[N];
+#pragma unroll
+  for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(entry + modulus * plane);
+  const int64_t unit = -(int64_t(shift_a) + shift_b);
+  return crt_reconstruct<N>(residues, unit, format_of<T>());
+}
+
 // One entry per thread: the N INT32 results of (e, i, j) rebuilt into the exact integer and
 // rounded once; rows or columns with NaN/Inf get the IEEE answer. Modulus i's results of element e
 // are the plane products + (e * N + i) * rows * ld.
@@ -249,20 +308,20 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
     if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
       value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
     } else {
-      const int32_t* entry = products + e * N * plane + i * ld + j;
-      int32_t residues[N];
-#pragma unroll
-      for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(entry + modulus * plane);
-      const int64_t unit = -(int64_t(in.shift_a[gi]) + in.shift_b[gj]);
-      value = crt_reconstruct<N>(residues, unit, format_of<T>());
+      value = crt_entry<N, T>(products + e * N * plane + i * ld + j, plane, in.shift_a[gi],
+                              in.shift_b[gj]);
     }
     out[chunk.out_index(e, i, j)] = static_cast<T>(value);
   }
 }
 
-template <int N, typename T>
-void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget, T* out,
-                     const at::TensorOptions& options) {
+// The exact INT32 residue GEMMs of the product (or batch of products) chunk by chunk within the
+// workspace budget: finish(products, ld, chunk, stream) consumes each chunk's results (modulus
+// i's of element e in the plane products + (e * N + i) * chunk.rows * ld, row r at + r * ld)
+// before the next chunk's GEMMs overwrite them on the same stream.
+template <int N, typename T, typename Finish>
+void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget,
+                            const at::TensorOptions& options, Finish finish) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   const WorkspaceShape shape{k_stride, N, N, 1, 4, kResultAlign};
@@ -308,13 +367,24 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
                                   cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
         }
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
-        constexpr int threads = 256;
-        reconstruct_kernel<N, T><<<grid_for(chunk.entries(), threads), threads, 0, stream>>>(
-            product_data, ld, chunk, in, out);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        finish(static_cast<const int32_t*>(product_data), ld, chunk, stream);
       }
     }
   }
+}
+
+// gemm_crt's chunks: each rebuilt and rounded into out.
+template <int N, typename T>
+void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget, T* out,
+                     const at::TensorOptions& options) {
+  const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
+                               cudaStream_t stream) {
+    constexpr int threads = 256;
+    reconstruct_kernel<N, T><<<grid_for(chunk.entries(), threads), threads, 0, stream>>>(
+        products, ld, chunk, in, out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  residue_product_chunks<N>(in, product, budget, options, round_chunk);
 }
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& shift_a,
@@ -342,12 +412,92 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   return out;
 }
 
+// ---- k-shard operators: crt_residue_products, crt_round --------------------------------------
+
+// gemm_crt's INT32 GEMM results of a 2-D k-shard, int32 (moduli, m, n): each chunk's modulus-i
+// plane (leading dimension ld) is copied into out[i][i0 : i0 + rows][j0 : j0 + cols]. Summed over
+// the shards they are the whole product's (exact integers), which crt_round turns into gemm_crt's
+// bits.
+at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
+                                const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                int64_t moduli, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::crt_residue_products";
+  const ProductShape shape =
+      check_crt_residue_products_arguments(a, bt, shift_a, shift_b, moduli, op);
+  check_same_device(a, {&bt, &shift_a, &shift_b}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  if (m == 0 || n == 0 || k == 0) return at::zeros({moduli, m, n}, a.options().dtype(at::kInt));
+  at::Tensor out = at::empty({moduli, m, n}, a.options().dtype(at::kInt));
+  int32_t* out_data = out.mutable_data_ptr<int32_t>();
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
+                                   shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
+                                   nullptr, nullptr};
+    with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+      constexpr int N = decltype(count)::value;
+      // 2-D: every chunk is one element's (e = 0), modulus i's plane at products + i * rows * ld.
+      const auto copy_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
+                                  cudaStream_t stream) {
+        for (int i = 0; i < N; ++i) {
+          C10_CUDA_CHECK(cudaMemcpy2DAsync(
+              out_data + (i * m + chunk.first_row) * n + chunk.first_col, n * sizeof(int32_t),
+              products + i * chunk.rows * ld, ld * sizeof(int32_t), chunk.cols * sizeof(int32_t),
+              chunk.rows, cudaMemcpyDeviceToDevice, stream));
+        }
+      };
+      residue_product_chunks<N>(in, shape, budget, a.options(), copy_chunk);
+    });
+  });
+  return out;
+}
+
+// One entry per thread: products (N, m, n), summed over the shards, rebuilt and rounded as
+// reconstruct_kernel does.
+template <int N, typename T>
+__global__ void round_products_kernel(const int32_t* products, int64_t m, int64_t n,
+                                      const int* shift_a, const int* shift_b, T* out) {
+  const int64_t entries = m * n;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < entries;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = t / n, j = t - i * n;
+    out[t] = static_cast<T>(crt_entry<N, T>(products + t, entries, shift_a[i], shift_b[j]));
+  }
+}
+
+at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
+                     const at::Tensor& shift_b, at::ScalarType dtype) {
+  constexpr const char* op = "ozaki::crt_round";
+  check_crt_round_arguments(products, shift_a, shift_b, dtype, op);
+  check_same_device(products, {&shift_a, &shift_b}, op);
+  const c10::cuda::CUDAGuard guard(products.device());
+  const int64_t m = products.size(1), n = products.size(2);
+  at::Tensor out = at::empty({m, n}, products.options().dtype(dtype));
+  if (m == 0 || n == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
+    with_moduli_count(static_cast<int>(products.size(0)), [&](auto count) {
+      constexpr int threads = 256;
+      round_products_kernel<decltype(count)::value, scalar_t>
+          <<<grid_for(m * n, threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+              products.const_data_ptr<int32_t>(), m, n, shift_a.const_data_ptr<int>(),
+              shift_b.const_data_ptr<int>(), out.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("row_norm_exponents", &row_norm_exponents);
+  m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
+  m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
+  m.impl("crt_residue_products", &crt_residue_products);
+  m.impl("crt_round", &crt_round);
 }
 
 }  // namespace ozaki::cuda

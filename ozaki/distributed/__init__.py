@@ -1,0 +1,83 @@
+"""ozaki on torch.distributed: products of matrices sharded over the ranks of a process group,
+bit-identical to ozaki on one device (docs/distributed.md).
+
+    ozaki.distributed.matmul(a_local, b_local, layout, group=None, **options)
+
+for operands sharded by hand, and DTensors passed straight to ozaki.matmul, ozaki.dgemm and
+ozaki.sgemm (ozaki/distributed/dtensor.py). Communication is torch.distributed's own collectives.
+"""
+
+import torch
+
+from ..product import _check_options
+from .collectives import RankGroup, option_code
+from .inner import inner_product
+from .sharded import sharded_product
+
+#: How the operands are split over the ranks, and what each rank gets back:
+#: "rows": a_local holds rows of A, b_local all of B; the rank gets its rows of C.
+#: "cols": a_local holds all of A, b_local columns of B; the rank gets its columns of C.
+#: "inner": a_local holds columns of A and b_local the same rows of B (the inner dimension k is
+#: split); every rank gets the whole C.
+LAYOUTS = ("rows", "cols", "inner")
+#: Layout codes for the cross-rank agreement check.
+_DTYPES = {torch.float64: 1, torch.float32: 2}
+
+
+def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None, fast=None,
+           moduli=None, rounding=None):
+    """This rank's part of A @ B for float64 (dgemm) or float32 (sgemm) matrices sharded over the
+    ranks of `group` (None: the default process group), with ozaki.dgemm's options, bit-identical
+    to ozaki.dgemm/sgemm of the whole matrices on one device with the same options.
+
+    layout: "rows", "cols" or "inner" (see LAYOUTS). Shards may have any sizes, empty included,
+    and every rank must call with the same layout, options and dtype (checked: a mismatch raises
+    the same ValueError on every rank). The plan (backend, slices or moduli) is made from the
+    whole matrices, so every rank uses the one-device plan.
+    """
+    name = "ozaki.distributed.matmul"
+    _check_local(name, a_local, b_local)
+    if layout not in LAYOUTS:
+        raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got "
+                         f"{layout!r}")
+    _check_options(name, slices, fast, rounding, backend, moduli)
+    group = group if isinstance(group, RankGroup) else RankGroup(group)
+    options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
+    m, k = a_local.shape
+    n = b_local.shape[1]
+    code = option_code(layout, backend, slices, fast, moduli, rounding)
+    dtype = a_local.dtype
+    if layout == "inner":
+        group.check_agree(name, a_local.device, **{"m (rows of A)": m, "n (columns of B)": n,
+                                                    "dtype": _DTYPES[dtype], "layout or options": code})
+        total_k = sum(group.agreed_sizes(k, a_local.device))
+        if m == 0 or n == 0 or total_k == 0:
+            return torch.zeros((m, n), dtype=dtype, device=a_local.device)
+        return inner_product(a_local, b_local, dtype, options, group, total_k)[0]
+    shared = {"k (inner dimension)": k, "dtype": _DTYPES[dtype], "layout or options": code}
+    shared["n (columns of B)" if layout == "rows" else "m (rows of A)"] = n if layout == "rows" else m
+    group.check_agree(name, a_local.device, **shared)
+    split = group.agreed_sizes(m if layout == "rows" else n, a_local.device)
+    whole = (sum(split), n) if layout == "rows" else (m, sum(split))
+    if 0 in whole or k == 0:
+        return torch.zeros((m, n), dtype=dtype, device=a_local.device)
+    return sharded_product(a_local, b_local, dtype, options, group)[0]
+
+
+def _check_local(name, a, b):
+    for arg, t in (("a_local", a), ("b_local", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: {arg} must be float64 or float32, got {t.dtype}")
+        if t.dim() != 2:
+            raise ValueError(f"{name}: {arg} must be 2-D, got shape {tuple(t.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: a_local and b_local must have the same dtype, got {a.dtype} and "
+                        f"{b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{name}: a_local and b_local must be on the same device, got {a.device} "
+                         f"and {b.device}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{name}: a_local is {tuple(a.shape)} and b_local is {tuple(b.shape)}; "
+                         "a_local.shape[1] must equal b_local.shape[0]")

@@ -1,0 +1,82 @@
+"""DTensor operands of ozaki.matmul, ozaki.dgemm and ozaki.sgemm (docs/distributed.md).
+
+The three placements the products run on directly, and what the result is:
+    A Shard(0)  x B Replicate -> C Shard(0)    (layout "rows")
+    A Replicate x B Shard(1)  -> C Shard(1)    (layout "cols")
+    A Shard(1)  x B Shard(0)  -> C Replicate   (layout "inner": exact combination of the k-shards)
+A Replicate x B Replicate gives C Replicate, every rank computing the whole product. Any other
+pair is first redistributed by DTensor (PLACEMENT_RULES, in order). The result is bit-identical
+to the one-device product of the whole matrices.
+"""
+
+import torch
+import torch.distributed as dist
+
+from ..product import _check_options
+
+
+def is_dtensor(x) -> bool:
+    if type(x) is torch.Tensor or not isinstance(x, torch.Tensor) or not dist.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)
+
+
+def _targets(a, b):
+    """(layout, A's placement, B's placement, C's placement) for the given placements."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    rows, cols, inner = Shard(0), Shard(1), (Shard(1), Shard(0))
+    if a == Replicate() and b == Replicate():
+        return "whole", a, b, Replicate()
+    if a == rows:  # keep A's rows where they are; gather B
+        return "rows", rows, Replicate(), rows
+    if b == cols:  # keep B's columns where they are; gather A
+        return "cols", Replicate(), cols, cols
+    if a == inner[0] or b == inner[1]:  # one operand is split along k: split the other alike
+        return "inner", inner[0], inner[1], Replicate()
+    return "whole", Replicate(), Replicate(), Replicate()  # Partial operands are summed first
+
+
+def dtensor_product(name, A, B, dtype, options):
+    """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh."""
+    from torch.distributed.tensor import DTensor
+
+    from . import matmul as distributed_matmul
+    from ..product import real_product
+
+    if not (is_dtensor(A) and is_dtensor(B)):
+        raise TypeError(f"{name}: A and B must both be DTensors or both plain tensors, got "
+                        f"{type(A).__name__} and {type(B).__name__}")
+    if A.device_mesh != B.device_mesh:
+        raise ValueError(f"{name}: A and B must live on the same device mesh, got {A.device_mesh} "
+                         f"and {B.device_mesh}")
+    mesh = A.device_mesh
+    if mesh.ndim != 1:
+        raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
+                         f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
+                         "ozaki.distributed.matmul on a process group)")
+    for arg, t in (("A", A), ("B", B)):
+        if t.dtype != dtype:
+            raise TypeError(f"{name}: {arg} must be {dtype}, got {t.dtype}")
+        if t.dim() != 2:
+            raise ValueError(f"{name}: DTensor {arg} must be 2-D, got shape {tuple(t.shape)}")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
+                         f"{tuple(B.shape)}")
+    _check_options(name, options["slices"], options["fast"], options["rounding"],
+                   options["backend"], options["moduli"])
+    layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
+    if A.placements[0] != a_place:
+        A = A.redistribute(mesh, [a_place])
+    if B.placements[0] != b_place:
+        B = B.redistribute(mesh, [b_place])
+    a, b = A.to_local(), B.to_local()
+    if layout == "whole":
+        C = real_product(a, b, dtype, **options)[0]
+    else:
+        C = distributed_matmul(a, b, layout, mesh.get_group(), **options)
+    m, n = A.shape[0], B.shape[1]
+    return DTensor.from_local(C, mesh, [c_place], run_check=False, shape=torch.Size((m, n)),
+                              stride=(n, 1))

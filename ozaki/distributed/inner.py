@@ -1,0 +1,189 @@
+"""k-sharded products ("inner"): rank r holds columns K_r of A and the same rows K_r of B, and every
+rank receives the whole C, bit-identical to one device (docs/distributed.md).
+
+Why it is exact: every rank cuts its part of a row with the whole row's exponent tau and the digit
+width (or moduli and scale) of the whole inner dimension, so its slices or residues are exactly the
+ones one device would cut. What a rank then computes from them are integers on a fixed grid: the
+per-level sums of the slice products (scheme I) or the per-modulus INT32 GEMM results (scheme II),
+and the planner's digit products. Their all-reduce is exact in any order, and rounding the sums
+runs the one-device code on the one-device values. The level sums stay below 2^53 units for every
+k scheme I accepts (k <= 2^22 for FP16 digits, below 2^29 for INT8) and the INT32 results below 2^31
+for k < 2^17, the limits of one device.
+
+Two parts are not sums of the ranks' parts and are finished apart: entries whose correct rounding
+the slice products leave undecided (rounding="nearest"; their rows and columns are gathered and
+multiplied exactly), and rows or columns holding NaN or Inf (their IEEE value comes from counts of
+the NaN, +Inf and -Inf terms, which add up).
+"""
+
+import torch
+
+from .. import _ops
+from ..product import Estimates, _masked_min, _plan_for, _row_operands, _row_stats, real_product
+
+#: Memory for one chunk of summed level sums or residue products when OZAKI_WORKSPACE_MB is unset.
+DEFAULT_CHUNK_BYTES = 1 << 30
+#: Marks "no nonzero entry in this part of the row" in the reduction of row statistics.
+_NO_BIT = -(1 << 40)
+
+
+def global_row_stats(stats_a, stats_b, group):
+    """The whole rows' row_stats (tau, bit span, nonfinite) from every rank's part of them: one
+    all-reduce of the highest exponent, the lowest set bit and the NaN/Inf flag."""
+    tau = torch.cat([stats_a[0], stats_b[0]]).long()
+    span = torch.cat([stats_a[1], stats_b[1]]).long()
+    nonfinite = torch.cat([stats_a[2], stats_b[2]]).long()
+    nonzero = span > 0  # a nonzero part of a row spans at least one bit
+    top = torch.where(nonzero, tau, _NO_BIT)
+    negated_lowest = torch.where(nonzero, span - tau, _NO_BIT)
+    top, negated_lowest, nonfinite = group.max(torch.stack([top, negated_lowest, nonfinite]))
+    nonzero = top > _NO_BIT
+    tau = torch.where(nonzero, top, 0).int()
+    span = torch.where(nonzero, top + negated_lowest, 0).int()
+    m = stats_a[0].shape[0]
+    whole = [(tau[:m], span[:m], nonfinite[:m].bool()), (tau[m:], span[m:], nonfinite[m:].bool())]
+    return tuple(tuple(part.contiguous() for part in stats) for stats in whole)
+
+
+def norm_exponents_from_sums(square_sums, tau):
+    """csrc/crt.h norm_exponent on tensors: nu = tau - 16 + e with e the smallest integer such that
+    4^e >= the sum (e = 0 for a sum of 1), and nu = tau for a zero row. frexp reads the highest set
+    bit exactly (the sums stay below 2^53)."""
+    _, exponent = torch.frexp((square_sums - 1).clamp(min=1).double())
+    e = torch.where(square_sums <= 1, 0, (exponent.long() - 1 + 2) // 2)
+    return torch.where(square_sums == 0, tau.long(), tau.long() - 16 + e).int()
+
+
+def _power_of_two(exponent):
+    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+
+
+class InnerEstimates(Estimates):
+    """The planner's inputs of a k-shard, computed from the shards' exact partial sums (the whole
+    rows' stats are given, so the spans need no reduction)."""
+
+    def __init__(self, a, bt, stats_a, stats_b, group, total_k):
+        super().__init__(a, bt, stats_a, stats_b)
+        self.group, self.k = group, total_k
+
+    def scheme_one_bound(self):
+        bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b, self.k)
+        return _masked_min(self.group.sum(bound), self.stats_a, self.stats_b)
+
+    def norm_exponents(self):
+        sums = torch.cat([_ops.row_norm_square_sums(self.a, self.stats_a[0]),
+                          _ops.row_norm_square_sums(self.bt, self.stats_b[0])])
+        nu = norm_exponents_from_sums(self.group.sum(sums), torch.cat([self.stats_a[0],
+                                                                       self.stats_b[0]]))
+        m = self.a.shape[0]
+        return nu[:m].contiguous(), nu[m:].contiguous()
+
+    def crt_magnitude(self, nu_a, nu_b) -> float:
+        m, n = self.a.shape[0], self.bt.shape[0]
+        if self.a.shape[1] == 0:
+            digits = torch.zeros((m, n), dtype=torch.int32, device=self.a.device)
+        else:
+            digits = _ops.int8_matmul(_ops.crt_magnitude_digits(self.a, self.stats_a[0]),
+                                      _ops.crt_magnitude_digits(self.bt, self.stats_b[0]))
+        # As ozaki::crt_magnitude scales them: products of powers of two, exact.
+        factor_a = _power_of_two(self.stats_a[0].long() - nu_a.long() - 7)
+        factor_b = _power_of_two(self.stats_b[0].long() - nu_b.long() - 7)
+        bound = self.group.sum(digits).double() * factor_a[:, None] * factor_b[None, :]
+        return _masked_min(bound, self.stats_a, self.stats_b).item()
+
+
+def _row_chunks(m, bytes_per_row):
+    budget = _ops.workspace_bytes() or DEFAULT_CHUNK_BYTES
+    rows = max(1, budget // max(1, bytes_per_row))
+    return [(i0, min(m, i0 + rows)) for i0 in range(0, m, rows)]
+
+
+def _crt_rounded(a, bt, shifts, plan, dtype, group):
+    shift_a, shift_b = shifts
+    m, n = a.shape[0], bt.shape[0]
+    C = torch.empty((m, n), dtype=dtype, device=a.device)
+    for i0, i1 in _row_chunks(m, plan.moduli * n * 4):
+        products = _ops.crt_residue_products(a[i0:i1], bt, shift_a[i0:i1], shift_b, plan.moduli,
+                                             _ops.workspace_bytes())
+        C[i0:i1] = _ops.crt_round(group.sum(products), shift_a[i0:i1], shift_b, dtype)
+    return C
+
+
+def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_k):
+    m, n = a.shape[0], bt.shape[0]
+    int8 = plan.backend == "int8"
+    levels = plan.slices if plan.fast else 2 * plan.slices - 1
+    C = torch.empty((m, n), dtype=dtype, device=a.device)
+    undecided = torch.zeros((m, n), dtype=torch.bool, device=a.device)
+    for i0, i1 in _row_chunks(m, levels * n * 8):
+        sums = _ops.slice_levels(a[i0:i1], bt, stats_a[0][i0:i1], stats_b[0], plan.slices,
+                                 plan.fast, int8, total_k, _ops.workspace_bytes())
+        rows = tuple(s[i0:i1] for s in stats_a)
+        C[i0:i1], undecided[i0:i1] = _ops.round_levels(group.sum(sums), rows, stats_b, plan.slices,
+                                                       plan.fast, int8, total_k, nearest, dtype)
+    return C, undecided
+
+
+def _round_undecided(C, undecided, a, bt, dtype, group):
+    """rounding="nearest": entries the summed slice products leave undecided get the correctly
+    rounded exact product of their whole rows and columns (gathered from the ranks); correct
+    rounding has one answer, so it is the one-device answer."""
+    rows = undecided.any(1).nonzero().flatten()
+    cols = undecided.any(0).nonzero().flatten()
+    a_rows = group.gather_columns(a[rows])
+    b_cols = group.gather_columns(bt[cols])
+    exact, _ = real_product(a_rows, b_cols.t(), dtype, rounding="nearest")
+    block = C[rows[:, None], cols[None, :]]
+    C[rows[:, None], cols[None, :]] = torch.where(undecided[rows[:, None], cols[None, :]], exact,
+                                                  block)
+
+
+def _nonfinite_counts(x, yt):
+    """(3, rows, cols) float64 counts of the terms x_il * yt_jl that make the plain dot product NaN,
+    +Inf and -Inf (csrc/scheme.h, nonfinite_dot): exact, so the ranks' counts add up."""
+    f = lambda mask: mask.double()  # noqa: E731
+    x_inf, y_inf = x.isinf(), yt.isinf()
+    x_pos, x_neg, y_pos, y_neg = x > 0, x < 0, yt > 0, yt < 0
+    nan = (f(x.isnan()).sum(1, keepdim=True) + f(yt.isnan()).sum(1)[None, :]
+           + f(x_inf) @ f(yt == 0).T + f(x == 0) @ f(y_inf).T)
+    # An infinite x_il meets any nonzero yt_jl; a finite x_il meets an infinite yt_jl.
+    positive = (f(x_inf & x_pos) @ f(y_pos).T + f(x_inf & x_neg) @ f(y_neg).T
+                + f(x_pos & ~x_inf) @ f(y_inf & y_pos).T + f(x_neg & ~x_inf) @ f(y_inf & y_neg).T)
+    negative = (f(x_inf & x_pos) @ f(y_neg).T + f(x_inf & x_neg) @ f(y_pos).T
+                + f(x_pos & ~x_inf) @ f(y_inf & y_neg).T + f(x_neg & ~x_inf) @ f(y_inf & y_pos).T)
+    return torch.stack([nan, positive, negative])
+
+
+def _nonfinite_values(counts, dtype):
+    nan, positive, negative = counts
+    value = torch.full(nan.shape, float("nan"), dtype=dtype, device=counts.device)
+    value = torch.where((positive > 0) & (negative == 0), float("inf"), value)
+    value = torch.where((negative > 0) & (positive == 0), float("-inf"), value)
+    return torch.where(nan > 0, float("nan"), value).to(dtype)
+
+
+def _patch_nonfinite(C, a, bt, stats_a, stats_b, group):
+    rows = stats_a[2].nonzero().flatten()
+    cols = stats_b[2].nonzero().flatten()
+    if rows.numel():
+        C[rows] = _nonfinite_values(group.sum(_nonfinite_counts(a[rows], bt)), C.dtype)
+    if cols.numel():
+        C[:, cols] = _nonfinite_values(group.sum(_nonfinite_counts(a, bt[cols])), C.dtype)
+
+
+def inner_product(a_local, b_local, dtype, options, group, total_k):
+    """(C, plan): the whole A @ B from this rank's columns of A and rows of B."""
+    a, bt = _row_operands(a_local, b_local)
+    stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
+    est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
+    plan, inputs = _plan_for(est, dtype, **options)
+    if plan.backend == "crt":
+        C = _crt_rounded(a, bt, inputs.shifts(plan, total_k), plan, dtype, group)
+    else:
+        nearest = options["rounding"] == "nearest"
+        C, undecided = _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group,
+                                       total_k)
+        if nearest and bool(undecided.any()):
+            _round_undecided(C, undecided, a, bt, dtype, group)
+    _patch_nonfinite(C, a, bt, stats_a, stats_b, group)
+    return C, plan

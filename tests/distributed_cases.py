@@ -1,0 +1,227 @@
+"""Worker side of tests/test_distributed.py: every rank of a process group (gloo on the CPU, NCCL on
+GPUs) runs every case and compares its part of the sharded product bitwise with single-process
+ozaki on the whole matrices, which every rank draws alike from the case's seed."""
+
+import json
+import os
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import ozaki
+from ozaki import accuracy
+
+LAYOUT_OPTIONS = [
+    {},
+    {"backend": "crt", "moduli": 8},
+    {"backend": "fp16"},
+    {"backend": "int8", "slices": 3, "fast": True},
+    {"backend": "fp16", "slices": 4, "fast": False},
+    {"rounding": "nearest"},
+    {"rounding": "nearest", "slices": 2, "fast": True},  # many entries left undecided
+]
+DATA = ["phi0.5", "phi4", "integers", "nonfinite", "zero-rows"]
+
+
+def layout_cases():
+    cases = []
+    for layout in ("rows", "cols", "inner"):
+        for options in LAYOUT_OPTIONS:
+            for data in DATA:
+                cases.append(dict(kind="layout", layout=layout, options=options, data=data,
+                                  dtype="float64", shape=(13, 40, 11), split="even"))
+        for split in ("uneven", "empty"):
+            cases.append(dict(kind="layout", layout=layout, options={}, data="phi0.5",
+                              dtype="float64", shape=(13, 40, 11), split=split))
+        for options in ({}, {"rounding": "nearest"}, {"backend": "fp16"}):
+            cases.append(dict(kind="layout", layout=layout, options=options, data="phi0.5",
+                              dtype="float32", shape=(9, 33, 7), split="even"))
+    return cases
+
+
+PLACEMENTS = [("S0", "R"), ("R", "S1"), ("S1", "S0"), ("R", "R"),  # direct
+              ("S0", "S0"), ("S1", "R"), ("R", "S0"), ("S1", "S1"), ("P", "R"), ("S0", "S1")]
+
+
+def dtensor_cases():
+    cases = []
+    for a, b in PLACEMENTS:
+        for options, entry in (({}, "matmul"), ({"rounding": "nearest"}, "dgemm"),
+                               ({"backend": "crt", "moduli": 9}, "matmul")):
+            cases.append(dict(kind="dtensor", placements=(a, b), options=options, entry=entry,
+                              data="phi0.5", dtype="float64", shape=(10, 23, 7)))
+    cases.append(dict(kind="dtensor", placements=("S1", "S0"), options={}, entry="sgemm",
+                      data="phi0.5", dtype="float32", shape=(10, 23, 7)))
+    return cases
+
+
+def all_cases():
+    cases = layout_cases() + dtensor_cases()
+    for index, case in enumerate(cases):
+        case["id"] = index
+    return cases
+
+
+def case_name(case):
+    if case["kind"] == "layout":
+        return (f"{case['layout']}-{case['dtype']}-{case['data']}-{case['split']}-"
+                f"{'-'.join(f'{k}={v}' for k, v in case['options'].items()) or 'default'}")
+    return (f"dtensor-{'x'.join(case['placements'])}-{case['entry']}-"
+            f"{'-'.join(f'{k}={v}' for k, v in case['options'].items()) or 'default'}")
+
+
+def operands(case):
+    """The whole A and B of a case (the same on every rank)."""
+    m, k, n = case["shape"]
+    dtype = getattr(torch, case["dtype"])
+    g = torch.Generator().manual_seed(1000 + case["id"])
+    data = case["data"]
+    if data == "integers":
+        A = torch.randint(-20, 21, (m, k), generator=g).to(dtype)
+        B = torch.randint(-20, 21, (k, n), generator=g).to(dtype)
+        return A, B
+    phi = 4.0 if data == "phi4" else 0.5
+    A = accuracy.phi_matrix(m, k, phi, generator=g, dtype=dtype)
+    B = accuracy.phi_matrix(k, n, phi, generator=g, dtype=dtype)
+    if data == "nonfinite":
+        A[1, 3] = float("nan")
+        A[4, 0] = float("inf")
+        B[0, 5] = 0.0          # 0 * inf: NaN in C[4, 5]
+        B[7, 2] = float("-inf")
+        A[6, 7] = 0.0          # 0 * -inf: NaN in C[6, 2]
+        B[9, 8] = float("inf")
+        A[5, 9] = -1e300       # -inf in C[5, 8]
+    if data == "zero-rows":
+        A[2] = 0.0
+        B[:, 3] = 0.0
+    return A, B
+
+
+def split_sizes(size, world, split):
+    if split == "empty":  # the last rank gets nothing, the first rank one entry
+        sizes = [1] + [0] * (world - 1)
+        sizes[-2 if world > 2 else 0] += size - 1
+        return sizes
+    if split == "uneven":
+        first = max(1, size // (2 * world))
+        rest = size - first
+        return [first] + [rest // (world - 1) + (1 if r < rest % (world - 1) else 0)
+                          for r in range(world - 1)]
+    return [size // world + (1 if r < size % world else 0) for r in range(world)]
+
+
+def shard(x, dim, sizes, rank):
+    start = sum(sizes[:rank])
+    return x.narrow(dim, start, sizes[rank])
+
+
+def reference(case, A, B):
+    single = ozaki.dgemm if A.dtype == torch.float64 else ozaki.sgemm
+    return single(A, B, **case["options"])
+
+
+def bitwise_difference(x, y):
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return f"shape/dtype {tuple(x.shape)} {x.dtype} != {tuple(y.shape)} {y.dtype}"
+    bits = {torch.float64: torch.int64, torch.float32: torch.int32}[x.dtype]
+    differing = (x.cpu().contiguous().view(bits) != y.cpu().contiguous().view(bits)).sum().item()
+    return f"{differing} of {x.numel()} entries differ bitwise" if differing else None
+
+
+def run_layout_case(case, rank, world, device):
+    A, B = operands(case)
+    expected = reference(case, A, B)
+    layout = case["layout"]
+    m, k, n = case["shape"]
+    if layout == "rows":
+        sizes = split_sizes(m, world, case["split"])
+        a, b, want = shard(A, 0, sizes, rank), B, shard(expected, 0, sizes, rank)
+    elif layout == "cols":
+        sizes = split_sizes(n, world, case["split"])
+        a, b, want = A, shard(B, 1, sizes, rank), shard(expected, 1, sizes, rank)
+    else:
+        sizes = split_sizes(k, world, case["split"])
+        a, b, want = shard(A, 1, sizes, rank), shard(B, 0, sizes, rank), expected
+    got = ozaki.distributed.matmul(a.to(device), b.to(device), layout, **case["options"])
+    return bitwise_difference(got, want)
+
+
+def _placement(code):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    return {"S0": Shard(0), "S1": Shard(1), "R": Replicate(), "P": Partial()}[code]
+
+
+def _distribute(x, mesh, code, rank):
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if code == "P":  # rank 0 holds the matrix, the others zeros: their sum is x exactly
+        local = x if rank == 0 else torch.zeros_like(x)
+        return DTensor.from_local(local, mesh, [_placement("P")], run_check=False)
+    return distribute_tensor(x, mesh, [_placement(code)])
+
+
+def run_dtensor_case(case, rank, world, device, mesh):
+    A, B = operands(case)
+    expected = reference(case, A, B)
+    dA = _distribute(A.to(device), mesh, case["placements"][0], rank)
+    dB = _distribute(B.to(device), mesh, case["placements"][1], rank)
+    entry = {"matmul": ozaki.matmul, "dgemm": ozaki.dgemm, "sgemm": ozaki.sgemm}[case["entry"]]
+    C = entry(dA, dB, **case["options"])
+    return bitwise_difference(C.full_tensor(), expected)
+
+
+def run_error_checks(rank, world, device):
+    """A mismatch between ranks raises the same ValueError on every rank (no hang)."""
+    A = torch.ones((4, 6), dtype=torch.float64, device=device)
+    moduli = 8 if rank == 0 else 9
+    try:
+        ozaki.distributed.matmul(A, A.t(), "rows", backend="crt", moduli=moduli)
+    except ValueError as error:
+        if "differs across the ranks" not in str(error):
+            return f"unexpected message: {error}"
+    else:
+        return "no error for options that differ across ranks"
+    k = 6 if rank == 0 else 5
+    try:
+        ozaki.distributed.matmul(A[:, :k], A[:, :k].t(), "rows")
+    except ValueError as error:
+        if "k (inner dimension) differs" not in str(error):
+            return f"unexpected message: {error}"
+    else:
+        return "no error for inner dimensions that differ across ranks"
+    return None
+
+
+def worker(rank, world, port, backend, out_dir, selected):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=120),
+                            device_id=device if backend == "nccl" else None)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (world,))
+    results = {}
+    for case in all_cases():
+        if selected is not None and case["id"] not in selected:
+            continue
+        try:
+            if case["kind"] == "layout":
+                results[case["id"]] = run_layout_case(case, rank, world, device)
+            else:
+                results[case["id"]] = run_dtensor_case(case, rank, world, device, mesh)
+        except Exception:  # noqa: BLE001  (reported per case; the other ranks get the same)
+            results[case["id"]] = traceback.format_exc(limit=6)
+    try:
+        results["errors"] = run_error_checks(rank, world, device)
+    except Exception:  # noqa: BLE001
+        results["errors"] = traceback.format_exc(limit=6)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()

@@ -1,0 +1,324 @@
+"""Scheme II's k-shard operators (csrc/ozaki.cpp): a product split along k into shards, each holding
+columns [k0, k0 + k_i) of A's rows and of B's columns, with the whole rows' tau and shifts.
+row_norm_square_sums, int8_matmul of crt_magnitude_digits and crt_residue_products return exact
+integers whose sums over the shards are the whole product's, in any order; crt_round turns the
+summed residue products into exactly gemm_crt's bits.
+"""
+
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
+from ozaki import _ops
+from ozaki import moduli as crt
+
+DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
+#: ((m, k), (n, k)) of a and bt.
+SHAPES = [pytest.param((7, 50), (5, 50), id="7x50x5"),
+          pytest.param((16, 300), (9, 300), id="16x300x9")]
+#: Shard widths as a function of k: two and three uneven shards, one of them a single column.
+SPLITS = [pytest.param(lambda k: (1, k - 1), id="2-shards"),
+          pytest.param(lambda k: (k // 3, 1, k - k // 3 - 1), id="3-shards")]
+KINDS = ["phi", "integers"]
+
+
+def operands(shape_a, shape_b, dtype, kind, seed, device, phi=4.0):
+    """Fresh (a, bt): phi-style entries (wide exponents by default), or small integers with a zero
+    row."""
+    g = seeded(seed)
+    if kind == "phi":
+        a, bt = phi_tensor(shape_a, dtype, g, phi), phi_tensor(shape_b, dtype, g, phi)
+    else:
+        a = torch.randint(-1000, 1000, shape_a, generator=g).to(dtype)
+        bt = torch.randint(-1000, 1000, shape_b, generator=g).to(dtype)
+        a[1] = 0.0
+    return a.to(device), bt.to(device)
+
+
+def shards(x, widths):
+    """The contiguous column blocks of x with the given widths."""
+    assert sum(widths) == x.shape[1] and min(widths) >= 1
+    return [block.contiguous() for block in torch.split(x, list(widths), dim=1)]
+
+
+def shifts_of(a, bt, stats_a, stats_b, moduli):
+    """The scaling of ozaki.product._CrtInputs.shifts, from the whole rows."""
+    nu_a = _ops.row_norm_exponents(a, stats_a[0])
+    nu_b = _ops.row_norm_exponents(bt, stats_b[0])
+    t_a, t_b = crt.scale_bits(moduli, a.shape[1])
+    return (t_a - nu_a).int(), (t_b - nu_b).int()
+
+
+def moduli_counts(k):
+    """The fewest valid moduli for k, a middle count and the largest ones."""
+    return sorted({crt.smallest_moduli(k), 8, 15, 16})
+
+
+def summed(parts):
+    total = parts[0].clone()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+# ---- crt_residue_products + crt_round: gemm_crt's bits from shards -------------------------------
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES)
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_summed_residue_products_round_to_gemm_crt(device, dtype, shape_a, shape_b, split, kind):
+    a, bt = operands(shape_a, shape_b, dtype, kind, seed=shape_a[1] + len(kind), device=device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    widths = split(a.shape[1])
+    for moduli in moduli_counts(a.shape[1]):
+        shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, moduli)
+        expected = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli)
+        parts = [_ops.crt_residue_products(sa, sb, shift_a, shift_b, moduli)
+                 for sa, sb in zip(shards(a, widths), shards(bt, widths))]
+        assert all(p.shape == (moduli, a.shape[0], bt.shape[0]) and p.dtype == torch.int32
+                   for p in parts)
+        whole = _ops.crt_residue_products(a, bt, shift_a, shift_b, moduli)
+        assert torch.equal(summed(parts), whole)
+        assert torch.equal(summed(parts[::-1]), whole)
+        for products in (summed(parts), summed(parts[::-1]), whole):
+            assert_bitwise_equal(_ops.crt_round(products, shift_a, shift_b, dtype), expected)
+
+
+def residue_reference(x, shift, p):
+    """Symmetric residues mod p of RN(x 2^shift) (ties to even), exactly in int64."""
+    scaled = torch.round(torch.ldexp(x.double(), shift.double().unsqueeze(1))).long()
+    r = torch.remainder(scaled, p)
+    return torch.where(r > (p - 1) // 2, r - p, r)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_residue_products_are_the_exact_products_of_residues(device, dtype):
+    a, bt = operands((6, 40), (8, 40), dtype, "phi", seed=5, device=device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, crt.MAX_MODULI)
+    out = _ops.crt_residue_products(a, bt, shift_a, shift_b, crt.MAX_MODULI).cpu()
+    a, bt, shift_a, shift_b = a.cpu(), bt.cpu(), shift_a.cpu(), shift_b.cpu()
+    for i, p in enumerate(crt.MODULI):
+        ra, rb = residue_reference(a, shift_a, p), residue_reference(bt, shift_b, p)
+        assert torch.equal(out[i], (ra.double() @ rb.double().T).int()), p  # float64: exact
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_residue_products_do_not_depend_on_the_workspace(device):
+    # m, n > 256: a 1-byte budget cuts both into chunks of unequal sizes
+    a, bt = operands((300, 20), (260, 20), torch.float64, "phi", seed=6, device=device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, 9)
+    default = _ops.crt_residue_products(a, bt, shift_a, shift_b, 9)
+    assert torch.equal(_ops.crt_residue_products(a, bt, shift_a, shift_b, 9, workspace=1), default)
+    assert_bitwise_equal(_ops.crt_round(default, shift_a, shift_b, torch.float64),
+                         _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, 9))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_empty_shapes(device):
+    def zeros(*shape):
+        return torch.zeros(shape, dtype=torch.float64, device=device)
+
+    def int32(n):
+        return torch.zeros(n, dtype=torch.int32, device=device)
+
+    for (m, k, n) in [(0, 5, 3), (4, 5, 0), (4, 0, 3)]:
+        out = _ops.crt_residue_products(zeros(m, k), zeros(n, k), int32(m), int32(n), 3)
+        assert out.shape == (3, m, n) and out.dtype == torch.int32 and out.device.type == device
+        assert not out.any()
+        rounded = _ops.crt_round(out, int32(m), int32(n), torch.float32)
+        assert rounded.shape == (m, n) and rounded.dtype == torch.float32 and not rounded.any()
+        digits = _ops.crt_magnitude_digits(zeros(m, k), int32(m))
+        assert digits.shape == (m, k) and digits.dtype == torch.int8
+        sums = _ops.row_norm_square_sums(zeros(m, k), int32(m))
+        assert sums.shape == (m,) and sums.dtype == torch.int64 and not sums.any()
+
+
+# ---- row_norm_square_sums -----------------------------------------------------------------------
+
+
+def norm_exponent(s, tau):
+    """csrc/crt.h norm_exponent: the smallest e with 4^e >= s gives nu = tau - 16 + e."""
+    if s == 0:
+        return tau
+    e = 0 if s == 1 else ((s - 1).bit_length() - 1 + 2) // 2
+    return tau - 16 + e
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES)
+@pytest.mark.parametrize("split", SPLITS)
+def test_norm_square_sums_add_up_over_shards(device, dtype, shape_a, shape_b, split):
+    a, _ = operands(shape_a, shape_b, dtype, "phi", seed=shape_a[0], device=device)
+    tau = _ops.row_stats(a)[0]
+    whole = _ops.row_norm_square_sums(a, tau)
+    assert whole.dtype == torch.int64 and (whole > 0).all()
+    parts = [_ops.row_norm_square_sums(block, tau) for block in shards(a, split(a.shape[1]))]
+    assert torch.equal(summed(parts), whole)
+    nu = [norm_exponent(s, t) for s, t in zip(whole.tolist(), tau.tolist())]
+    assert nu == _ops.row_norm_exponents(a, tau).tolist()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_square_sums_match_python_integers(device, dtype):
+    a = phi_tensor((5, 9), dtype, seeded(7), phi=3.0)
+    a[1] = 0.0
+    a[2, 3], a[3, 0] = float("nan"), float("-inf")  # non-finite entries add nothing
+    a[4, 2] = 2.0 ** -130  # far below its row's grid: still one unit
+    tau = _ops.row_stats(a)[0]
+    expected = [sum(math.ceil(abs(Fraction(x)) * Fraction(2) ** (16 - t)) ** 2
+                    for x in row if math.isfinite(x))
+                for row, t in zip(a.double().tolist(), tau.tolist())]
+    out = _ops.row_norm_square_sums(a.to(device), tau.to(device))
+    assert out.tolist() == expected
+    assert out[1] == 0 and out[4] > 0
+
+
+# ---- crt_magnitude_digits -----------------------------------------------------------------------
+
+
+def usable(stats):
+    return (stats[1] > 0) & ~stats[2]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES)
+@pytest.mark.parametrize("split", SPLITS)
+def test_digit_products_add_up_to_crt_magnitude(device, dtype, shape_a, shape_b, split):
+    # phi = 0.5: the minimum is positive, so the comparison below is a real one
+    a, bt = operands(shape_a, shape_b, dtype, "phi", seed=shape_b[0], device=device, phi=0.5)
+    a[2] = 0.0                    # unusable: zero
+    bt[1, 3] = float("nan")      # unusable: non-finite
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    tau_a, tau_b = stats_a[0], stats_b[0]
+    da, db = _ops.crt_magnitude_digits(a, tau_a), _ops.crt_magnitude_digits(bt, tau_b)
+    assert da.shape == a.shape and da.dtype == torch.int8 and da.is_contiguous()
+    reference = torch.floor(torch.ldexp(torch.nan_to_num(a.double().abs(), nan=0.0, posinf=0.0),
+                                        (7 - tau_a).double().unsqueeze(1)))
+    assert torch.equal(da.double(), reference)
+    whole = _ops.int8_matmul(da, db)
+    widths = split(a.shape[1])
+    parts = [_ops.int8_matmul(_ops.crt_magnitude_digits(sa, tau_a),
+                              _ops.crt_magnitude_digits(sb, tau_b))
+             for sa, sb in zip(shards(a, widths), shards(bt, widths))]
+    assert torch.equal(summed(parts), whole)
+    nu_a, nu_b = _ops.row_norm_exponents(a, tau_a), _ops.row_norm_exponents(bt, tau_b)
+    one = torch.ones((), dtype=torch.float64, device=device)
+    factor_a = torch.ldexp(one, (tau_a - nu_a - 7).double())
+    factor_b = torch.ldexp(one, (tau_b - nu_b - 7).double())
+    values = summed(parts).double() * factor_a.unsqueeze(1) * factor_b.unsqueeze(0)
+    mask = usable(stats_a).unsqueeze(1) & usable(stats_b).unsqueeze(0)
+    smallest = values.masked_fill(~mask, float("inf")).amin()
+    expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, nu_a, nu_b, usable(stats_a),
+                                  usable(stats_b))
+    assert_bitwise_equal(smallest, expected)
+    assert 0 < smallest.item() < float("inf")
+
+
+# ---- CUDA gives the CPU's bits ------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_matches_cpu(dtype):
+    a, bt = operands((33, 130), (21, 130), dtype, "phi", seed=8, device="cpu")
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    ga, gbt = a.cuda(), bt.cuda()
+    for x, tau in ((a, stats_a[0]), (bt, stats_b[0])):
+        assert torch.equal(_ops.row_norm_square_sums(x.cuda(), tau.cuda()).cpu(),
+                           _ops.row_norm_square_sums(x, tau))
+        assert torch.equal(_ops.crt_magnitude_digits(x.cuda(), tau.cuda()).cpu(),
+                           _ops.crt_magnitude_digits(x, tau))
+    for moduli in moduli_counts(a.shape[1]):
+        shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, moduli)
+        cpu = _ops.crt_residue_products(a, bt, shift_a, shift_b, moduli)
+        gpu = _ops.crt_residue_products(ga, gbt, shift_a.cuda(), shift_b.cuda(), moduli)
+        assert torch.equal(gpu.cpu(), cpu)
+        assert_bitwise_equal(_ops.crt_round(gpu, shift_a.cuda(), shift_b.cuda(), dtype),
+                             _ops.crt_round(cpu, shift_a, shift_b, dtype))
+
+
+# ---- argument checks ----------------------------------------------------------------------------
+
+
+def f64(*shape):
+    return torch.zeros(shape, dtype=torch.float64)
+
+
+def i32(n):
+    return torch.zeros(n, dtype=torch.int32)
+
+
+RESIDUE_PRODUCTS_ERRORS = [
+    pytest.param((f64(2, 3, 4), f64(3, 4), i32(3), i32(3), 4), "a must be 2-D", id="a-3d"),
+    pytest.param((f64(2, 4).int(), f64(3, 4), i32(2), i32(3), 4), "a must be float64 or float32",
+                 id="a-dtype"),
+    pytest.param((f64(2, 4), f64(3, 4).t(), i32(2), i32(4), 4), "bt must be contiguous",
+                 id="bt-strided"),
+    pytest.param((f64(2, 4), f64(3, 4).float(), i32(2), i32(3), 4), "same dtype", id="dtypes"),
+    pytest.param((f64(2, 4), f64(3, 5), i32(2), i32(3), 4), "same number of columns", id="k"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(3), i32(3), 4), "shift_a", id="shift_a-length"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3).long(), 4), "shift_b", id="shift_b-dtype"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3), 0), "moduli must be in [1, 16], got 0",
+                 id="moduli-0"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3), 17), "moduli must be in [1, 16], got 17",
+                 id="moduli-17"),
+    # empty operands of a too-large k cost nothing and are still refused
+    pytest.param((f64(0, 1 << 17), f64(3, 1 << 17), i32(0), i32(3), 4),
+                 "k = 131072 is too large", id="k-too-large"),
+]
+
+
+@pytest.mark.parametrize("args,message", RESIDUE_PRODUCTS_ERRORS)
+def test_residue_products_errors(args, message):
+    with pytest.raises(RuntimeError, match=r"ozaki::crt_residue_products: .*") as info:
+        _ops.crt_residue_products(*args)
+    assert message in str(info.value)
+
+
+def products(*shape):
+    return torch.zeros(shape, dtype=torch.int32)
+
+
+ROUND_ERRORS = [
+    pytest.param((products(3, 4), i32(3), i32(4), torch.float64), "products must be a contiguous "
+                 "3-D int32", id="products-2d"),
+    pytest.param((products(2, 3, 4).long(), i32(3), i32(4), torch.float64), "products must be",
+                 id="products-dtype"),
+    pytest.param((products(0, 3, 4), i32(3), i32(4), torch.float64),
+                 "products.size(0) (the moduli count) must be in [1, 16], got 0", id="moduli-0"),
+    pytest.param((products(17, 3, 4), i32(3), i32(4), torch.float64),
+                 "products.size(0) (the moduli count) must be in [1, 16], got 17", id="moduli-17"),
+    pytest.param((products(2, 3, 4), i32(4), i32(4), torch.float64), "shift_a", id="shift_a"),
+    pytest.param((products(2, 3, 4), i32(3), i32(3), torch.float64), "shift_b", id="shift_b"),
+    pytest.param((products(2, 3, 4), i32(3), i32(4), torch.int32),
+                 "dtype must be float64 or float32, got Int", id="dtype"),
+]
+
+
+@pytest.mark.parametrize("args,message", ROUND_ERRORS)
+def test_round_errors(args, message):
+    with pytest.raises(RuntimeError) as info:
+        _ops.crt_round(*args)
+    assert "ozaki::crt_round: " + message in str(info.value)
+
+
+@pytest.mark.parametrize("op", [_ops.row_norm_square_sums, _ops.crt_magnitude_digits])
+def test_row_operator_errors(op):
+    with pytest.raises(RuntimeError, match="a must be 2-D, got 1-D"):
+        op(f64(4), i32(4))
+    with pytest.raises(RuntimeError, match="a must be float64 or float32"):
+        op(f64(4, 3).half(), i32(4))
+    with pytest.raises(RuntimeError, match="tau must be a contiguous 1-D Int tensor of length 4"):
+        op(f64(4, 3), i32(3))
