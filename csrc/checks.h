@@ -241,4 +241,69 @@ inline void check_crt_round_arguments(const at::Tensor& products, const at::Tens
               ": dtype must be float64 or float32, got ", dtype);
 }
 
+// ---- k-sharded scheme I (ozaki::slice_levels, ozaki::round_levels) ------------------------------
+
+// Levels of scheme I's slice products, one per p + q: 0 .. 2 slices - 2, or 0 .. slices - 1 when
+// fast mode drops the pairs with p + q >= slices.
+inline int64_t level_count(int64_t slices, bool fast) { return fast ? slices : 2 * slices - 1; }
+
+// total_k, the whole product's inner dimension, sets the digit width of every shard.
+inline void check_total_k(int64_t k, int64_t total_k, const char* op) {
+  TORCH_CHECK(total_k >= 1 && total_k >= k, op, ": total_k (the whole product's inner dimension) "
+              "must be at least 1 and at least the shard's inner dimension k = ", k, ", got ",
+              total_k);
+}
+
+// beta of the FP16 or INT8 digits for the whole inner dimension total_k, or a clear error when it
+// is too large for exact slice products (as slice_digit_bits_checked for one-device products).
+inline int total_k_digit_bits_checked(int64_t total_k, bool int8, const char* op) {
+  const int beta = int8 ? int8_digit_bits_for(total_k) : digit_bits_for(total_k);
+  TORCH_CHECK(beta >= 1, op, ": total_k = ", total_k, " is too large for exact ",
+              int8 ? "INT8 slice products (total_k must be < 2^29)"
+                   : "FP16 slice products (total_k must be <= 2^22)");
+  return beta;
+}
+
+// The arguments of ozaki::slice_levels: 2-D operands of a k-shard and the whole rows' tau.
+inline ProductShape check_slice_levels_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                                 const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                                 int64_t slices, int64_t total_k, const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  const ProductShape shape = check_operands(a, bt, op);
+  check_slices(slices, op);
+  check_row_vector(tau_a, shape.m, at::kInt, op, "tau_a");
+  check_row_vector(tau_b, shape.n, at::kInt, op, "tau_b");
+  check_total_k(shape.k, total_k, op);
+  return shape;
+}
+
+// The arguments of ozaki::round_levels: summed level sums (levels, m, n) as slice_levels returns
+// them for `slices` and `fast`, the whole rows' tau and bit spans, and a float output dtype.
+// Returns (m, n).
+inline std::pair<int64_t, int64_t> check_round_levels_arguments(
+    const at::Tensor& levels, const at::Tensor& tau_a, const at::Tensor& tau_b,
+    const at::Tensor& span_a, const at::Tensor& span_b, int64_t slices, bool fast, int64_t total_k,
+    at::ScalarType dtype, const char* op) {
+  TORCH_CHECK(levels.dim() == 3 && levels.scalar_type() == at::kDouble && levels.is_contiguous(),
+              op, ": levels must be a contiguous 3-D float64 tensor (levels, m, n), got ",
+              levels.sizes(), " ", levels.scalar_type(),
+              levels.is_contiguous() ? "" : " (not contiguous)");
+  check_slices(slices, op);
+  const int64_t expected = level_count(slices, fast);
+  TORCH_CHECK(levels.size(0) == expected, op, ": levels must hold ", expected,
+              " levels for slices = ", slices, " and fast = ", fast ? "true" : "false", ", got ",
+              levels.size(0), " (shape ", levels.sizes(), ")");
+  const int64_t m = levels.size(1), n = levels.size(2);
+  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
+  check_row_vector(tau_b, n, at::kInt, op, "tau_b");
+  check_row_vector(span_a, m, at::kInt, op, "span_a");
+  check_row_vector(span_b, n, at::kInt, op, "span_b");
+  TORCH_CHECK(total_k >= 1, op, ": total_k (the whole product's inner dimension) must be at least "
+              "1, got ", total_k);
+  TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat, op,
+              ": dtype must be float64 or float32, got ", dtype);
+  return {m, n};
+}
+
 }  // namespace ozaki

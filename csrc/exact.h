@@ -165,40 +165,31 @@ OZAKI_HD DroppedBound dropped_bound(const PairLayout& layout, int beta, int64_t 
   const int captured = bits_captured(s, beta);
   if (!layout.fast && span_a <= captured && span_b <= captured) return {0, 0};
   const int w = grid_step_bits(beta);
-  const int top_level = layout.fast ? s - 1 : 2 * s - 2;
-  return {k * (2 * s + 1), 2 * beta + (top_level - s) * w};
+  return {k * (2 * s + 1), 2 * beta + (layout.top_level() - s) * w};
 }
 
-// Correctly rounded sum of the kept slice products of entry (i, j) (rounding="nearest").
+// Correctly rounded sum over levels l of 2^(tau_sum - l w) L_l (rounding="nearest"), where
+// level_sums(l, sum) writes the exact level sum L_l of one entry (csrc/scheme.h, pair_level_sum).
 //
-// The level sums of csrc/scheme.h are exact integers below 2^37 in units of 2^(-2 beta) at level
-// weight 2^(-l w); they are added exactly into a long integer whose bit 0 weighs
+// The level sums are exact integers below 2^37 in units of 2^(-2 beta) at level weight 2^(-l w);
+// they are added exactly into a long integer whose bit 0 weighs
 // 2^(tau_sum - 2 beta - top_level * w). When the kept pairs are the whole exact product
 // (dropped.multiple == 0) that integer is rounded once. Otherwise the dropped part (slices past
 // the split, or the pairs fast mode skips) is at most dropped.multiple * 2^dropped.shift units; the
 // result is RN(value) only when both ends of that interval round to the same number; else
 // *undecided is set and the caller computes the entry exactly (exact_dot_rounded).
-template <typename Load>
-OZAKI_HD double nearest_from_levels(Load load, const PairLayout& layout, int64_t i, int64_t j,
-                                    int beta, int tau_sum, DroppedBound dropped,
-                                    RoundingFormat format, bool* undecided) {
-  const int s = layout.slices;
-  const int w = grid_step_bits(beta);
-  const int top_level = layout.fast ? s - 1 : 2 * s - 2;
+template <typename LevelSums>
+OZAKI_HD double nearest_from_level_sums(LevelSums level_sums, int top_level, int w, int beta,
+                                        int tau_sum, DroppedBound dropped, RoundingFormat format,
+                                        bool* undecided) {
   LongInteger<kLevelLimbs> low;
   low.clear((top_level * w + 64) / 32 + 1);
   for (int level = top_level; level >= 0; --level) {
-    double level_sum = 0.0;
-    const int p_first = level > s - 1 ? level - (s - 1) : 0;
-    const int p_last = level < s - 1 ? level : s - 1;
-    for (int p = p_first; p <= p_last; ++p) {
-      double value[1];
-      load(layout.index(p, level - p, i, j), value);
-      level_sum += value[0];
-    }
+    double level_sum[1];
+    level_sums(level, level_sum);
     // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact; added as
     // two parts below 2^32.
-    const int64_t units = static_cast<int64_t>(level_sum * pow2(2 * beta));
+    const int64_t units = static_cast<int64_t>(level_sum[0] * pow2(2 * beta));
     const int64_t high_part = units / (int64_t(1) << 31);
     low.add(units - high_part * (int64_t(1) << 31), (top_level - level) * w);
     low.add(high_part, (top_level - level) * w + 31);
@@ -218,6 +209,19 @@ OZAKI_HD double nearest_from_levels(Load load, const PairLayout& layout, int64_t
   const double above = round_to_format(high, high_negative, unit, format);
   if (bits_of(below) != bits_of(above)) *undecided = true;
   return above;
+}
+
+// Correctly rounded sum of the kept slice products of entry (i, j), read by `load` as in
+// pair_level_sum (see nearest_from_level_sums).
+template <typename Load>
+OZAKI_HD double nearest_from_levels(Load load, const PairLayout& layout, int64_t i, int64_t j,
+                                    int beta, int tau_sum, DroppedBound dropped,
+                                    RoundingFormat format, bool* undecided) {
+  const auto level_sums = [&](int level, double* level_sum) {
+    pair_level_sum<1>(load, layout, i, j, level, level_sum);
+  };
+  return nearest_from_level_sums(level_sums, layout.top_level(), grid_step_bits(beta), beta,
+                                 tau_sum, dropped, format, undecided);
 }
 
 // Splits a finite nonzero x into sign, odd-or-zero-trailing integer significand and exponent of

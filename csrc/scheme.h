@@ -241,6 +241,8 @@ struct PairLayout {
     return fast ? int64_t(q) * slices - int64_t(q) * (q - 1) / 2 : int64_t(q) * slices;
   }
   OZAKI_HD int64_t total_blocks() const { return block_start(slices); }
+  // Highest level p + q of a kept pair; levels run 0 .. top_level().
+  OZAKI_HD int top_level() const { return fast ? slices - 1 : 2 * slices - 2; }
   OZAKI_HD int64_t index(int p, int q, int64_t i, int64_t j) const {
     return ((block_start(q) + p) * chunk_rows + i) * ld + j;
   }
@@ -255,35 +257,43 @@ OZAKI_HD double two_sum(double a, double b, double* error) {
   return sum;
 }
 
-// sum over kept pairs of 2^(tau_a + tau_b - (p + q) w) P(p, q), for N consecutive entries
-// (i, j .. j + N - 1) of one row; load(index, values) reads P at index and the N - 1 entries after
-// it. All products of one level l = p + q share the weight 2^(-l w), and each is an integer below
-// 2^24 in units of 2^(-2 beta), so a level's sum is exact in FP64 in any order. Levels are
-// combined from the smallest weight to the largest, with TwoSum compensation, in this one fixed
-// order on every backend and for every N (each entry sees the same operations); the only
-// roundings are the final compensated sum and the scaling by 2^(tau_a + tau_b) when the result is
-// subnormal. N > 1 only gives the GPU wide loads and several loads in flight per thread.
+// The sum of the kept pairs of one level, sum over p + q = level of P(p, q), for N consecutive
+// entries (i, j .. j + N - 1) of one row; load(index, values) reads P at index and the N - 1
+// entries after it. Each P is an integer below 2^24 (2^31 for INT8 digits) in units of
+// 2^(-2 beta), so the sum is exact in FP64 in any order; it is also what ozaki::slice_levels
+// returns per level, so shards' level sums add up to the whole product's.
 template <int N, typename Load>
-OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t j, int beta,
-                         const int* tau_sums, double* results) {
+OZAKI_HD void pair_level_sum(Load load, const PairLayout& layout, int64_t i, int64_t j, int level,
+                             double* level_sum) {
   const int s = layout.slices;
-  const int w = grid_step_bits(beta);
-  const int top_level = layout.fast ? s - 1 : 2 * s - 2;
+  for (int c = 0; c < N; ++c) level_sum[c] = 0.0;
+  const int p_first = level > s - 1 ? level - (s - 1) : 0;
+  const int p_last = level < s - 1 ? level : s - 1;
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
+  for (int p = p_first; p <= p_last; ++p) {
+    double values[N];
+    load(layout.index(p, level - p, i, j), values);
+    for (int c = 0; c < N; ++c) level_sum[c] += values[c];
+  }
+}
+
+// sum over levels l of 2^(tau_sum - l w) L_l for N entries, where level_sums(l, sums) writes the
+// exact level sums L_l of the N entries. Levels are combined from the smallest weight to the
+// largest, with TwoSum compensation, in this one fixed order on every backend and for every N
+// (each entry sees the same operations); the only roundings are the final compensated sum and the
+// scaling by 2^tau_sum when the result is subnormal. Whether the level sums come straight from the
+// slice products (sum_levels) or from k-shards added together (ozaki::round_levels), the same
+// level sums give the same bits.
+template <int N, typename LevelSums>
+OZAKI_HD void combine_levels(LevelSums level_sums, int top_level, int w, const int* tau_sums,
+                             double* results) {
   double sum[N], compensation[N];
   for (int c = 0; c < N; ++c) sum[c] = compensation[c] = 0.0;
   for (int level = top_level; level >= 0; --level) {
     double level_sum[N];
-    for (int c = 0; c < N; ++c) level_sum[c] = 0.0;
-    const int p_first = level > s - 1 ? level - (s - 1) : 0;
-    const int p_last = level < s - 1 ? level : s - 1;
-#ifdef __CUDA_ARCH__
-#pragma unroll 4
-#endif
-    for (int p = p_first; p <= p_last; ++p) {
-      double values[N];
-      load(layout.index(p, level - p, i, j), values);
-      for (int c = 0; c < N; ++c) level_sum[c] += values[c];
-    }
+    level_sums(level, level_sum);
     const double weight = pow2(-level * w);
     for (int c = 0; c < N; ++c) {
       double error;
@@ -292,6 +302,19 @@ OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t
     }
   }
   for (int c = 0; c < N; ++c) results[c] = scale_by_power_of_two(sum[c] + compensation[c], tau_sums[c]);
+}
+
+// sum over kept pairs of 2^(tau_a + tau_b - (p + q) w) P(p, q), for N consecutive entries
+// (i, j .. j + N - 1) of one row, read by `load` as in pair_level_sum: all products of one level
+// l = p + q share the weight 2^(-l w), so each level is summed exactly and the levels are combined
+// by combine_levels. N > 1 only gives the GPU wide loads and several loads in flight per thread.
+template <int N, typename Load>
+OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t j, int beta,
+                         const int* tau_sums, double* results) {
+  const auto level_sums = [&](int level, double* level_sum) {
+    pair_level_sum<N>(load, layout, i, j, level, level_sum);
+  };
+  combine_levels<N>(level_sums, layout.top_level(), grid_step_bits(beta), tau_sums, results);
 }
 
 // IEEE value of the plain dot product of a row of A and a column of B when either holds NaN or

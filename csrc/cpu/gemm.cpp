@@ -1,4 +1,5 @@
-// CPU kernel of ozaki::gemm_slices: the bit-exact reference for every other backend.
+// CPU kernels of ozaki::gemm_slices, the bit-exact reference for every other backend, and of
+// ozaki::slice_levels, its level sums for a k-shard (csrc/cpu/levels.cpp rounds them).
 //
 // Slices are split into float64 buffers (the same values the CUDA backend stores as FP16 or INT8
 // digits), slice products come from float64 GEMMs (exact: every partial sum is an integer below
@@ -38,16 +39,18 @@ struct RowData {
   const bool* nonfinite;
 };
 
-template <typename T>
-void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowData rows_b,
-                 int slices, bool fast, bool nearest, int beta, int64_t workspace_bytes,
-                 at::Tensor& out) {
+// Splits a and bt chunk by chunk (a chunk's slices and exact slice products fit the workspace
+// budget) and hands each chunk's products to consume(products, layout, i0, j0): the chunk is
+// layout.chunk_rows rows by layout.ld columns, and P(p, q) of chunk entry (i, j), i.e. of entry
+// (i0 + i, j0 + j), is at layout.index(p, q, i, j). The digit width beta may be that of a larger
+// inner dimension than a's (a k-shard): the products stay exact.
+template <typename T, typename Consume>
+void for_each_chunk_products(const at::Tensor& a, const at::Tensor& bt, const int* tau_a,
+                             const int* tau_b, int slices, bool fast, int beta,
+                             int64_t workspace_bytes, Consume consume) {
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
-  const int* tau_a = rows_a.tau;
-  const int* tau_b = rows_b.tau;
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
-  T* out_data = out.mutable_data_ptr<T>();
   const PairLayout pairs_shape{slices, fast, 0, 0};
   const WorkspaceShape shape{k, slices, pairs_shape.total_blocks(), 8, 8, 1};
   const ChunkPlan plan = plan_chunks(m, n, shape, workspace_bytes);
@@ -69,36 +72,54 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowD
         at::Tensor block = products.narrow(0, layout.block_start(q) * rows, stacked_rows);
         at::mm_out(block, a_stacked.narrow(0, 0, stacked_rows), b_slices[q].t());
       }
-      const double* product_data = products.const_data_ptr<double>();
-      at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          for (int64_t j = 0; j < cols; ++j) {
-            const int64_t gi = i0 + i, gj = j0 + j;
-            const auto load = [&](int64_t index, double* v) { v[0] = product_data[index]; };
-            const int tau_sum = tau_a[gi] + tau_b[gj];
-            double value;
-            if (rows_a.nonfinite[gi] || rows_b.nonfinite[gj]) {
-              value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
-            } else if (nearest) {
-              bool undecided;
-              const DroppedBound dropped =
-                  dropped_bound(layout, beta, k, rows_a.span[gi], rows_b.span[gj]);
-              value = nearest_from_levels(load, layout, i, j, beta, tau_sum, dropped,
-                                          format_of<T>(), &undecided);
-              if (undecided) {
-                const int lowest_sum = tau_sum - rows_a.span[gi] - rows_b.span[gj];
-                value = exact_dot_rounded(a_data + gi * k, b_data + gj * k, k, lowest_sum, tau_sum,
-                                          format_of<T>());
-              }
-            } else {
-              sum_levels<1>(load, layout, i, j, beta, &tau_sum, &value);
-            }
-            out_data[gi * n + gj] = static_cast<T>(value);
-          }
-        }
-      });
+      consume(products.const_data_ptr<double>(), layout, i0, j0);
     }
   }
+}
+
+// gemm_slices of one 2-D product: each chunk's entries summed (sum_levels) or correctly rounded
+// (nearest_from_levels), rows and columns with NaN/Inf given their IEEE value.
+template <typename T>
+void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowData rows_b,
+                 int slices, bool fast, bool nearest, int beta, int64_t workspace_bytes,
+                 at::Tensor& out) {
+  const int64_t k = a.size(1), n = bt.size(0);
+  const int* tau_a = rows_a.tau;
+  const int* tau_b = rows_b.tau;
+  const T* a_data = a.const_data_ptr<T>();
+  const T* b_data = bt.const_data_ptr<T>();
+  T* out_data = out.mutable_data_ptr<T>();
+  const auto round_chunk = [&](const double* product_data, const PairLayout& layout, int64_t i0,
+                               int64_t j0) {
+    at::parallel_for(0, layout.chunk_rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < layout.ld; ++j) {
+          const int64_t gi = i0 + i, gj = j0 + j;
+          const auto load = [&](int64_t index, double* v) { v[0] = product_data[index]; };
+          const int tau_sum = tau_a[gi] + tau_b[gj];
+          double value;
+          if (rows_a.nonfinite[gi] || rows_b.nonfinite[gj]) {
+            value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);
+          } else if (nearest) {
+            bool undecided;
+            const DroppedBound dropped =
+                dropped_bound(layout, beta, k, rows_a.span[gi], rows_b.span[gj]);
+            value = nearest_from_levels(load, layout, i, j, beta, tau_sum, dropped, format_of<T>(),
+                                        &undecided);
+            if (undecided) {
+              const int lowest_sum = tau_sum - rows_a.span[gi] - rows_b.span[gj];
+              value = exact_dot_rounded(a_data + gi * k, b_data + gj * k, k, lowest_sum, tau_sum,
+                                        format_of<T>());
+            }
+          } else {
+            sum_levels<1>(load, layout, i, j, beta, &tau_sum, &value);
+          }
+          out_data[gi * n + gj] = static_cast<T>(value);
+        }
+      }
+    });
+  };
+  for_each_chunk_products<T>(a, bt, tau_a, tau_b, slices, fast, beta, workspace_bytes, round_chunk);
 }
 
 at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
@@ -129,8 +150,48 @@ at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tens
   return out;
 }
 
+// Level sums of a k-shard (docs/distributed.md): level l of entry (i, j) is pair_level_sum, the
+// value sum_levels weighs by 2^(-l w), so shards' outputs add up to the whole product's levels.
+at::Tensor slice_levels(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                        const at::Tensor& tau_b, int64_t slices, bool fast, bool int8,
+                        int64_t total_k, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::slice_levels";
+  const ProductShape shape = check_slice_levels_arguments(a, bt, tau_a, tau_b, slices, total_k, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  const int64_t levels = level_count(slices, fast);
+  const auto f64 = a.options().dtype(at::kDouble);
+  if (m == 0 || n == 0 || k == 0) return at::zeros({levels, m, n}, f64);
+  const int beta = total_k_digit_bits_checked(total_k, int8, op);
+  at::Tensor out = at::empty({levels, m, n}, f64);
+  double* out_data = out.mutable_data_ptr<double>();
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  const auto write_levels = [&](const double* product_data, const PairLayout& layout, int64_t i0,
+                                int64_t j0) {
+    at::parallel_for(0, layout.chunk_rows, 1, [&](int64_t begin, int64_t end) {
+      const auto load = [&](int64_t index, double* v) { v[0] = product_data[index]; };
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < layout.ld; ++j) {
+          double* entry = out_data + (i0 + i) * n + j0 + j;
+          for (int level = 0; level < levels; ++level) {
+            pair_level_sum<1>(load, layout, i, j, level, entry + level * m * n);
+          }
+        }
+      }
+    });
+  };
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    for_each_chunk_products<scalar_t>(a, bt, tau_a.const_data_ptr<int>(),
+                                      tau_b.const_data_ptr<int>(), static_cast<int>(slices), fast,
+                                      beta, budget, write_levels);
+  });
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) { m.impl("gemm_slices", &gemm_slices); }
+TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
+  m.impl("gemm_slices", &gemm_slices);
+  m.impl("slice_levels", &slice_levels);
+}
 
 }  // namespace ozaki::cpu

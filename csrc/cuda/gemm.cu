@@ -7,6 +7,8 @@
 // C. A batch of small products puts several whole elements in one chunk (batch.cuh): each of those
 // GEMMs is then one strided batched GEMM over the elements, and each pass covers them all.
 // Exactness makes the result independent of chunking, batching, GEMM algorithm and stream.
+// ozaki::slice_levels (a k-shard's level sums) runs the same chunks with a pass that writes each
+// entry's level sums instead of C.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
@@ -179,9 +181,16 @@ int row_threads(int64_t work) {
   return static_cast<int>(std::min<int64_t>(128, std::max<int64_t>(32, round_up(work, 32))));
 }
 
-template <typename Digit, typename T>
-void gemm_chunks(const Operands<T>& in, const ProductShape& product, int slices, bool fast,
-                 bool nearest, int beta, int64_t budget, T* out, const at::TensorOptions& options) {
+// Splits and multiplies chunk by chunk: after the slice GEMMs of each chunk, epilogue(products,
+// layout, chunk, unit, stream) launches the kernel that reads them (P(p, q) of chunk entry
+// (e, i, j) at products + e * element_products(layout) + layout.index(p, q, i, j), read as
+// product_value(P, unit)); stream order keeps the next chunk from overwriting them first. The
+// digit width beta may be that of a larger inner dimension than in.k (a k-shard): the products
+// stay exact.
+template <typename Digit, typename T, typename Epilogue>
+void for_each_chunk_products(const Operands<T>& in, const ProductShape& product, int slices,
+                             bool fast, int beta, int64_t budget, const at::TensorOptions& options,
+                             Epilogue epilogue) {
   using Product = typename SliceKind<Digit>::Product;
   constexpr bool int8 = std::is_same_v<Digit, int8_t>;
   const int64_t batch = product.batch, m = product.m, n = product.n;
@@ -239,23 +248,82 @@ void gemm_chunks(const Operands<T>& in, const ProductShape& product, int slices,
                                  layout.rows_for(q) * rows, k_stride,
                                  product_data + layout.block_start(q) * rows * ld, ld, per_element);
         }
-        const unsigned grid_rows = static_cast<unsigned>(std::min<int64_t>(elements * rows, 65535));
-        if (nearest) {
-          const int threads = row_threads(cols);
-          const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)), grid_rows);
-          nearest_kernel<Product, T><<<grid, threads, 0, stream>>>(product_data, layout, chunk, beta,
-                                                                   unit, in, out);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
-          continue;
-        }
-        const int threads = row_threads(ceil_div(cols, 4));
-        const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)), grid_rows);
-        accumulate_kernel<Digit, T><<<grid, threads, 0, stream>>>(product_data, layout, chunk, beta,
-                                                                  unit, in, out);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        epilogue(static_cast<const Product*>(product_data), layout, chunk, unit, stream);
       }
     }
   }
+}
+
+// Blocks along the rows of a chunk's kernels: blockIdx.y walks the rows of every element.
+unsigned grid_rows_for(const Chunk& chunk) {
+  return static_cast<unsigned>(std::min<int64_t>(chunk.elements * chunk.rows, 65535));
+}
+
+// gemm_slices: each chunk's entries summed (accumulate_kernel) or correctly rounded
+// (nearest_kernel) into out.
+template <typename Digit, typename T>
+void gemm_chunks(const Operands<T>& in, const ProductShape& product, int slices, bool fast,
+                 bool nearest, int beta, int64_t budget, T* out, const at::TensorOptions& options) {
+  using Product = typename SliceKind<Digit>::Product;
+  const auto round_chunk = [&](const Product* products, const PairLayout& layout,
+                               const Chunk& chunk, double unit, cudaStream_t stream) {
+    const int64_t cols = chunk.cols;
+    if (nearest) {
+      const int threads = row_threads(cols);
+      const dim3 grid(static_cast<unsigned>(ceil_div(cols, threads)), grid_rows_for(chunk));
+      nearest_kernel<Product, T><<<grid, threads, 0, stream>>>(products, layout, chunk, beta, unit,
+                                                               in, out);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+    const int threads = row_threads(ceil_div(cols, 4));
+    const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(cols, 4), threads)),
+                    grid_rows_for(chunk));
+    accumulate_kernel<Digit, T><<<grid, threads, 0, stream>>>(products, layout, chunk, beta, unit,
+                                                              in, out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  for_each_chunk_products<Digit>(in, product, slices, fast, beta, budget, options, round_chunk);
+}
+
+// slice_levels: level l of chunk entry (e, i, j) is pair_level_sum, the value sum_levels weighs by
+// 2^(-l w), written to out[l * level_stride + chunk.out_index(e, i, j)]. One entry per thread,
+// all its levels; blockIdx.y walks the rows of every element of the chunk.
+template <typename P>
+__global__ void level_sums_kernel(const P* products, PairLayout layout, Chunk chunk, double unit,
+                                  int64_t level_stride, double* out) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= chunk.cols) return;
+  for (int64_t r = blockIdx.y; r < chunk.elements * chunk.rows; r += gridDim.y) {
+    const int64_t e = element_of(r, chunk.rows, chunk.elements), i = r - e * chunk.rows;
+    const P* element = products + e * element_products(layout);
+    const auto load = [&](int64_t index, double* v) {
+      v[0] = product_value(__ldg(element + index), unit);
+    };
+    double* entry = out + chunk.out_index(e, i, j);
+    for (int level = 0; level <= layout.top_level(); ++level) {
+      double level_sum[1];
+      pair_level_sum<1>(load, layout, i, j, level, level_sum);
+      entry[level * level_stride] = level_sum[0];
+    }
+  }
+}
+
+// slice_levels of a (batch of) k-shard(s): out (levels, batch * m, n).
+template <typename Digit, typename T>
+void level_chunks(const Operands<T>& in, const ProductShape& product, int slices, bool fast,
+                  int beta, int64_t budget, double* out, const at::TensorOptions& options) {
+  using Product = typename SliceKind<Digit>::Product;
+  const int64_t level_stride = product.batch * product.m * product.n;
+  const auto write_levels = [&](const Product* products, const PairLayout& layout,
+                                const Chunk& chunk, double unit, cudaStream_t stream) {
+    const int threads = row_threads(chunk.cols);
+    const dim3 grid(static_cast<unsigned>(ceil_div(chunk.cols, threads)), grid_rows_for(chunk));
+    level_sums_kernel<Product><<<grid, threads, 0, stream>>>(products, layout, chunk, unit,
+                                                             level_stride, out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  for_each_chunk_products<Digit>(in, product, slices, fast, beta, budget, options, write_levels);
 }
 
 at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
@@ -288,8 +356,43 @@ at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tens
   return out;
 }
 
+// Level sums of a k-shard (docs/distributed.md); csrc/cuda/levels.cu rounds their sum over the
+// shards.
+at::Tensor slice_levels(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                        const at::Tensor& tau_b, int64_t slices, bool fast, bool int8,
+                        int64_t total_k, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::slice_levels";
+  const ProductShape shape = check_slice_levels_arguments(a, bt, tau_a, tau_b, slices, total_k, op);
+  check_same_device(a, {&bt, &tau_a, &tau_b}, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  const c10::cuda::CUDAGuard guard(a.device());
+  const int64_t levels = level_count(slices, fast);
+  const auto f64 = a.options().dtype(at::kDouble);
+  if (m == 0 || n == 0 || k == 0) return at::zeros({levels, m, n}, f64);
+  const int beta = total_k_digit_bits_checked(total_k, int8, op);
+  at::Tensor out = at::empty({levels, m, n}, f64);
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    // Spans and NaN/Inf flags are not read: non-finite entries split as zero.
+    const Operands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
+                                tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
+                                nullptr, nullptr, nullptr, nullptr};
+    if (int8) {
+      level_chunks<int8_t, scalar_t>(in, shape, static_cast<int>(slices), fast, beta, budget,
+                                     out.mutable_data_ptr<double>(), a.options());
+    } else {
+      level_chunks<__half, scalar_t>(in, shape, static_cast<int>(slices), fast, beta, budget,
+                                     out.mutable_data_ptr<double>(), a.options());
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("gemm_slices", &gemm_slices); }
+TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
+  m.impl("gemm_slices", &gemm_slices);
+  m.impl("slice_levels", &slice_levels);
+}
 
 }  // namespace ozaki::cuda
