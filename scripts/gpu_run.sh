@@ -2,7 +2,8 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, rate, distributed.
+# STEP: tests, bench, study, batched, profile, rate, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
@@ -26,7 +27,9 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 
 echo "== build"
 start=$(date +%s)
-if ! OZAKI_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
+if [[ ${OZAKI_SKIP_BUILD:-0} == 1 ]]; then
+  echo "skipped (OZAKI_SKIP_BUILD=1: the build of an earlier step is used)"
+elif ! OZAKI_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   exit 1
 fi
