@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ozaki
+import ozaki.distributed.inner
 from ozaki import accuracy
 
 LAYOUT_OPTIONS = [
@@ -38,6 +39,10 @@ def layout_cases():
         for options in ({}, {"rounding": "nearest"}, {"backend": "fp16"}):
             cases.append(dict(kind="layout", layout=layout, options=options, data="phi0.5",
                               dtype="float32", shape=(9, 33, 7), split="even"))
+    # k-sharded sums combined in many row chunks (one row each), overlapped with the next chunk
+    for options in ({}, {"backend": "fp16"}, {"rounding": "nearest", "slices": 2, "fast": True}):
+        cases.append(dict(kind="layout", layout="inner", options=options, data="nonfinite",
+                          dtype="float64", shape=(13, 40, 11), split="uneven", chunk_bytes=1))
     return cases
 
 
@@ -66,7 +71,8 @@ def all_cases():
 
 def case_name(case):
     if case["kind"] == "layout":
-        return (f"{case['layout']}-{case['dtype']}-{case['data']}-{case['split']}-"
+        chunks = "-row-chunks" if "chunk_bytes" in case else ""
+        return (f"{case['layout']}{chunks}-{case['dtype']}-{case['data']}-{case['split']}-"
                 f"{'-'.join(f'{k}={v}' for k, v in case['options'].items()) or 'default'}")
     return (f"dtensor-{'x'.join(case['placements'])}-{case['entry']}-"
             f"{'-'.join(f'{k}={v}' for k, v in case['options'].items()) or 'default'}")
@@ -144,7 +150,12 @@ def run_layout_case(case, rank, world, device):
     else:
         sizes = split_sizes(k, world, case["split"])
         a, b, want = shard(A, 1, sizes, rank), shard(B, 0, sizes, rank), expected
-    got = ozaki.distributed.matmul(a.to(device), b.to(device), layout, **case["options"])
+    saved = ozaki.distributed.inner.DEFAULT_CHUNK_BYTES
+    ozaki.distributed.inner.DEFAULT_CHUNK_BYTES = case.get("chunk_bytes", saved)
+    try:
+        got = ozaki.distributed.matmul(a.to(device), b.to(device), layout, **case["options"])
+    finally:
+        ozaki.distributed.inner.DEFAULT_CHUNK_BYTES = saved
     return bitwise_difference(got, want)
 
 

@@ -15,6 +15,13 @@ from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
 from ozaki import _ops
 from ozaki import moduli as crt
 
+
+def exact_powers_of_two(exponents):
+    """2.0 ** e per entry, by math.ldexp on the host (torch.ldexp goes through torch.pow, which
+    was one ulp off on an H200)."""
+    values = [math.ldexp(1.0, e) for e in exponents.tolist()]
+    return torch.tensor(values, dtype=torch.float64, device=exponents.device)
+
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
 #: ((m, k), (n, k)) of a and bt.
 SHAPES = [pytest.param((7, 50), (5, 50), id="7x50x5"),

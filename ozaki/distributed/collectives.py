@@ -37,6 +37,13 @@ class RankGroup:
         common grid that the sum cannot leave: the callers pass only such."""
         return self._reduced(tensor, dist.ReduceOp.SUM)
 
+    def sum_started(self, tensor):
+        """Start summing `tensor` over the ranks in place; returns a handle whose wait() makes the
+        sum ready for the current stream (so the caller can compute meanwhile)."""
+        if self.size == 1:
+            return _Done()
+        return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+
     def gather_columns(self, x):
         """The ranks' (rows, k_r) tensors side by side, in rank order: (rows, sum of k_r)."""
         if self.size == 1:
@@ -63,6 +70,11 @@ class RankGroup:
     def agreed_sizes(self, size, device):
         """Every rank's `size` (an int), in rank order."""
         return self.max(_one_hot(self.rank, self.size, size, device)).tolist()
+
+
+class _Done:
+    def wait(self):
+        return True
 
 
 def _one_hot(index, length, value, device):

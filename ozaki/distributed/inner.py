@@ -54,8 +54,10 @@ def norm_exponents_from_sums(square_sums, tau):
     return torch.where(square_sums == 0, tau.long(), tau.long() - 16 + e).int()
 
 
-def _power_of_two(exponent):
-    return torch.ldexp(torch.ones_like(exponent, dtype=torch.float64), exponent)
+def power_of_two(exponent):
+    """2.0 ** exponent, exactly, from the bit pattern (normal range): torch.ldexp multiplies by
+    torch.pow(2, e), which is not exact on every device (one ulp off on an H200)."""
+    return ((exponent.long() + 1023) << 52).view(torch.float64)
 
 
 class InnerEstimates(Estimates):
@@ -86,8 +88,8 @@ class InnerEstimates(Estimates):
             digits = _ops.int8_matmul(_ops.crt_magnitude_digits(self.a, self.stats_a[0]),
                                       _ops.crt_magnitude_digits(self.bt, self.stats_b[0]))
         # As ozaki::crt_magnitude scales them: products of powers of two, exact.
-        factor_a = _power_of_two(self.stats_a[0].long() - nu_a.long() - 7)
-        factor_b = _power_of_two(self.stats_b[0].long() - nu_b.long() - 7)
+        factor_a = power_of_two(self.stats_a[0].long() - nu_a.long() - 7)
+        factor_b = power_of_two(self.stats_b[0].long() - nu_b.long() - 7)
         bound = self.group.sum(digits).double() * factor_a[:, None] * factor_b[None, :]
         return _masked_min(bound, self.stats_a, self.stats_b).item()
 
@@ -98,14 +100,36 @@ def _row_chunks(m, bytes_per_row):
     return [(i0, min(m, i0 + rows)) for i0 in range(0, m, rows)]
 
 
+def _summed_chunks(m, bytes_per_row, partial, finish, group):
+    """For each row chunk: partial(i0, i1) computes this rank's exact partial sums, their
+    all-reduce runs while the next chunk's are computed, and finish(i0, i1, sums) rounds them (in
+    chunk order; the sums are exact, so the overlap cannot change a bit)."""
+    pending = None
+    for i0, i1 in _row_chunks(m, bytes_per_row):
+        sums = partial(i0, i1)
+        started = (i0, i1, sums, group.sum_started(sums))
+        if pending is not None:
+            pending[3].wait()
+            finish(*pending[:3])
+        pending = started
+    if pending is not None:
+        pending[3].wait()
+        finish(*pending[:3])
+
+
 def _crt_rounded(a, bt, shifts, plan, dtype, group):
     shift_a, shift_b = shifts
     m, n = a.shape[0], bt.shape[0]
     C = torch.empty((m, n), dtype=dtype, device=a.device)
-    for i0, i1 in _row_chunks(m, plan.moduli * n * 4):
-        products = _ops.crt_residue_products(a[i0:i1], bt, shift_a[i0:i1], shift_b, plan.moduli,
-                                             _ops.workspace_bytes())
-        C[i0:i1] = _ops.crt_round(group.sum(products), shift_a[i0:i1], shift_b, dtype)
+
+    def partial(i0, i1):
+        return _ops.crt_residue_products(a[i0:i1], bt, shift_a[i0:i1], shift_b, plan.moduli,
+                                         _ops.workspace_bytes())
+
+    def finish(i0, i1, sums):
+        C[i0:i1] = _ops.crt_round(sums, shift_a[i0:i1], shift_b, dtype)
+
+    _summed_chunks(m, plan.moduli * n * 4, partial, finish, group)
     return C
 
 
@@ -115,12 +139,17 @@ def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_
     levels = plan.slices if plan.fast else 2 * plan.slices - 1
     C = torch.empty((m, n), dtype=dtype, device=a.device)
     undecided = torch.zeros((m, n), dtype=torch.bool, device=a.device)
-    for i0, i1 in _row_chunks(m, levels * n * 8):
-        sums = _ops.slice_levels(a[i0:i1], bt, stats_a[0][i0:i1], stats_b[0], plan.slices,
+
+    def partial(i0, i1):
+        return _ops.slice_levels(a[i0:i1], bt, stats_a[0][i0:i1], stats_b[0], plan.slices,
                                  plan.fast, int8, total_k, _ops.workspace_bytes())
+
+    def finish(i0, i1, sums):
         rows = tuple(s[i0:i1] for s in stats_a)
-        C[i0:i1], undecided[i0:i1] = _ops.round_levels(group.sum(sums), rows, stats_b, plan.slices,
-                                                       plan.fast, int8, total_k, nearest, dtype)
+        C[i0:i1], undecided[i0:i1] = _ops.round_levels(sums, rows, stats_b, plan.slices, plan.fast,
+                                                       int8, total_k, nearest, dtype)
+
+    _summed_chunks(m, levels * n * 8, partial, finish, group)
     return C, undecided
 
 
