@@ -120,7 +120,8 @@ def worker(rank, world, port, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=torch.cuda.device_count())
-    parser.add_argument("--sizes", default="16384x16384x16384,32768x32768x16384")
+    parser.add_argument("--sizes", default="16384x16384x16384,32768x32768x16384,32768x16384x32768",
+                        help="m x k x n products, comma-separated")
     parser.add_argument("--layouts", default="rows,inner")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)

@@ -221,9 +221,8 @@ def test_digit_products_add_up_to_crt_magnitude(device, dtype, shape_a, shape_b,
              for sa, sb in zip(shards(a, widths), shards(bt, widths))]
     assert torch.equal(summed(parts), whole)
     nu_a, nu_b = _ops.row_norm_exponents(a, tau_a), _ops.row_norm_exponents(bt, tau_b)
-    one = torch.ones((), dtype=torch.float64, device=device)
-    factor_a = torch.ldexp(one, (tau_a - nu_a - 7).double())
-    factor_b = torch.ldexp(one, (tau_b - nu_b - 7).double())
+    factor_a = exact_powers_of_two(tau_a - nu_a - 7)
+    factor_b = exact_powers_of_two(tau_b - nu_b - 7)
     values = summed(parts).double() * factor_a.unsqueeze(1) * factor_b.unsqueeze(0)
     mask = usable(stats_a).unsqueeze(1) & usable(stats_b).unsqueeze(0)
     smallest = values.masked_fill(~mask, float("inf")).amin()
