@@ -203,6 +203,36 @@ def run_error_checks(rank, world, device):
             return f"unexpected message: {error}"
     else:
         return "no error for inner dimensions that differ across ranks"
+    return _unsupported_inputs_raise(device)
+
+
+def _unsupported_inputs_raise(device):
+    """Inputs that would be silently wrong are refused with a message saying why."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    A = torch.ones((4, 6), dtype=torch.float64, device=device)
+    checks = [
+        (lambda: ozaki.distributed.matmul(A.requires_grad_(), A.t(), "rows"), NotImplementedError,
+         "gradients through distributed products are not supported"),
+        (lambda: ozaki.matmul(distribute_tensor(A.detach().to(torch.complex128), mesh, [Shard(0)]),
+                              distribute_tensor(A.detach().t().to(torch.complex128), mesh,
+                                                [Shard(1)])),
+         TypeError, "complex DTensors are not supported"),
+        (lambda: ozaki.gemm(distribute_tensor(A.detach(), mesh, [Shard(0)]), A.detach().t()),
+         TypeError, "DTensor operands are taken by ozaki.matmul"),
+        (lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "diagonal"), ValueError,
+         "layout must be one of"),
+    ]
+    for call, error, message in checks:
+        try:
+            call()
+        except error as raised:
+            if message not in str(raised):
+                return f"unexpected message: {raised}"
+        else:
+            return f"no {error.__name__} ({message})"
     return None
 
 

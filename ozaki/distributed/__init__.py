@@ -81,3 +81,13 @@ def _check_local(name, a, b):
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{name}: a_local is {tuple(a.shape)} and b_local is {tuple(b.shape)}; "
                          "a_local.shape[1] must equal b_local.shape[0]")
+    check_no_grad(name, a, b)
+
+
+def check_no_grad(name, *tensors):
+    """Distributed products are not recorded by autograd: refuse rather than return a result
+    whose gradient would silently be missing."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise NotImplementedError(f"{name}: gradients through distributed products are not "
+                                  "supported; call it under torch.no_grad() or pass detached "
+                                  "tensors")

@@ -43,7 +43,7 @@ def dtensor_product(name, A, B, dtype, options):
     """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh."""
     from torch.distributed.tensor import DTensor
 
-    from . import matmul as distributed_matmul
+    from . import check_no_grad, matmul as distributed_matmul
     from ..product import real_product
 
     if not (is_dtensor(A) and is_dtensor(B)):
@@ -57,6 +57,10 @@ def dtensor_product(name, A, B, dtype, options):
         raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
                          f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
                          "ozaki.distributed.matmul on a process group)")
+    if dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"{name}: DTensor operands must be float64 or float32, got {dtype} "
+                        "(complex DTensors are not supported)")
+    check_no_grad(name, A, B)
     for arg, t in (("A", A), ("B", B)):
         if t.dtype != dtype:
             raise TypeError(f"{name}: {arg} must be {dtype}, got {t.dtype}")
