@@ -37,25 +37,12 @@ class RankGroup:
         common grid that the sum cannot leave: the callers pass only such."""
         return self._reduced(tensor, dist.ReduceOp.SUM)
 
-    def sum_scatter_started(self, stacked):
-        """Start summing `stacked` (size * share, ...) over the ranks so that this rank receives
-        the sum of block [rank * share, (rank + 1) * share) along dim 0; returns (that block's
-        tensor, a handle whose wait() makes it ready for the current stream). The caller computes
-        meanwhile."""
-        share = stacked.shape[0] // self.size
+    def sum_started(self, tensor):
+        """Start summing `tensor` over the ranks in place; returns a handle whose wait() makes the
+        sum ready for the current stream (so the caller can compute meanwhile)."""
         if self.size == 1:
-            return stacked, _Done()
-        out = stacked.new_empty((share, *stacked.shape[1:]))
-        return out, dist.reduce_scatter_tensor(out, stacked, op=dist.ReduceOp.SUM,
-                                               group=self.group, async_op=True)
-
-    def gather_rows(self, block):
-        """Every rank's (share, ...) block, stacked in rank order: (size * share, ...)."""
-        if self.size == 1:
-            return block
-        parts = [torch.empty_like(block) for _ in range(self.size)]
-        dist.all_gather(parts, block.contiguous(), group=self.group)
-        return torch.cat(parts)
+            return _Done()
+        return dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
 
     def gather_columns(self, x):
         """The ranks' (rows, k_r) tensors side by side, in rank order: (rows, sum of k_r)."""

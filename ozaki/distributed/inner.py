@@ -100,39 +100,21 @@ def _row_chunks(m, bytes_per_row):
     return [(i0, min(m, i0 + rows)) for i0 in range(0, m, rows)]
 
 
-def _summed_chunks(m, bytes_per_row, partial, finish, outputs, group):
-    """For each row chunk: partial(i0, i1) computes this rank's exact partial sums, (levels,
-    i1 - i0, n); a reduce-scatter sums them over the ranks, handing each rank an equal share of the
-    chunk's rows (the chunk padded with zero rows), while the next chunk's partial sums are
-    computed; finish(r0, r1, sums) rounds the rank's rows [r0, r1) into `outputs`, and the shares
-    of every output are all-gathered, so every rank ends with all of them. The sums are exact, so
-    neither the overlap nor the split can change a bit; each rank rounds 1/size of C and sends
-    half of what an all-reduce would."""
-    def complete(i0, i1, share, stacked, sums, started):
-        started.wait()
-        r0 = min(i1, i0 + group.rank * share)
-        r1 = min(i1, r0 + share)
-        if r1 > r0:
-            finish(r0, r1, sums[:r1 - r0].transpose(0, 1).contiguous())
-        for out in outputs:
-            block = out.new_zeros((share, *out.shape[1:]))
-            block[:r1 - r0] = out[r0:r1]
-            out[i0:i1] = group.gather_rows(block)[:i1 - i0]
-
+def _summed_chunks(m, bytes_per_row, partial, finish, group):
+    """For each row chunk: partial(i0, i1) computes this rank's exact partial sums, their
+    all-reduce runs while the next chunk's are computed, and finish(i0, i1, sums) rounds them (in
+    chunk order; the sums are exact, so the overlap cannot change a bit)."""
     pending = None
     for i0, i1 in _row_chunks(m, bytes_per_row):
-        parts = partial(i0, i1)
-        share = -(-(i1 - i0) // group.size)
-        stacked = parts.new_zeros((share * group.size, parts.shape[0], *parts.shape[2:]))
-        stacked[:i1 - i0] = parts.transpose(0, 1)  # rows first: a rank's share is one block
-        del parts
-        # stacked stays referenced until its reduce-scatter has completed
-        started = (i0, i1, share, stacked, *group.sum_scatter_started(stacked))
+        sums = partial(i0, i1)
+        started = (i0, i1, sums, group.sum_started(sums))
         if pending is not None:
-            complete(*pending)
+            pending[3].wait()
+            finish(*pending[:3])
         pending = started
     if pending is not None:
-        complete(*pending)
+        pending[3].wait()
+        finish(*pending[:3])
 
 
 def _crt_rounded(a, bt, shifts, plan, dtype, group):
@@ -147,7 +129,7 @@ def _crt_rounded(a, bt, shifts, plan, dtype, group):
     def finish(i0, i1, sums):
         C[i0:i1] = _ops.crt_round(sums, shift_a[i0:i1], shift_b, dtype)
 
-    _summed_chunks(m, plan.moduli * n * 4, partial, finish, [C], group)
+    _summed_chunks(m, plan.moduli * n * 4, partial, finish, group)
     return C
 
 
@@ -167,7 +149,7 @@ def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_
         C[i0:i1], undecided[i0:i1] = _ops.round_levels(sums, rows, stats_b, plan.slices, plan.fast,
                                                        int8, total_k, nearest, dtype)
 
-    _summed_chunks(m, levels * n * 8, partial, finish, [C, undecided.view(torch.uint8)], group)
+    _summed_chunks(m, levels * n * 8, partial, finish, group)
     return C, undecided
 
 
