@@ -48,7 +48,7 @@ class RankGroup:
         """The ranks' (rows, k_r) tensors side by side, in rank order: (rows, sum of k_r)."""
         if self.size == 1:
             return x
-        widths = self.max(_one_hot(self.rank, self.size, x.shape[1], x.device)).tolist()
+        widths = self.agreed_sizes(x.shape[1], x.device)
         padded = torch.zeros((x.shape[0], max(widths)), dtype=x.dtype, device=x.device)
         padded[:, :x.shape[1]] = x
         parts = [torch.empty_like(padded) for _ in range(self.size)]
