@@ -74,6 +74,10 @@ struct CrtProduct {
   static constexpr uint32_t limb1 = product_limbs(N, -1).w[1];
   static constexpr uint32_t limb2 = product_limbs(N, -1).w[2];
   static constexpr uint32_t limb3 = product_limbs(N, -1).w[3];
+  // 1 / P in float64 (P from its limbs: three roundings, then the division's).
+  static constexpr double reciprocal =
+      1.0 / (((double(limb3) * 4294967296.0 + double(limb2)) * 4294967296.0 + double(limb1)) *
+                 4294967296.0 + double(limb0));
 };
 
 // Calls f(std::integral_constant<int, I>{}) for I = 0 .. N - 1, so each modulus is a compile-time
@@ -116,28 +120,63 @@ OZAKI_HD int64_t scaled_integer(double a, int shift) {
   return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }
 
-// The symmetric residue of x modulo P, from |x| cut into 21-bit parts (every partial sum below
-// 2^31, so one 32-bit remainder by a constant does the reduction).
-template <int P>
-OZAKI_HD int symmetric_residue(int64_t x) {
-  constexpr uint32_t r21 = (uint32_t(1) << 21) % P;
-  constexpr uint32_t r42 = static_cast<uint32_t>((uint64_t(1) << 42) % P);
+// |x| of a scaled integer (|x| <= 2^62 + 1) cut into 21-bit parts, shared by every modulus's
+// residue, with x itself (its low byte is the residue modulo 256).
+struct ResidueParts {
+  int64_t value;
+  uint32_t low, mid, high;
+  bool negative;
+};
+OZAKI_HD ResidueParts residue_parts(int64_t x) {
   const uint64_t m = x < 0 ? static_cast<uint64_t>(-x) : static_cast<uint64_t>(x);
   constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
-  const uint32_t sum = static_cast<uint32_t>(m & mask) + static_cast<uint32_t>((m >> 21) & mask) * r21 +
-                       static_cast<uint32_t>(m >> 42) * r42;
-  uint32_t r = sum % P;
-  if (x < 0 && r != 0) r = P - r;
-  return static_cast<int>(r) > (P - 1) / 2 ? static_cast<int>(r) - P : static_cast<int>(r);
+  return {x, static_cast<uint32_t>(m & mask), static_cast<uint32_t>((m >> 21) & mask),
+          static_cast<uint32_t>(m >> 42), x < 0};
 }
 
-// Writes the N residues of RN(a * 2^shift) through store(i, residue).
-template <int N, typename Store>
+// x mod P for x < 2^31 and 128 < P < 256, by one multiply-high: with M = ceil(2^39 / P) < 2^32,
+// floor(x M / 2^39) = floor(x / P) because x (M P - 2^39) < 2^31 P <= 2^39. (The compiler's
+// remainder by a constant must cover all 32-bit x and needs a longer sequence for most P.)
+template <uint32_t P>
+OZAKI_HD uint32_t remainder_below_2_31(uint32_t x) {
+  static_assert(P > 128 && P < 256);
+  constexpr uint64_t M = ((uint64_t(1) << 39) + P - 1) / P;
+#ifdef __CUDA_ARCH__
+  const uint32_t q = __umulhi(x, static_cast<uint32_t>(M)) >> 7;
+#else
+  const uint32_t q = static_cast<uint32_t>((uint64_t(x) * M) >> 39);
+#endif
+  return x - q * P;
+}
+
+// The symmetric residue of W * x modulo P (W: 1 for A, the CRT weight for B, see
+// crt_reconstruct). 256: the low byte of W * x read as two's complement, [-128, 127]. Odd P:
+// W * (m_0 + m_1 2^21 + m_2 2^42) reduced through constants below P, shifted by (P - 1) / 2 so that
+// one 32-bit remainder by the compile-time P (a multiply-shift) lands in [-(P - 1) / 2,
+// (P - 1) / 2], then the sign (the range is symmetric, so the residue of -|x| is minus |x|'s).
+template <int P, int W>
+OZAKI_HD int symmetric_residue(const ResidueParts& x) {
+  if constexpr (P == 256) {
+    return static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(x.value) * W));
+  } else {
+    constexpr uint32_t half = (P - 1) / 2;
+    constexpr uint32_t c0 = W % P;
+    constexpr uint32_t c1 = static_cast<uint32_t>((uint64_t(1) << 21) % P * W % P);
+    constexpr uint32_t c2 = static_cast<uint32_t>((uint64_t(1) << 42) % P * W % P);
+    const uint32_t sum = x.low * c0 + x.mid * c1 + x.high * c2 + half;  // < 2^31
+    const int r = static_cast<int>(remainder_below_2_31<P>(sum)) - static_cast<int>(half);
+    return x.negative ? -r : r;
+  }
+}
+
+// Writes the N residues of RN(a * 2^shift) through store(i, residue); weighted: those of
+// y_i RN(a * 2^shift) (B's, see crt_reconstruct).
+template <int N, bool weighted, typename Store>
 OZAKI_HD void residues_of(double a, int shift, Store store) {
-  const int64_t x = scaled_integer(a, shift);
+  const ResidueParts x = residue_parts(scaled_integer(a, shift));
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
-    store(i, symmetric_residue<kModuli[i]>(x));
+    store(i, symmetric_residue<kModuli[i], weighted ? CrtTerm<N, i>::inverse : 1>(x));
   });
 }
 
@@ -179,30 +218,40 @@ OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative,
   return negative ? -value : value;
 }
 
-// The exact X = (A'B')_ij, |X| < P / 2, from its residues r_i = X mod p_i (residues[i] is the
-// INT32 GEMM result of modulus i, any representative), rounded once: RN(X * 2^unit) in `format`.
-// The caller loads all N results first, so they are in flight together.
-//   S = sum_i u_i (P / p_i) with u_i = r_i (P / p_i)^-1 mod p_i is X mod P, and
-//   S / P = sum_i u_i / p_i = q + X / P, so q = rint(sum_i u_i / p_i) (the plan keeps |X| / P at
-//   most 1/2 - 2^-30, far above the float error of that sum) and X = S - q P.
+// The exact X = (A'B')_ij, |X| < P / 2, from R_i = y_i X mod p_i (residues[i]: the INT32 GEMM
+// result of modulus i, whose B residues carry the weight y_i = (P / p_i)^-1 mod p_i; any
+// representative with |R_i| < 2^31 - 2^14, which exact GEMMs with k <= kCrtMaxInner meet), rounded
+// once: RN(X * 2^unit) in `format`. The caller loads all N results first, so they are in flight
+// together.
+//   u_i = R_i mod p_i, S = sum_i u_i (P / p_i) is X mod P, and S / P = q + X / P, so
+//   q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30, far above the float error of
+//   S / P taken from S's limbs) and X = S - q P.
 template <int N>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, int64_t unit, RoundingFormat format) {
   uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
-  double fraction = 0.0;
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
-    constexpr int p = kModuli[i];
+    constexpr uint32_t p = kModuli[i];
     using Term = CrtTerm<N, i>;
-    int r = residues[i] % p;
-    if (r < 0) r += p;
-    const uint32_t u = static_cast<uint32_t>(r * Term::inverse) % p;
-    fraction += static_cast<double>(u) * (1.0 / p);
+    uint32_t u;
+    if constexpr (p == 256) {
+      u = static_cast<uint32_t>(residues[i]) & 255u;
+    } else {
+      // R_i + a multiple of p at least 2^31 - 2^14: in [0, 2^32), one unsigned remainder.
+      constexpr uint32_t offset = ((uint32_t(1) << 31) - (uint32_t(1) << 14) + p - 1) / p * p;
+      u = (static_cast<uint32_t>(residues[i]) + offset) % p;
+    }
     limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
     limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
     limbs[2] += static_cast<uint64_t>(u) * Term::partial2;
     limbs[3] += static_cast<uint64_t>(u) * Term::partial3;
   });
-  const int64_t q = static_cast<int64_t>(rint(fraction));
+  // S / P in float64: the limbs are exact doubles (below 2^44), three additions and the
+  // reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P < 16.
+  constexpr double limb = 4294967296.0;  // 2^32
+  const double s = ((static_cast<double>(limbs[3]) * limb + static_cast<double>(limbs[2])) * limb +
+                    static_cast<double>(limbs[1])) * limb + static_cast<double>(limbs[0]);
+  const int64_t q = static_cast<int64_t>(rint(s * CrtProduct<N>::reciprocal));
   // X = S - q P, carried into two's complement 128 bits, then its sign and magnitude.
   const int64_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
                               CrtProduct<N>::limb3};

@@ -2,13 +2,14 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, rate, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, rate, blocks, distributed. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
 # profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
+# blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
 # ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py).
 set -uo pipefail
@@ -71,6 +72,10 @@ if [[ ,$what, == *,distributed,* ]]; then
   echo "== several GPUs"
   python3 scripts/distributed_bench.py --out "$OUT" 2>&1 | tee "$OUT/distributed.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,blocks,* ]]; then
+  echo "== INT8 GEMM column blocks"
+  python3 scripts/int8_blocks.py 2>&1 | tee "$OUT/int8_blocks.log"
 fi
 if [[ ,$what, == *,rate,* ]]; then
   echo "== INT8 GEMM rates"

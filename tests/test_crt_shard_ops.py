@@ -97,10 +97,10 @@ def test_summed_residue_products_round_to_gemm_crt(device, dtype, shape_a, shape
             assert_bitwise_equal(_ops.crt_round(products, shift_a, shift_b, dtype), expected)
 
 
-def residue_reference(x, shift, p):
-    """Symmetric residues mod p of RN(x 2^shift) (ties to even), exactly in int64."""
+def residue_reference(x, shift, p, weight=1):
+    """Symmetric residues mod p of weight * RN(x 2^shift) (ties to even), exactly in int64."""
     scaled = torch.round(torch.ldexp(x.double(), shift.double().unsqueeze(1))).long()
-    r = torch.remainder(scaled, p)
+    r = torch.remainder(torch.remainder(scaled, p) * weight, p)
     return torch.where(r > (p - 1) // 2, r - p, r)
 
 
@@ -112,8 +112,11 @@ def test_residue_products_are_the_exact_products_of_residues(device, dtype):
     shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, crt.MAX_MODULI)
     out = _ops.crt_residue_products(a, bt, shift_a, shift_b, crt.MAX_MODULI).cpu()
     a, bt, shift_a, shift_b = a.cpu(), bt.cpu(), shift_a.cpu(), shift_b.cpu()
+    product = crt.moduli_product(crt.MAX_MODULI)
     for i, p in enumerate(crt.MODULI):
-        ra, rb = residue_reference(a, shift_a, p), residue_reference(bt, shift_b, p)
+        # B's residues carry the CRT weight (P / p)^-1 mod p (docs/algorithm.md, section 9.3)
+        weight = pow(product // p, -1, p)
+        ra, rb = residue_reference(a, shift_a, p), residue_reference(bt, shift_b, p, weight)
         assert torch.equal(out[i], (ra.double() @ rb.double().T).int()), p  # float64: exact
 
 

@@ -125,14 +125,15 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
   return digits;
 }
 
-// Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l].
-template <int N, typename T>
+// Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l]
+// (weighted: B's, see crt_reconstruct).
+template <int N, bool weighted, typename T>
 void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* shift, double* out) {
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t l = 0; l < k; ++l) {
-        residues_of<N>(static_cast<double>(a[(first + r) * k + l]), shift[first + r],
-                       [&](int i, int residue) { out[(i * count + r) * k + l] = residue; });
+        residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), shift[first + r],
+                                 [&](int i, int residue) { out[(i * count + r) * k + l] = residue; });
       }
     }
   });
@@ -154,11 +155,11 @@ void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int
   for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
     const int64_t cols = std::min(plan.cols, n - j0);
     at::Tensor b_res = at::empty({N, cols, k}, f64);
-    residue_rows<N>(b_data, k, j0, cols, shift_b, b_res.mutable_data_ptr<double>());
+    residue_rows<N, true>(b_data, k, j0, cols, shift_b, b_res.mutable_data_ptr<double>());
     for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
       const int64_t rows = std::min(plan.rows, m - i0);
       at::Tensor a_res = at::empty({N, rows, k}, f64);
-      residue_rows<N>(a_data, k, i0, rows, shift_a, a_res.mutable_data_ptr<double>());
+      residue_rows<N, false>(a_data, k, i0, rows, shift_a, a_res.mutable_data_ptr<double>());
       const at::Tensor products = at::bmm(a_res, b_res.transpose(1, 2)).contiguous();  // exact
       finish(products.const_data_ptr<double>(), i0, rows, j0, cols);
     }

@@ -55,9 +55,7 @@ __global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, Write wri
   const int64_t row = blockIdx.x;
   const int row_tau = tau[row];
   unsigned long long sum = 0;  // exact: integers, any order
-  for (int64_t l = threadIdx.x; l < k; l += blockDim.x) {
-    sum += norm_square_units(static_cast<double>(a[row * k + l]), row_tau);
-  }
+  for_row_entries(a + row * k, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), row_tau); });
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   __shared__ unsigned long long warp_sum[kNormThreads / 32];
   if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
@@ -239,7 +237,7 @@ struct CrtOperands {
 // Each thread turns 8 consecutive entries of a row into their N residues and stores each
 // modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
 // out[((e * N + i) * blocks.count + r) * k_stride + l].
-template <int N, typename T>
+template <int N, bool weighted, typename T>
 __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                                 const int* shift, int8_t* out) {
   constexpr int kGroup = 8;
@@ -258,7 +256,8 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
 #pragma unroll
     for (int c = 0; c < kGroup; ++c) {
       const double x = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
-      residues_of<N>(x, row_shift, [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
+      residues_of<N, weighted>(x, row_shift,
+                               [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
     }
     int8_t* element_out = out + e * N * blocks.count * k_stride;
 #pragma unroll
@@ -269,49 +268,67 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
   }
 }
 
-template <int N, typename T>
+template <int N, bool weighted, typename T>
 void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                      const int* shift, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
   constexpr int threads = 256;
-  residues_kernel<N, T><<<grid_for(blocks.total() * (k_stride / 8), threads), threads, 0, stream>>>(
+  residues_kernel<N, weighted, T><<<grid_for(blocks.total() * (k_stride / 8), threads), threads, 0, stream>>>(
       a, k, blocks, k_stride, shift, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// C_ij rebuilt from its N INT32 results, modulus i's at entry[i * plane], and rounded once:
-// gemm_crt's and crt_round's entries alike. All N loads are issued before the reconstruction (the
-// shifts are references so they are read after them, as the kernel was first written and tuned).
-template <int N, typename T>
-__device__ __forceinline__ double crt_entry(const int32_t* entry, int64_t plane, const int& shift_a,
-                                            const int& shift_b) {
-  int32_t residues[N];
-#pragma unroll
-  for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(entry + modulus * plane);
-  const int64_t unit = -(int64_t(shift_a) + shift_b);
-  return crt_reconstruct<N>(residues, unit, format_of<T>());
-}
+// Entries per thread of the reconstruction: 4 consecutive columns, so each modulus's results come
+// in one 16-byte load (result rows are padded to kResultAlign = 4 entries, and so aligned).
+constexpr int kReconstructColumns = 4;
+constexpr int kReconstructThreads = 256;
 
-// One entry per thread: the N INT32 results of (e, i, j) rebuilt into the exact integer and
-// rounded once; rows or columns with NaN/Inf get the IEEE answer. Modulus i's results of element e
-// are the plane products + (e * N + i) * rows * ld.
+// The N INT32 results of each entry (e, i, j) rebuilt into the exact integer and rounded once;
+// rows or columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the
+// plane products + (e * N + i) * rows * ld. Rows of the chunk (all elements') go along grid y,
+// groups of 4 columns along x and the threads: no per-entry index division.
 template <int N, typename T>
 __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                    CrtOperands<T> in, T* out) {
+  static_assert(kResultAlign % kReconstructColumns == 0);
   const int64_t plane = chunk.rows * ld;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t e, i, j;
-    chunk.entry(t, &e, &i, &j);
-    const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
-    double value;
-    if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
-      value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
-    } else {
-      value = crt_entry<N, T>(products + e * N * plane + i * ld + j, plane, in.shift_a[gi],
-                              in.shift_b[gj]);
+  const int64_t groups = ld / kReconstructColumns;
+  for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
+    const int64_t e = element_of(row, chunk.rows, chunk.elements);
+    const int64_t i = row - e * chunk.rows;
+    const int64_t gi = chunk.a_row(e, i);
+    const bool row_nonfinite = in.nonfinite_a[gi];
+    const int shift_a = in.shift_a[gi];
+    const int32_t* row_products = products + e * N * plane + i * ld;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t j0 = g * kReconstructColumns;
+      int4 loaded[N];  // all N loads in flight before the arithmetic
+#pragma unroll
+      for (int modulus = 0; modulus < N; ++modulus) {
+        loaded[modulus] = __ldg(reinterpret_cast<const int4*>(row_products + modulus * plane + j0));
+      }
+#pragma unroll
+      for (int c = 0; c < kReconstructColumns; ++c) {
+        const int64_t j = j0 + c;
+        if (j >= chunk.cols) break;
+        const int64_t gj = chunk.b_row(e, j);
+        double value;
+        if (row_nonfinite || in.nonfinite_b[gj]) {
+          value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
+        } else {
+          int32_t residues[N];
+#pragma unroll
+          for (int modulus = 0; modulus < N; ++modulus) {
+            const int4& r = loaded[modulus];
+            residues[modulus] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
+          }
+          const int64_t unit = -(int64_t(shift_a) + in.shift_b[gj]);
+          value = crt_reconstruct<N>(residues, unit, format_of<T>());
+        }
+        out[chunk.out_index(e, i, j)] = static_cast<T>(value);
+      }
     }
-    out[chunk.out_index(e, i, j)] = static_cast<T>(value);
   }
 }
 
@@ -347,17 +364,17 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
     if (single_row_chunk) {
-      launch_residues<N>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.shift_a, a_res,
+      launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.shift_a, a_res,
                          stream);
     }
     for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
       const int64_t cols = std::min(chunk_cols, n - j0);
-      launch_residues<N>(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride,
+      launch_residues<N, true>(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride,
                          in.shift_b, b_res, stream);
       for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
         const int64_t rows = std::min(chunk_rows, m - i0);
         if (!single_row_chunk) {
-          launch_residues<N>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
+          launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
                              in.shift_a, a_res, stream);
         }
         // Element e's residues and results of every modulus follow element e - 1's.
@@ -379,9 +396,12 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
                      const at::TensorOptions& options) {
   const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
-    constexpr int threads = 256;
-    reconstruct_kernel<N, T><<<grid_for(chunk.entries(), threads), threads, 0, stream>>>(
-        products, ld, chunk, in, out);
+    // x covers a row's column groups, y the rows, within grid_for's cap on all blocks.
+    const int64_t rows = chunk.elements * chunk.rows;
+    const int x = grid_for(ld / kReconstructColumns, kReconstructThreads);
+    const int cap = grid_for(rows * ld, kReconstructThreads * kReconstructColumns);
+    const dim3 grid(x, static_cast<unsigned>(std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535))));
+    reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   residue_product_chunks<N>(in, product, budget, options, round_chunk);
@@ -462,7 +482,11 @@ __global__ void round_products_kernel(const int32_t* products, int64_t m, int64_
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < entries;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t / n, j = t - i * n;
-    out[t] = static_cast<T>(crt_entry<N, T>(products + t, entries, shift_a[i], shift_b[j]));
+    int32_t residues[N];
+#pragma unroll
+    for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(products + modulus * entries + t);
+    const int64_t unit = -(int64_t(shift_a[i]) + shift_b[j]);
+    out[t] = static_cast<T>(crt_reconstruct<N>(residues, unit, format_of<T>()));
   }
 }
 

@@ -10,22 +10,24 @@
 
 namespace ozaki::cuda {
 
-// Output columns per cuBLAS call. On the H100 cuBLAS's default algorithm for an INT8 GEMM with
-// 16384 output columns picks a tile that runs at 787-794 TOPS; the same product as two calls of
-// 8192 columns runs at 1472-1513 TOPS, and 8192 columns as two calls of 4096 at 1442 against 1348
-// TOPS in one call (scripts/int8_rate.cu, scripts/int8_blocks.py; docs/benchmarks.md). So from
-// 8192 columns on, the columns go in at least two calls of at most 8192. OZAKI_INT8_BLOCK (a
-// fixed width) overrides it for tuning.
-inline int64_t int8_column_block(int64_t cols) {
+// Output columns per cuBLAS call. On the H100 cuBLAS's default algorithm picks slow tiles for some
+// wide INT8 GEMMs (scripts/int8_blocks.py, scripts/int8_rate.cu; docs/benchmarks.md): 16384^3 in
+// one call ran at 787-794 TOPS, as two calls of 8192 columns at 1472-1537; with 16384 rows, 8192
+// columns and k = 16384 one call ran at 1537 against 1455 in two of 4096, but with k = 4096 at 1323
+// against 1517; 8192 rows and 8192 columns at 1226 in one call against 1417 in two. So from 8192
+// columns on, the columns go in calls of at most 8192 (16384 rows and k or more) or 4096.
+// OZAKI_INT8_BLOCK (a fixed width) overrides it for tuning.
+inline int64_t int8_column_block(int64_t rows, int64_t cols, int64_t k) {
   static const int64_t fixed = [] {
     const char* value = std::getenv("OZAKI_INT8_BLOCK");
     const long parsed = value != nullptr ? std::strtol(value, nullptr, 10) : 0;
     return parsed > 0 ? static_cast<int64_t>(parsed) : int64_t(0);
   }();
   if (fixed > 0) return fixed;
-  constexpr int64_t kWidest = 8192;
-  if (cols < kWidest) return cols;
-  const int64_t calls = std::max<int64_t>(2, (cols + kWidest - 1) / kWidest);
+  constexpr int64_t kSplitFrom = 8192;
+  if (cols < kSplitFrom) return cols;
+  const int64_t widest = rows >= 16384 && k >= 16384 ? 8192 : 4096;
+  const int64_t calls = (cols + widest - 1) / widest;
   return ((cols + calls - 1) / calls + 63) / 64 * 64;
 }
 
@@ -36,7 +38,7 @@ inline int64_t int8_column_block(int64_t cols) {
 inline void exact_int8_gemm_batched(cublasHandle_t handle, const int8_t* b, const int8_t* a,
                                     int64_t cols, int64_t rows, int64_t k_stride, int32_t* out,
                                     int64_t ld, const GemmBatch& batch) {
-  const int64_t block = int8_column_block(cols);
+  const int64_t block = int8_column_block(rows, cols, k_stride);
   for (int64_t c0 = 0; c0 < cols; c0 += block) {
     tn_gemm<int8_t, int32_t, int32_t>(handle, b + c0 * k_stride, a, std::min(block, cols - c0),
                                       rows, k_stride, out + c0, ld, batch,

@@ -22,7 +22,7 @@ __global__ void row_stats_kernel(const T* a, int64_t k, int* tau, int* bit_span,
   const int64_t row = blockIdx.x;
   const T* entries = a + row * k;
   RowStats stats;
-  for (int64_t l = threadIdx.x; l < k; l += blockDim.x) stats.add(static_cast<double>(entries[l]));
+  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });  // max/min: order-free
   for (int offset = 16; offset > 0; offset /= 2) {
     stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
                 __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
