@@ -203,6 +203,15 @@ inline void check_int8_operands(const at::Tensor& a, const at::Tensor& bt, const
   check_crt_inner(a.size(1), op);
 }
 
+// The argument of ozaki::transposed: a float64 or float32 (k, n) matrix or (batch, k, n) batch,
+// any strides.
+inline void check_transposed_argument(const at::Tensor& b, const char* op) {
+  TORCH_CHECK(b.dim() == 2 || b.dim() == 3, op, ": b must be 2-D (k, n) or 3-D (batch, k, n), got ",
+              b.dim(), "-D of shape ", b.sizes());
+  TORCH_CHECK(b.scalar_type() == at::kDouble || b.scalar_type() == at::kFloat, op,
+              ": b must be float64 or float32, got ", b.scalar_type());
+}
+
 // Slices are stored with rows padded to a multiple of 8 halves (16 bytes) for the tensor cores;
 // the padding holds zeros, which add nothing to the exact products.
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }

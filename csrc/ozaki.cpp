@@ -81,6 +81,10 @@ TORCH_LIBRARY(ozaki, m) {
   // a @ bt.T of int8 (m, k) and (n, k) matrices with exact int32 accumulation (k < 2^17): the
   // tensor-core GEMM both INT8 backends run, exposed for benchmarks and tests.
   m.def("int8_matmul(Tensor a, Tensor bt) -> Tensor");
+  // b.mT.contiguous() of a float64/float32 (k, n) or (batch, k, n) tensor of any strides, always a
+  // fresh tensor: B's columns as the contiguous rows bt that the product operators take. On CUDA a
+  // tiled shared-memory transpose (coalesced reads and writes) instead of torch's strided copy.
+  m.def("transposed(Tensor b) -> Tensor");
   // The public product, D = alpha * A @ B + beta * C with BLAS semantics (alpha = 0 reads neither
   // A nor B, beta = 0 never reads C) for float64/float32/complex128/complex64 (m, k) x (k, n)
   // matrices or (batch, m, k) x (batch, k, n) batches; the rest are ozaki.dgemm's options. Its

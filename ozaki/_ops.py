@@ -30,6 +30,12 @@ def workspace_bytes() -> int:
     return megabytes << 20
 
 
+def transposed(b: torch.Tensor) -> torch.Tensor:
+    """b.mT.contiguous() of a float64/float32 (k, n) or (batch, k, n) tensor, always a fresh
+    tensor; on CUDA a tiled shared-memory transpose."""
+    return torch.ops.ozaki.transposed(b)
+
+
 def row_stats(a: torch.Tensor):
     """Per row of a contiguous (rows, k) matrix: (tau, bit_span, nonfinite)."""
     return torch.ops.ozaki.row_stats(a)

@@ -130,3 +130,8 @@ def _crt_residue_products_fake(a, bt, shift_a, shift_b, moduli, workspace_bytes)
 @torch.library.register_fake("ozaki::crt_round")
 def _crt_round_fake(products, shift_a, shift_b, dtype):
     return products.new_empty(products.shape[1:], dtype=dtype)
+
+
+@torch.library.register_fake("ozaki::transposed")
+def _transposed_fake(b):
+    return b.new_empty((*b.shape[:-2], b.shape[-1], b.shape[-2]))

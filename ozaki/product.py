@@ -85,7 +85,16 @@ def _check_options(name, slices, fast, rounding, backend="auto", moduli=None):
 def _row_operands(A, B):
     """A with contiguous rows and B's columns as contiguous rows (no copy for B = X.t(), or X.mT
     in a batch)."""
-    return A.contiguous(), B.mT.contiguous()
+    return _contiguous_rows(A), _contiguous_rows(B.mT)
+
+
+def _contiguous_rows(x):
+    """x itself when contiguous, else a contiguous copy: on CUDA by ozaki::transposed of x.mT, a
+    tiled transpose with coalesced reads and writes (torch's strided copy took 3.0 ms for a
+    16384^2 float64 B on an H100)."""
+    if x.is_contiguous() or x.device.type != "cuda":
+        return x.contiguous()
+    return _ops.transposed(x.mT)
 
 
 def _flat_rows(x):

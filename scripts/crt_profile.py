@@ -22,6 +22,11 @@ from ozaki import accuracy
 
 
 def time_ms(fn, repeats):
+    return statistics.median(times_ms(fn, repeats))
+
+
+def times_ms(fn, repeats):
+    """Milliseconds of each of `repeats` calls after one warm-up call."""
     fn()
     torch.cuda.synchronize()
     times = []
@@ -32,7 +37,7 @@ def time_ms(fn, repeats):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return times
 
 
 FAMILIES = [("reconstruct", "reconstruct"), ("residues", "residues"), ("magnitude", "magnitude"),
@@ -86,18 +91,20 @@ def main():
             return float(np.median(rel)), float(np.max(rel))
 
         def record(label, dtype, fn, plan=None, profile=False):
-            ms = time_ms(fn, args.repeats)
+            times = times_ms(fn, args.repeats)
+            ms = statistics.median(times)
             C = fn()
             med, mx = errors(C, dtype)
             row = {"shape": [m, k, n], "label": label, "ms": ms, "tflops": flops / ms / 1e9,
                    "median_rel_err": med, "max_rel_err": mx,
-                   "plan": str(plan) if plan is not None else None}
+                   "plan": str(plan) if plan is not None else None, "repeats_ms": times}
             if profile:
                 row["breakdown_ms"] = breakdown(fn)
             results.append(row)
             parts = "" if not profile else "  [" + ", ".join(
                 f"{f} {t:.2f}" for f, t in sorted(row["breakdown_ms"].items(), key=lambda x: -x[1])) + "]"
-            print(f"{m}x{k}x{n} {label:28s} {ms:9.2f} ms {row['tflops']:7.1f} TFLOPS  "
+            print(f"{m}x{k}x{n} {label:28s} {ms:9.2f} ms ({min(times):.2f}-{max(times):.2f}) "
+                  f"{row['tflops']:7.1f} TFLOPS  "
                   f"err {med:.1e} / {mx:.1e}{parts}", flush=True)
             del C
             torch.cuda.empty_cache()
