@@ -120,18 +120,18 @@ OZAKI_HD int64_t scaled_integer(double a, int shift) {
   return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }
 
-// |x| of a scaled integer (|x| <= 2^62 + 1) cut into 21-bit parts, shared by every modulus's
-// residue, with x itself (its low byte is the residue modulo 256).
+// A scaled integer x (|x| <= 2^62 + 1) cut once for all moduli into x = high 2^42 + mid 2^21 + low:
+// low and mid are its two's complement bit fields (21 bits each, unsigned), high = x >> 42 is
+// signed, |high| <= 2^20. x itself is kept: its low byte is the residue modulo 256.
 struct ResidueParts {
   int64_t value;
-  uint32_t low, mid, high;
-  bool negative;
+  uint32_t low, mid;
+  int32_t high;
 };
 OZAKI_HD ResidueParts residue_parts(int64_t x) {
-  const uint64_t m = x < 0 ? static_cast<uint64_t>(-x) : static_cast<uint64_t>(x);
-  constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
-  return {x, static_cast<uint32_t>(m & mask), static_cast<uint32_t>((m >> 21) & mask),
-          static_cast<uint32_t>(m >> 42), x < 0};
+  constexpr int64_t mask = (int64_t(1) << 21) - 1;
+  return {x, static_cast<uint32_t>(x & mask), static_cast<uint32_t>((x >> 21) & mask),
+          static_cast<int32_t>(x >> 42)};
 }
 
 // x mod P for x < 2^31 and 128 < P < 256, by one multiply-high: with M = ceil(2^39 / P) < 2^32,
@@ -151,21 +151,23 @@ OZAKI_HD uint32_t remainder_below_2_31(uint32_t x) {
 
 // The symmetric residue of W * x modulo P (W: 1 for A, the CRT weight for B, see
 // crt_reconstruct). 256: the low byte of W * x read as two's complement, [-128, 127]. Odd P:
-// W * (m_0 + m_1 2^21 + m_2 2^42) reduced through constants below P, shifted by (P - 1) / 2 so that
-// one 32-bit remainder by the compile-time P (a multiply-shift) lands in [-(P - 1) / 2,
-// (P - 1) / 2], then the sign (the range is symmetric, so the residue of -|x| is minus |x|'s).
+// low c_0 + mid c_1 + high c_2 + bias with c_0 = W, c_1 = 2^21 W, c_2 = 2^42 W reduced mod P and
+// bias a multiple of P plus (P - 1) / 2 that keeps the sum in [0, 2^31) (|high c_2| < 2^28): one
+// remainder below 2^31, minus (P - 1) / 2, lands in [-(P - 1) / 2, (P - 1) / 2]. No sign handling.
 template <int P, int W>
 OZAKI_HD int symmetric_residue(const ResidueParts& x) {
   if constexpr (P == 256) {
     return static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(x.value) * W));
   } else {
-    constexpr uint32_t half = (P - 1) / 2;
-    constexpr uint32_t c0 = W % P;
-    constexpr uint32_t c1 = static_cast<uint32_t>((uint64_t(1) << 21) % P * W % P);
-    constexpr uint32_t c2 = static_cast<uint32_t>((uint64_t(1) << 42) % P * W % P);
-    const uint32_t sum = x.low * c0 + x.mid * c1 + x.high * c2 + half;  // < 2^31
-    const int r = static_cast<int>(remainder_below_2_31<P>(sum)) - static_cast<int>(half);
-    return x.negative ? -r : r;
+    constexpr int32_t half = (P - 1) / 2;
+    constexpr int32_t c0 = W % P;
+    constexpr int32_t c1 = static_cast<int32_t>((uint64_t(1) << 21) % P * W % P);
+    constexpr int32_t c2 = static_cast<int32_t>((uint64_t(1) << 42) % P * W % P);
+    constexpr int32_t bias = ((int32_t(1) << 28) + P - 1) / P * P + half;
+    // < 2^29 + 2^29 + 2^28 + 2^28 + P: below 2^31, and at least 0
+    const int32_t sum = static_cast<int32_t>(x.low) * c0 + static_cast<int32_t>(x.mid) * c1 +
+                        x.high * c2 + bias;
+    return static_cast<int>(remainder_below_2_31<P>(static_cast<uint32_t>(sum))) - half;
   }
 }
 

@@ -13,6 +13,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
 #include "../checks.h"
 #include "../crt.h"
 #include "../workspace.h"
@@ -234,36 +238,66 @@ struct CrtOperands {
   const bool* nonfinite_b;
 };
 
+constexpr int kResidueGroup = 8;  // entries per thread of the residues kernel
+constexpr int kResidueThreads = 256;
+
+// Entries [l0, l0 + 8) of a row as doubles, 0 past k. aligned (k a multiple of 8 and a 16-byte
+// aligned a): 16-byte loads (a group is then wholly inside the row or wholly in its padding).
+template <bool aligned, typename T>
+__device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t k,
+                                           double (&x)[kResidueGroup]) {
+  if constexpr (aligned) {
+    if (l0 >= k) {
+#pragma unroll
+      for (int c = 0; c < kResidueGroup; ++c) x[c] = 0.0;
+      return;
+    }
+    using Vector = std::conditional_t<sizeof(T) == 8, double2, float4>;
+    constexpr int per_vector = 16 / sizeof(T);
+#pragma unroll
+    for (int v = 0; v < kResidueGroup / per_vector; ++v) {
+      const Vector loaded = __ldg(reinterpret_cast<const Vector*>(entries + l0) + v);
+      const T* parts = reinterpret_cast<const T*>(&loaded);
+#pragma unroll
+      for (int c = 0; c < per_vector; ++c) x[v * per_vector + c] = static_cast<double>(parts[c]);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kResidueGroup; ++c) x[c] = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
+  }
+}
+
 // Each thread turns 8 consecutive entries of a row into their N residues and stores each
 // modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
-// out[((e * N + i) * blocks.count + r) * k_stride + l].
-template <int N, bool weighted, typename T>
+// out[((e * N + i) * blocks.count + r) * k_stride + l]. Rows go along grid y, groups of entries
+// along x and the threads (no per-group index division).
+template <int N, bool weighted, bool aligned, typename T>
 __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                                 const int* shift, int8_t* out) {
-  constexpr int kGroup = 8;
-  const int64_t groups_per_row = k_stride / kGroup;
-  const int64_t groups = blocks.total() * groups_per_row;
-  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
-       g += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t block_row = g / groups_per_row;
-    const int64_t l0 = (g - block_row * groups_per_row) * kGroup;
+  const int64_t groups_per_row = k_stride / kResidueGroup;
+  for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
     const int64_t e = element_of(block_row, blocks.count, blocks.elements);
     const int64_t r = block_row - e * blocks.count;
     const int64_t row = blocks.row(e, r);
     const int row_shift = shift[row];
     const T* entries = a + row * k;
-    __align__(8) int8_t residues[N][kGroup];
+    int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kResidueGroup;
+      double x[kResidueGroup];
+      load_group<aligned>(entries, l0, k, x);
+      __align__(8) int8_t residues[N][kResidueGroup];
 #pragma unroll
-    for (int c = 0; c < kGroup; ++c) {
-      const double x = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
-      residues_of<N, weighted>(x, row_shift,
-                               [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
-    }
-    int8_t* element_out = out + e * N * blocks.count * k_stride;
+      for (int c = 0; c < kResidueGroup; ++c) {
+        residues_of<N, weighted>(x[c], row_shift,
+                                 [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
+      }
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      *reinterpret_cast<uint2*>(element_out + (i * blocks.count + r) * k_stride + l0) =
-          *reinterpret_cast<const uint2*>(residues[i]);
+      for (int i = 0; i < N; ++i) {
+        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+            *reinterpret_cast<const uint2*>(residues[i]);
+      }
     }
   }
 }
@@ -272,9 +306,17 @@ template <int N, bool weighted, typename T>
 void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                      const int* shift, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
-  constexpr int threads = 256;
-  residues_kernel<N, weighted, T><<<grid_for(blocks.total() * (k_stride / 8), threads), threads, 0, stream>>>(
-      a, k, blocks, k_stride, shift, out);
+  // x covers a row's groups, y the rows, within grid_for's cap on all blocks.
+  const int64_t groups_per_row = k_stride / kResidueGroup;
+  const int x = grid_for(groups_per_row, kResidueThreads);
+  const int cap = grid_for(blocks.total() * groups_per_row, kResidueThreads);
+  const dim3 grid(x, static_cast<unsigned>(std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(blocks.total(), 65535))));
+  const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  if (aligned) {
+    residues_kernel<N, weighted, true, T><<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+  } else {
+    residues_kernel<N, weighted, false, T><<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
