@@ -83,9 +83,9 @@ def test_row_stats_norms_of_degenerate_shapes(device, dtype, shape):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_row_stats_norms_cuda_blocks_stride_over_many_long_rows(dtype):
-    """Rows so long that fewer blocks than rows run (each block strides over several rows), equal
-    to the CPU kernels' and to the two CUDA operators'."""
+def test_row_stats_norms_cuda_many_long_rows(dtype):
+    """Many long rows (more than the blocks that fit on the GPU at once, each row longer than a
+    block's four-loads stride), equal to the CPU kernels' and to the two CUDA operators'."""
     rows, k = 400, 65536
     g = torch.Generator(device="cuda").manual_seed(11)
     a = ((torch.rand(rows, k, generator=g, device="cuda", dtype=dtype) - 0.5)

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 
@@ -92,33 +93,26 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
                                                          "ozaki::row_norm_square_sums");
 }
 
-// row_stats and row_norm_exponents of each row in one kernel: a block reads its row for the
-// RowStats, then reads it again, from L2 as it has just read it, for the norm sum with the row's
-// tau. Blocks stride over the rows (row_stats_norms_blocks).
+// row_stats_norms: per row, pass 1 gives the row statistics and tau, pass 2 the norm sum with that
+// tau. Blocks of 1024 threads, one per row: a multiprocessor holds at most two of them (one at this
+// kernel's register count), so only about one or two rows per multiprocessor are being read at a
+// time (33 MiB at most at k = 16384 float64) and pass 2 finds its row in the L2 cache; with
+// 256-thread blocks, eight rows per multiprocessor evicted each other's first pass.
+constexpr int kFusedRowThreads = 1024;
+
 template <typename T>
-__global__ void row_stats_norms_kernel(const T* a, int64_t rows, int64_t k,
-                                       RowStatsOutputs stats_out, int* nu) {
+__global__ void __launch_bounds__(kFusedRowThreads)
+    row_stats_norms_kernel(const T* a, int64_t rows, int64_t k, RowStatsOutputs stats_out, int* nu) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* entries = a + row * k;
-    const RowStats stats = block_row_stats(entries, k);
+    const RowStats stats = block_row_stats<kFusedRowThreads>(entries, k);
     const int tau = stats.tau();
-    const uint64_t sum = block_norm_square_sum(entries, k, tau);
+    const uint64_t sum = block_norm_square_sum<kFusedRowThreads>(entries, k, tau);
     if (threadIdx.x == 0) {
       stats_out.write(row, stats);
       nu[row] = norm_exponent(sum, tau);
     }
   }
-}
-
-// A block per row, but no more rows in flight than fill half the L2 cache: with more, a row's
-// first pass is evicted by the other blocks' before its second pass reads it (at k = 16384
-// float64, a row is 128 KiB and a full wave of blocks would read over 100 MiB). At least one
-// block per multiprocessor.
-int row_stats_norms_blocks(int64_t rows, int64_t row_bytes) {
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  const int64_t fit = int64_t(props->l2CacheSize) / 2 / std::max<int64_t>(row_bytes, 1);
-  return static_cast<int>(
-      std::min<int64_t>(rows, std::max<int64_t>(fit, props->multiProcessorCount)));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_norms(const at::Tensor& a) {
@@ -132,13 +126,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_norms(const
   auto nu = at::empty({rows}, a.options().dtype(at::kInt));
   if (rows == 0) return {tau, bit_span, nonfinite, nu};
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    row_stats_norms_kernel<scalar_t>
-        <<<row_stats_norms_blocks(rows, k * int64_t(sizeof(scalar_t))), kRowThreads, 0,
-           at::cuda::getCurrentCUDAStream()>>>(
-            a.const_data_ptr<scalar_t>(), rows, k,
-            RowStatsOutputs{tau.mutable_data_ptr<int>(), bit_span.mutable_data_ptr<int>(),
-                            nonfinite.mutable_data_ptr<bool>()},
-            nu.mutable_data_ptr<int>());
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, std::numeric_limits<int>::max()));
+    row_stats_norms_kernel<scalar_t><<<blocks, kFusedRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.const_data_ptr<scalar_t>(), rows, k,
+        RowStatsOutputs{tau.mutable_data_ptr<int>(), bit_span.mutable_data_ptr<int>(),
+                        nonfinite.mutable_data_ptr<bool>()},
+        nu.mutable_data_ptr<int>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {tau, bit_span, nonfinite, nu};
