@@ -36,9 +36,6 @@ TORCH_LIBRARY(ozaki, m) {
       "int workspace_bytes) -> Tensor");
   // Scheme II (backend="crt"). Per row: nu with ||row||_2 <= 2^nu (int32).
   m.def("row_norm_exponents(Tensor a, Tensor tau) -> Tensor");
-  // row_stats(a) and row_norm_exponents(a, tau) in one kernel that reads each row from memory once
-  // (scheme II's plan reads both): the same four vectors, bit for bit.
-  m.def("row_stats_norms(Tensor a) -> (Tensor tau, Tensor bit_span, Tensor nonfinite, Tensor nu)");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j) from
   // 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets a usable column.
   // Batched: the minimum over the elements, each pairing only its own rows and columns.

@@ -66,13 +66,6 @@ def row_norm_exponents(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.row_norm_exponents(a, tau)
 
 
-def row_stats_norms(a: torch.Tensor):
-    """row_stats(a) and row_norm_exponents(a, tau) from one kernel, as
-    ((tau, bit_span, nonfinite), nu)."""
-    tau, bit_span, nonfinite, nu = torch.ops.ozaki.row_stats_norms(a)
-    return (tau, bit_span, nonfinite), nu
-
-
 def crt_magnitude(a, bt, stats_a, stats_b, nu_a, nu_b, usable_a, usable_b) -> torch.Tensor:
     """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j), 0-d."""
     return torch.ops.ozaki.crt_magnitude(a, bt, stats_a[0], stats_b[0], nu_a, nu_b, usable_a,

@@ -84,11 +84,6 @@ def _row_norm_exponents_fake(a, tau):
     return a.new_empty(a.shape[0], dtype=torch.int32)
 
 
-@torch.library.register_fake("ozaki::row_stats_norms")
-def _row_stats_norms_fake(a):
-    return (*_row_stats_fake(a), a.new_empty(a.shape[0], dtype=torch.int32))
-
-
 @torch.library.register_fake("ozaki::crt_magnitude")
 def _crt_magnitude_fake(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b):
     return a.new_empty((), dtype=torch.float64)

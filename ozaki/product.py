@@ -108,12 +108,6 @@ def _row_stats(x):
     return _ops.row_stats(_flat_rows(x))
 
 
-def _row_stats_and_norms(x):
-    """(row_stats, nu) of the rows as _row_stats flattens them, nu the scheme-II norm exponents
-    (row_norm_exponents): one kernel that reads each row from memory once."""
-    return _ops.row_stats_norms(_flat_rows(x))
-
-
 def _usable_rows(stats):
     """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
     the IEEE value of the plain dot product instead)."""
@@ -145,13 +139,11 @@ class Estimates:
     ranks), so every rank makes the one-device plan.
 
     a (m, k) and bt (n, k) (or batches of them), with row_stats stats_a and stats_b; k is the
-    product's whole inner dimension. nu: (nu_a, nu_b) when already computed (row_stats_norms), for
-    norm_exponents to return."""
+    product's whole inner dimension."""
 
-    def __init__(self, a, bt, stats_a, stats_b, nu=None):
+    def __init__(self, a, bt, stats_a, stats_b):
         self.a, self.bt, self.stats_a, self.stats_b = a, bt, stats_a, stats_b
         self.k = a.shape[-1]
-        self._nu = nu
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -182,8 +174,6 @@ class Estimates:
 
     def norm_exponents(self):
         """Scheme II: per row of a and of bt, nu (int32) with ||row||_2 <= 2^nu."""
-        if self._nu is not None:
-            return self._nu
         return (_ops.row_norm_exponents(_flat_rows(self.a), self.stats_a[0]),
                 _ops.row_norm_exponents(_flat_rows(self.bt), self.stats_b[0]))
 
@@ -193,21 +183,6 @@ class Estimates:
         local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, nu_a, nu_b,
                                    _usable_rows(self.stats_a), _usable_rows(self.stats_b))
         return -self.combine_max(-local.double().reshape(1)).item()
-
-
-def _may_plan_crt(k, slices, fast, rounding, backend):
-    """Whether _plan_for may reach scheme II (which reads the norm exponents) for these options."""
-    return (rounding is None and backend in ("auto", "crt") and slices is None and fast is None
-            and k <= crt.MAX_INNER)
-
-
-def _estimates(a, bt, slices, fast, rounding, backend):
-    """The Estimates of one device's operands; when the plan may be scheme II, each operand's row
-    stats and norm exponents come from one kernel (row_stats_norms: one read of the operand)."""
-    if _may_plan_crt(a.shape[-1], slices, fast, rounding, backend):
-        (stats_a, nu_a), (stats_b, nu_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
-        return Estimates(a, bt, stats_a, stats_b, nu=(nu_a, nu_b))
-    return Estimates(a, bt, _row_stats(a), _row_stats(bt))
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
@@ -310,9 +285,9 @@ def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="au
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
     a, bt = _row_operands(A, B)
-    est = _estimates(a, bt, slices, fast, rounding, backend)
-    return planned_product(a, bt, est.stats_a, est.stats_b, est, dtype, slices, fast, rounding,
-                           backend, moduli)
+    stats_a, stats_b = _row_stats(a), _row_stats(bt)
+    return planned_product(a, bt, stats_a, stats_b, Estimates(a, bt, stats_a, stats_b), dtype,
+                           slices, fast, rounding, backend, moduli)
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -330,5 +305,5 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
         raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
                          "product has nothing to split")
     a, bt = _row_operands(A, B)
-    est = _estimates(a, bt, slices, fast, rounding, backend)
+    est = Estimates(a, bt, _row_stats(a), _row_stats(bt))
     return _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)[0]

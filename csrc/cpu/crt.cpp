@@ -1,8 +1,7 @@
-// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::row_stats_norms,
-// ozaki::crt_magnitude and ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the
-// k-shard operators row_norm_square_sums, crt_magnitude_digits, crt_residue_products and
-// crt_round. Residue products come from float64 GEMMs, exact because every partial sum is an
-// integer below 2^31.
+// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude and
+// ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
+// row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round. Residue products
+// come from float64 GEMMs, exact because every partial sum is an integer below 2^31.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -48,13 +47,6 @@ at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
     nu_out[i] = norm_exponent(sum, row_tau);
   });
   return nu;
-}
-
-// row_stats and row_norm_exponents of the same rows, the two kernels one after the other.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_norms(const at::Tensor& a) {
-  check_matrix(a, "ozaki::row_stats_norms", "a");
-  auto [tau, bit_span, nonfinite] = row_stats(a);
-  return {tau, bit_span, nonfinite, row_norm_exponents(a, tau)};
 }
 
 // The sums themselves: a k-shard's add up (exactly, in int64) to the whole rows' sums.
@@ -300,7 +292,6 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
 TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("row_norm_exponents", &row_norm_exponents);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
-  m.impl("row_stats_norms", &row_stats_norms);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);

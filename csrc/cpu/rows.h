@@ -5,14 +5,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <tuple>
 
 #include "../scheme.h"
 
 namespace ozaki::cpu {
-
-// The ozaki::row_stats kernel (csrc/cpu/split.cpp), reused by row_stats_norms (csrc/cpu/crt.cpp).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a);
 
 template <typename T>
 RowStats row_stats_of(const T* row, int64_t k) {

@@ -7,6 +7,7 @@
 #include "rows.h"
 
 namespace ozaki::cpu {
+namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
@@ -30,8 +31,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   });
   return {tau, bit_span, nonfinite};
 }
-
-namespace {
 
 at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices) {
   check_matrix(a, "ozaki::split_rows", "a");

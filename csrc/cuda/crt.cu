@@ -1,6 +1,6 @@
-// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::row_stats_norms,
-// ozaki::crt_magnitude and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums,
-// crt_magnitude_digits, crt_residue_products and crt_round.
+// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude
+// and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
+// crt_residue_products and crt_round.
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
 // (one read of the input), one exact INT8 GEMM per modulus, and one pass that reads every
@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
-#include <tuple>
 #include <type_traits>
 
 #include "../checks.h"
@@ -25,7 +23,6 @@
 #include "batch.cuh"
 #include "int8_gemm.cuh"
 #include "launch.cuh"
-#include "rows.cuh"
 
 namespace ozaki::cuda {
 namespace {
@@ -37,7 +34,9 @@ constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 constexpr int64_t kInnerAlign = 16;
 constexpr int64_t kResultAlign = 4;
 
-// ---- row_norm_exponents, row_norm_square_sums, row_stats_norms ----------------------------------
+// ---- row_norm_exponents, row_norm_square_sums ------------------------------------------------
+
+constexpr int kNormThreads = 256;
 
 // What the per-row reduction writes: nu (row_norm_exponents) or the sum itself (a k-shard's,
 // row_norm_square_sums).
@@ -54,14 +53,22 @@ struct WriteNormSquareSum {
   }
 };
 
-// One block per row (csrc/cuda/rows.cuh): the sum of norm_square_units over the row, handed to
-// write.
+// One block per row: the sum of norm_square_units over the row, handed to write.
 template <typename T, typename Write>
 __global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, Write write) {
   const int64_t row = blockIdx.x;
   const int row_tau = tau[row];
-  const uint64_t sum = block_norm_square_sum(a + row * k, k, row_tau);
-  if (threadIdx.x == 0) write(row, sum, row_tau);
+  unsigned long long sum = 0;  // exact: integers, any order
+  for_row_entries(a + row * k, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), row_tau); });
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  __shared__ unsigned long long warp_sum[kNormThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sum[w];
+    write(row, total, row_tau);
+  }
 }
 
 // Checks a (rows, k) and tau, then runs row_norm_kernel into a fresh (rows,) tensor of out_dtype.
@@ -76,7 +83,7 @@ at::Tensor row_norm_reduction(const at::Tensor& a, const at::Tensor& tau, at::Sc
   at::Tensor out = at::empty({rows}, tau.options().dtype(out_dtype));
   if (rows == 0) return out;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
-    row_norm_kernel<scalar_t, Write><<<rows, kRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    row_norm_kernel<scalar_t, Write><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         a.const_data_ptr<scalar_t>(), k, tau.const_data_ptr<int>(),
         Write{out.mutable_data_ptr<Data>()});
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -91,50 +98,6 @@ at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
   return row_norm_reduction<WriteNormSquareSum, int64_t>(a, tau, at::kLong,
                                                          "ozaki::row_norm_square_sums");
-}
-
-// row_stats_norms: per row, pass 1 gives the row statistics and tau, pass 2 the norm sum with that
-// tau. Blocks of 1024 threads, one per row: a multiprocessor holds at most two of them (one at this
-// kernel's register count), so only about one or two rows per multiprocessor are being read at a
-// time (33 MiB at most at k = 16384 float64) and pass 2 finds its row in the L2 cache; with
-// 256-thread blocks, eight rows per multiprocessor evicted each other's first pass.
-constexpr int kFusedRowThreads = 1024;
-
-template <typename T>
-__global__ void __launch_bounds__(kFusedRowThreads)
-    row_stats_norms_kernel(const T* a, int64_t rows, int64_t k, RowStatsOutputs stats_out, int* nu) {
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* entries = a + row * k;
-    const RowStats stats = block_row_stats<kFusedRowThreads>(entries, k);
-    const int tau = stats.tau();
-    const uint64_t sum = block_norm_square_sum<kFusedRowThreads>(entries, k, tau);
-    if (threadIdx.x == 0) {
-      stats_out.write(row, stats);
-      nu[row] = norm_exponent(sum, tau);
-    }
-  }
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_norms(const at::Tensor& a) {
-  constexpr const char* op = "ozaki::row_stats_norms";
-  check_matrix(a, op, "a");
-  const c10::cuda::CUDAGuard guard(a.device());
-  const int64_t rows = a.size(0), k = a.size(1);
-  auto tau = at::empty({rows}, a.options().dtype(at::kInt));
-  auto bit_span = at::empty({rows}, a.options().dtype(at::kInt));
-  auto nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
-  auto nu = at::empty({rows}, a.options().dtype(at::kInt));
-  if (rows == 0) return {tau, bit_span, nonfinite, nu};
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, std::numeric_limits<int>::max()));
-    row_stats_norms_kernel<scalar_t><<<blocks, kFusedRowThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.const_data_ptr<scalar_t>(), rows, k,
-        RowStatsOutputs{tau.mutable_data_ptr<int>(), bit_span.mutable_data_ptr<int>(),
-                        nonfinite.mutable_data_ptr<bool>()},
-        nu.mutable_data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return {tau, bit_span, nonfinite, nu};
 }
 
 // ---- crt_magnitude -------------------------------------------------------------------------------
@@ -596,7 +559,6 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
 TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("row_norm_exponents", &row_norm_exponents);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
-  m.impl("row_stats_norms", &row_stats_norms);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
