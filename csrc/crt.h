@@ -122,7 +122,7 @@ OZAKI_HD int64_t scaled_integer(double a, int shift) {
 
 // A scaled integer x (|x| <= 2^62 + 1) cut once for all moduli into x = high 2^42 + mid 2^21 + low:
 // low and mid are its two's complement bit fields (21 bits each, unsigned), high = x >> 42 is
-// signed, |high| <= 2^20. x itself is kept: its low byte is the residue modulo 256.
+// signed, |high| <= 2^20 + 1. x itself is kept: its low byte is the residue modulo 256.
 struct ResidueParts {
   int64_t value;
   uint32_t low, mid;

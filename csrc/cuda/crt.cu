@@ -263,7 +263,9 @@ __device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t
     }
   } else {
 #pragma unroll
-    for (int c = 0; c < kResidueGroup; ++c) x[c] = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
+    for (int c = 0; c < kResidueGroup; ++c) {
+      x[c] = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
+    }
   }
 }
 
@@ -310,12 +312,15 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
   const int64_t groups_per_row = k_stride / kResidueGroup;
   const int x = grid_for(groups_per_row, kResidueThreads);
   const int cap = grid_for(blocks.total() * groups_per_row, kResidueThreads);
-  const dim3 grid(x, static_cast<unsigned>(std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(blocks.total(), 65535))));
+  const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(blocks.total(), 65535));
+  const dim3 grid(x, static_cast<unsigned>(y));
   const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
   if (aligned) {
-    residues_kernel<N, weighted, true, T><<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+    residues_kernel<N, weighted, true, T>
+        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
   } else {
-    residues_kernel<N, weighted, false, T><<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+    residues_kernel<N, weighted, false, T>
+        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -442,7 +447,8 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
     const int64_t rows = chunk.elements * chunk.rows;
     const int x = grid_for(ld / kReconstructColumns, kReconstructThreads);
     const int cap = grid_for(rows * ld, kReconstructThreads * kReconstructColumns);
-    const dim3 grid(x, static_cast<unsigned>(std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535))));
+    const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
+    const dim3 grid(x, static_cast<unsigned>(y));
     reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
