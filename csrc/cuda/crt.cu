@@ -308,12 +308,7 @@ template <int N, bool weighted, typename T>
 void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                      const int* shift, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
-  // x covers a row's groups, y the rows, within grid_for's cap on all blocks.
-  const int64_t groups_per_row = k_stride / kResidueGroup;
-  const int x = grid_for(groups_per_row, kResidueThreads);
-  const int cap = grid_for(blocks.total() * groups_per_row, kResidueThreads);
-  const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(blocks.total(), 65535));
-  const dim3 grid(x, static_cast<unsigned>(y));
+  const dim3 grid = row_grid(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
   const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
   if (aligned) {
     residues_kernel<N, weighted, true, T>
@@ -443,12 +438,8 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
                      const at::TensorOptions& options) {
   const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
-    // x covers a row's column groups, y the rows, within grid_for's cap on all blocks.
-    const int64_t rows = chunk.elements * chunk.rows;
-    const int x = grid_for(ld / kReconstructColumns, kReconstructThreads);
-    const int cap = grid_for(rows * ld, kReconstructThreads * kReconstructColumns);
-    const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
-    const dim3 grid(x, static_cast<unsigned>(y));
+    const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
+                               kReconstructThreads);
     reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

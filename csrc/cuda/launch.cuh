@@ -16,6 +16,15 @@ inline int grid_for(int64_t work, int threads) {
   return static_cast<int>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
+// A 2-D grid for `rows` rows of `per_row` work items each at `threads` items per block: x covers a
+// row's items, y the rows (at most 65535; the kernels loop over the rest), all within grid_for's cap.
+inline dim3 row_grid(int64_t rows, int64_t per_row, int threads) {
+  const int x = grid_for(per_row, threads);
+  const int cap = grid_for(rows * per_row, threads);
+  const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
+  return dim3(x, static_cast<unsigned>(y));
+}
+
 // Calls f(entry) for the entries l = threadIdx.x, + blockDim.x, ... of one row of k entries (a
 // block per row), loading four before using any so that several loads per thread are in flight
 // (one at a time left the per-row reductions well below the memory bandwidth). The order of the
