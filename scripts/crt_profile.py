@@ -53,7 +53,7 @@ def breakdown(fn):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    totals = {}
+    totals, others = {}, {}
     for event in prof.key_averages():
         ms = event.device_time_total / 1e3 if hasattr(event, "device_time_total") else event.cuda_time_total / 1e3
         if ms <= 0:
@@ -61,6 +61,11 @@ def breakdown(fn):
         name = event.key.lower()
         family = next((f for f, key in FAMILIES if key in name), "other")
         totals[family] = totals.get(family, 0.0) + ms
+        if family == "other":
+            others[event.key[:60]] = ms
+    if others:  # what "other" is made of, largest first
+        print("   other:", "; ".join(f"{name} {ms:.3f}" for name, ms in
+                                      sorted(others.items(), key=lambda x: -x[1])[:6]), flush=True)
     return totals
 
 

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "../checks.h"
@@ -420,10 +421,16 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
                              in.shift_a, a_res, stream);
         }
         // Element e's residues and results of every modulus follow element e - 1's.
+        static const bool loop = std::getenv("OZAKI_CRT_GEMM_LOOP") != nullptr;
+        if (loop) {
         const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
         for (int i = 0; i < N; ++i) {
           exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,
                                   cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
+        }
+        } else {
+          const GemmBatch all{elements * N, cols * k_stride, rows * k_stride, rows * ld};
+          exact_int8_gemm_batched(handle, b_res, a_res, cols, rows, k_stride, product_data, ld, all);
         }
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
         finish(static_cast<const int32_t*>(product_data), ld, chunk, stream);
