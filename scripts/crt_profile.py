@@ -43,7 +43,8 @@ def times_ms(fn, repeats):
 FAMILIES = [("reconstruct", "reconstruct"), ("residues", "residues"), ("magnitude", "magnitude"),
             ("norm", "row_norm"), ("stats", "row_stats"), ("int8 gemm", "gemm"),
             ("int8 gemm", "xmma"), ("int8 gemm", "sm90"), ("int8 gemm", "cutlass"),
-            ("copy/transpose", "copy"), ("copy/transpose", "elementwise")]
+            ("copy/transpose", "copy"), ("copy/transpose", "transpose"),
+            ("copy/transpose", "elementwise")]
 
 
 def breakdown(fn):
@@ -66,7 +67,27 @@ def breakdown(fn):
     if others:  # what "other" is made of, largest first
         print("   other:", "; ".join(f"{name} {ms:.3f}" for name, ms in
                                       sorted(others.items(), key=lambda x: -x[1])[:6]), flush=True)
+    print_idle_time(prof)
     return totals
+
+
+def print_idle_time(prof):
+    """The GPU's idle time between the first and the last kernel of the call, and its largest gaps
+    (with the kernels around them)."""
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    if not spans:
+        return
+    gaps, busy_until, previous = [], spans[0][0], spans[0][2]
+    for start, end, name in spans:
+        if start > busy_until:
+            gaps.append((start - busy_until, previous[:40], name[:40]))
+        if end > busy_until:
+            busy_until, previous = end, name
+    idle = sum(g[0] for g in gaps)
+    print(f"   gpu span {(busy_until - spans[0][0]) / 1e3:.2f} ms, idle {idle / 1e3:.2f} ms in "
+          f"{len(gaps)} gaps; largest: " + "; ".join(
+              f"{g:.0f} us {a} -> {b}" for g, a, b in sorted(gaps, reverse=True)[:4]), flush=True)
 
 
 def main():

@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "../checks.h"
@@ -420,17 +419,13 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
           launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
                              in.shift_a, a_res, stream);
         }
-        // Element e's residues and results of every modulus follow element e - 1's.
-        static const bool loop = std::getenv("OZAKI_CRT_GEMM_LOOP") != nullptr;
-        if (loop) {
+        // Element e's residues and results of every modulus follow element e - 1's. One call per
+        // modulus: a single strided-batched call over the moduli ran 11-19% slower on the H100
+        // (docs/benchmarks.md).
         const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
         for (int i = 0; i < N; ++i) {
           exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,
                                   cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
-        }
-        } else {
-          const GemmBatch all{elements * N, cols * k_stride, rows * k_stride, rows * ld};
-          exact_int8_gemm_batched(handle, b_res, a_res, cols, rows, k_stride, product_data, ld, all);
         }
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
         finish(static_cast<const int32_t*>(product_data), ld, chunk, stream);
