@@ -150,7 +150,7 @@ inline ProductShape check_gemm_slices_arguments(
   return shape;
 }
 
-// The per-row int32 vectors of a scheme-II call (shifts, exponents) and its moduli count.
+// The per-row int32 vectors of a scheme-II call (scale codes) and its moduli count.
 inline void check_crt_inner(int64_t k, const char* op) {
   TORCH_CHECK(k <= kCrtMaxInner, op, ": inner dimension k = ", k,
               " is too large for exact INT8 residue products (k must be < 2^17)");
@@ -163,13 +163,13 @@ inline void check_moduli(int64_t moduli, const char* op) {
 // The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).
 inline ProductShape check_crt_magnitude_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,
-    const at::Tensor& nu_a, const at::Tensor& nu_b, const at::Tensor& usable_a,
+    const at::Tensor& norm_a, const at::Tensor& norm_b, const at::Tensor& usable_a,
     const at::Tensor& usable_b, const char* op) {
   const ProductShape shape = check_operands(a, bt, op);
   check_operand_vector(tau_a, shape, true, at::kInt, op, "tau_a");
   check_operand_vector(tau_b, shape, false, at::kInt, op, "tau_b");
-  check_operand_vector(nu_a, shape, true, at::kInt, op, "nu_a");
-  check_operand_vector(nu_b, shape, false, at::kInt, op, "nu_b");
+  check_operand_vector(norm_a, shape, true, at::kInt, op, "norm_a");
+  check_operand_vector(norm_b, shape, false, at::kInt, op, "norm_b");
   check_operand_vector(usable_a, shape, true, at::kBool, op, "usable_a");
   check_operand_vector(usable_b, shape, false, at::kBool, op, "usable_b");
   check_crt_inner(shape.k, op);
@@ -178,14 +178,14 @@ inline ProductShape check_crt_magnitude_arguments(
 
 // The arguments of ozaki::gemm_crt (k is checked by the caller once the product is not empty).
 inline ProductShape check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                             const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                             const at::Tensor& scale_a, const at::Tensor& scale_b,
                                              const at::Tensor& nonfinite_a,
                                              const at::Tensor& nonfinite_b, int64_t moduli,
                                              const char* op) {
   const ProductShape shape = check_operands(a, bt, op);
   check_moduli(moduli, op);
-  check_operand_vector(shift_a, shape, true, at::kInt, op, "shift_a");
-  check_operand_vector(shift_b, shape, false, at::kInt, op, "shift_b");
+  check_operand_vector(scale_a, shape, true, at::kInt, op, "scale_a");
+  check_operand_vector(scale_b, shape, false, at::kInt, op, "scale_b");
   check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
   check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
   return shape;
@@ -217,26 +217,26 @@ inline void check_transposed_argument(const at::Tensor& b, const char* op) {
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }
 
 // The arguments of ozaki::crt_residue_products: 2-D operands of one k-shard (check_operands'
-// rules otherwise), int32 shifts of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the shape
+// rules otherwise), int32 scale codes of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the shape
 // (a shard's results are only useful summed with the others').
 inline ProductShape check_crt_residue_products_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                                         const at::Tensor& shift_a,
-                                                         const at::Tensor& shift_b, int64_t moduli,
+                                                         const at::Tensor& scale_a,
+                                                         const at::Tensor& scale_b, int64_t moduli,
                                                          const char* op) {
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
   const ProductShape shape = check_operands(a, bt, op);
   check_moduli(moduli, op);
-  check_row_vector(shift_a, shape.m, at::kInt, op, "shift_a");
-  check_row_vector(shift_b, shape.n, at::kInt, op, "shift_b");
+  check_row_vector(scale_a, shape.m, at::kInt, op, "scale_a");
+  check_row_vector(scale_b, shape.n, at::kInt, op, "scale_b");
   check_crt_inner(shape.k, op);
   return shape;
 }
 
 // The arguments of ozaki::crt_round: the summed int32 (moduli, m, n) crt_residue_products with
-// 1 <= moduli <= 16, the shifts they were computed with, and a float64 or float32 output dtype.
-inline void check_crt_round_arguments(const at::Tensor& products, const at::Tensor& shift_a,
-                                      const at::Tensor& shift_b, at::ScalarType dtype,
+// 1 <= moduli <= 16, the scale codes they were computed with, and a float64 or float32 output dtype.
+inline void check_crt_round_arguments(const at::Tensor& products, const at::Tensor& scale_a,
+                                      const at::Tensor& scale_b, at::ScalarType dtype,
                                       const char* op) {
   TORCH_CHECK(products.dim() == 3 && products.scalar_type() == at::kInt && products.is_contiguous(),
               op, ": products must be a contiguous 3-D int32 tensor (moduli, m, n), got ",
@@ -244,8 +244,8 @@ inline void check_crt_round_arguments(const at::Tensor& products, const at::Tens
   TORCH_CHECK(products.size(0) >= 1 && products.size(0) <= kMaxModuli, op,
               ": products.size(0) (the moduli count) must be in [1, ", kMaxModuli, "], got ",
               products.size(0));
-  check_row_vector(shift_a, products.size(1), at::kInt, op, "shift_a");
-  check_row_vector(shift_b, products.size(2), at::kInt, op, "shift_b");
+  check_row_vector(scale_a, products.size(1), at::kInt, op, "scale_a");
+  check_row_vector(scale_b, products.size(2), at::kInt, op, "scale_b");
   TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat, op,
               ": dtype must be float64 or float32, got ", dtype);
 }

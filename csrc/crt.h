@@ -1,8 +1,9 @@
 // Host/device-neutral core of Ozaki scheme II (backend="crt"; docs/algorithm.md, "Scheme II").
 //
-// Rows of A and columns of B are scaled by powers of two and rounded to integers A', B'; A'B' is
-// computed exactly from one INT8 GEMM per modulus on symmetric residues and rebuilt by the Chinese
-// Remainder Theorem; the exact integer is rounded once to the output format. Like scheme.h, this
+// Rows of A and columns of B are scaled by numbers with 5-bit significands (row_scale) and rounded
+// to integers A', B'; A'B' is computed exactly from one INT8 GEMM per modulus on symmetric
+// residues and rebuilt by the Chinese Remainder Theorem; the exact quotient of that integer by the
+// scales is rounded once to the output format. Like scheme.h, this
 // code runs unchanged on the CPU and the GPU, in integer arithmetic or exact floating point, so
 // both backends return the same bits.
 #pragma once
@@ -97,19 +98,35 @@ OZAKI_HD void for_each_modulus(F f) {
   ModulusLoop<0, N>::run(f);
 }
 
-// RN(a * 2^shift) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
-// |a| 2^shift <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot).
-OZAKI_HD int64_t scaled_integer(double a, int shift) {
+// ---- Row scales ---------------------------------------------------------------------------------
+// Each row of A (column of B) is scaled by c = (16 + f) 2^(e - 4), f in [0, 16): a 5-bit
+// significand, so that the row's norm bound fills its budget 2^t to within 1/16 (a power of two
+// wastes half a bit of it on average, up to one). c is held as the int32 code 16 e + f, in which
+// multiplying c by 2^t adds 16 t.
+constexpr int kScaleFractionBits = 4;
+struct RowScale {
+  int64_t significand;  // 16 + f, in [16, 32)
+  int exponent;         // c = significand 2^exponent
+};
+OZAKI_HD RowScale row_scale(int code) {
+  constexpr int fraction = 1 << kScaleFractionBits;
+  return {fraction + (code & (fraction - 1)), (code >> kScaleFractionBits) - kScaleFractionBits};
+}
+
+// RN(a * c) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
+// |a| c <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot).
+OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
   if (a == 0.0 || !is_finite(a)) return 0;
   uint64_t significand;
   int exponent;
   integer_significand(a, &significand, &exponent);  // |a| = significand * 2^exponent
-  const int t = exponent + shift;
+  significand *= static_cast<uint64_t>(c.significand);  // below 2^58: exact
+  const int t = exponent + c.exponent;
   uint64_t magnitude;
   if (t >= 0) {
     magnitude = significand << t;
   } else if (t <= -64) {
-    magnitude = 0;  // below 2^-11 of one unit (significand < 2^53)
+    magnitude = 0;  // below 2^-6 of one unit (significand < 2^58)
   } else {
     const int d = -t;
     const uint64_t kept = significand >> d;
@@ -171,11 +188,11 @@ OZAKI_HD int symmetric_residue(const ResidueParts& x) {
   }
 }
 
-// Writes the N residues of RN(a * 2^shift) through store(i, residue); weighted: those of
-// y_i RN(a * 2^shift) (B's, see crt_reconstruct).
+// Writes the N residues of RN(a * c) through store(i, residue); weighted: those of y_i RN(a * c)
+// (B's, see crt_reconstruct).
 template <int N, bool weighted, typename Store>
-OZAKI_HD void residues_of(double a, int shift, Store store) {
-  const ResidueParts x = residue_parts(scaled_integer(a, shift));
+OZAKI_HD void residues_of(double a, RowScale c, Store store) {
+  const ResidueParts x = residue_parts(scaled_integer(a, c));
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     store(i, symmetric_residue<kModuli[i], weighted ? CrtTerm<N, i>::inverse : 1>(x));
@@ -220,16 +237,46 @@ OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative,
   return negative ? -value : value;
 }
 
+// RN(sign * (high 2^64 + low) / divisor * 2^unit) on the grid of `format`, ties to even, for
+// 0 < high 2^64 + low < 2^125 and 256 <= divisor < 1024. The top 64 bits T of the integer (and
+// whether any bit below them is set) are divided exactly in two float64 steps whose numerators stay
+// below 2^42, so the floor of each correctly rounded quotient is the integer quotient (a non-integer
+// quotient is at least 1/divisor >= 2^-10 from the next integer, its rounding error at most 2^-21).
+// The quotient Q >= 2^63 / 1024 has at least 54 bits; 2 Q plus a sticky bit rounds like the exact
+// value, as the rounding keeps at most 53 of them.
+OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t divisor, bool negative,
+                                         int64_t unit, RoundingFormat format) {
+  const int top = high != 0 ? 64 + highest_set_bit(high) : highest_set_bit(low);
+  const int drop = top - 63;  // at most 61
+  uint64_t t;
+  bool sticky = false;
+  if (drop > 0) {
+    t = (high << (64 - drop)) | (low >> drop);
+    sticky = (low & ((uint64_t(1) << drop) - 1)) != 0;
+  } else {
+    t = low << -drop;
+  }
+  const double d = static_cast<double>(divisor);
+  const uint64_t upper = t >> 32;
+  const uint64_t q_upper = static_cast<uint64_t>(floor(static_cast<double>(upper) / d));
+  const uint64_t rest = ((upper - q_upper * divisor) << 32) | (t & 0xffffffffu);  // < divisor 2^32
+  const uint64_t q_lower = static_cast<uint64_t>(floor(static_cast<double>(rest) / d));
+  sticky = sticky || rest != q_lower * divisor;
+  const uint64_t q = (q_upper << 32) + q_lower;
+  return round_wide_to_format(0, 2 * q + (sticky ? 1 : 0), negative, unit + drop - 1, format);
+}
+
 // The exact X = (A'B')_ij, |X| < P / 2, from R_i = y_i X mod p_i (residues[i]: the INT32 GEMM
 // result of modulus i, whose B residues carry the weight y_i = (P / p_i)^-1 mod p_i; any
 // representative with |R_i| < 2^31 - 2^14, which exact GEMMs with k <= kCrtMaxInner meet), rounded
-// once: RN(X * 2^unit) in `format`. The caller loads all N results first, so they are in flight
-// together.
+// once: RN(X / (c_a c_b)) in `format` for the scales c_a and c_b of the row and column. The caller
+// loads all N results first, so they are in flight together.
 //   u_i = R_i mod p_i, S = sum_i u_i (P / p_i) is X mod P, and S / P = q + X / P, so
 //   q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30, far above the float error of
 //   S / P taken from S's limbs) and X = S - q P.
 template <int N>
-OZAKI_HD double crt_reconstruct(const int32_t* residues, int64_t unit, RoundingFormat format) {
+OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
+                                RoundingFormat format) {
   uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
@@ -271,7 +318,9 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, int64_t unit, RoundingF
     low = ~low + 1;
     high = ~high + (low == 0 ? 1 : 0);
   }
-  return round_wide_to_format(high, low, negative, unit, format);
+  if (high == 0 && low == 0) return 0.0;
+  return round_quotient_to_format(high, low, static_cast<uint32_t>(c_a.significand * c_b.significand),
+                                  negative, -(int64_t(c_a.exponent) + c_b.exponent), format);
 }
 
 // Runs f(std::integral_constant<int, N>{}) for a run-time moduli count 1 <= moduli <= kMaxModuli.
@@ -303,18 +352,29 @@ OZAKI_HD uint64_t norm_square_units(double a, int tau) {
   return u * u;
 }
 
-// nu with ||row||_2 <= 2^nu, from tau and the sum of norm_square_units: the smallest e with
-// 4^e >= sum gives nu = tau - 16 + e. A zero row gets nu = tau.
-OZAKI_HD int norm_exponent(uint64_t square_sum, int tau) {
-  if (square_sum == 0) return tau;
+// The code of the row's norm scale: the largest c = (16 + f) 2^(-nu - 4) with ||row||_2 c <= 1
+// that the sum of norm_square_units proves. With e the smallest integer such that 4^e >= sum,
+// ||row||_2 <= sqrt(sum) 2^(tau - 16) <= 2^nu, nu = tau - 16 + e, and f is the largest in [0, 15]
+// with (16 + f)^2 sum <= 4^(e + 4), i.e. sqrt(sum) 2^(tau - 16) c <= 1 (exact uint64 products:
+// sum < 2^49, e <= 25). A zero row gets c = 2^-tau.
+OZAKI_HD int norm_scale_code(uint64_t square_sum, int tau) {
+  constexpr int fraction = 1 << kScaleFractionBits;
+  if (square_sum == 0) return -fraction * tau;
   const int e = square_sum == 1 ? 0 : (highest_set_bit(square_sum - 1) + 2) / 2;
-  return tau - kNormGridBits + e;
+  const uint64_t limit = uint64_t(1) << (2 * (e + kScaleFractionBits));
+  int f = fraction - 1;
+  while (f > 0 && uint64_t(fraction + f) * uint64_t(fraction + f) * square_sum > limit) --f;
+  return -fraction * (tau - kNormGridBits + e) + f;
 }
 
-// 2^(tau - nu - 7): the digit products L_ij of magnitude_digit times factor_i * factor_j bound
-// (|A||B|)_ij 2^-(nu_i + nu_j) from below. tau - nu lies in [-ceil(log2 k) / 2 - 1, 1]
-// (norm_exponent), so the factors and the products are exact.
-OZAKI_HD double magnitude_factor(int tau, int nu) { return pow2(tau - nu - kCrtMagnitudeBits); }
+// c 2^(tau - 7) for the norm scale c of a row (its code): the digit products L_ij of
+// magnitude_digit times factor_i * factor_j bound (|A||B|)_ij c_i c_j from below. Exact: c's
+// significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code),
+// so the factors and the products of the INT32 digit products by both are exact doubles.
+OZAKI_HD double magnitude_factor(int tau, int scale_code) {
+  const RowScale c = row_scale(scale_code);
+  return static_cast<double>(c.significand) * pow2(tau + c.exponent - kCrtMagnitudeBits);
+}
 
 // floor(|a| 2^-tau 2^7): a lower bound of |a| 2^-tau on the grid 2^-7, at most 127.
 OZAKI_HD int magnitude_digit(double a, int tau) {

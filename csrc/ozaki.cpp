@@ -34,22 +34,25 @@ TORCH_LIBRARY(ozaki, m) {
       "gemm_slices(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
       "Tensor nonfinite_a, Tensor nonfinite_b, int slices, bool fast, bool nearest, bool int8, "
       "int workspace_bytes) -> Tensor");
-  // Scheme II (backend="crt"). Per row: nu with ||row||_2 <= 2^nu (int32).
-  m.def("row_norm_exponents(Tensor a, Tensor tau) -> Tensor");
-  // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j) from
-  // 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets a usable column.
-  // Batched: the minimum over the elements, each pairing only its own rows and columns.
+  // Scheme II (backend="crt"). Row scales are int32 codes s of c = (16 + (s & 15)) 2^((s >> 4) - 4)
+  // (csrc/crt.h, row_scale). Per row: the code of its norm scale, the largest such c with
+  // ||row||_2 c <= 1 that an exact bound of the norm proves.
+  m.def("row_norm_scales(Tensor a, Tensor tau) -> Tensor");
+  // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j (c: the norm scales
+  // norm_a, norm_b) from 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets
+  // a usable column. Batched: the minimum over the elements, each pairing only its own rows and
+  // columns.
   m.def(
-      "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor nu_a, Tensor nu_b, "
+      "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor norm_a, Tensor norm_b, "
       "Tensor usable_a, Tensor usable_b) -> Tensor");
-  // C = a @ bt.T from A' = RN(a_i 2^shift_a_i), B' = RN(bt_j 2^shift_b_j): A'B' exactly from INT8
-  // residues of the first `moduli` moduli, rounded once. The shifts must keep |A'B'| below P / 2.
-  // (m, n) or (batch, m, n).
+  // C = a @ bt.T from A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j) (scale codes scale_a, scale_b): A'B'
+  // exactly from INT8 residues of the first `moduli` moduli, rounded once as A'B' / (c_a_i c_b_j).
+  // The scales must keep |A'B'| below P / 2. (m, n) or (batch, m, n).
   m.def(
-      "gemm_crt(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, Tensor nonfinite_a, "
+      "gemm_crt(Tensor a, Tensor bt, Tensor scale_a, Tensor scale_b, Tensor nonfinite_a, "
       "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
   // ---- k-sharded products (docs/distributed.md): a rank holds columns [k0, k0 + k) of A's rows and
-  // the same rows of B; tau/span/shift are the whole rows' (the same on every rank). Each operator
+  // the same rows of B; tau/span/scale are the whole rows' (the same on every rank). Each operator
   // below returns integers (or values on a fixed grid) whose sum over the shards is exact in any
   // order, and the rounding operators turn those sums into exactly the bits of the one-device
   // operator. 2-D only; rows or columns with NaN/Inf are left to the caller.
@@ -66,18 +69,20 @@ TORCH_LIBRARY(ozaki, m) {
       "round_levels(Tensor levels, Tensor tau_a, Tensor tau_b, Tensor span_a, Tensor span_b, "
       "int slices, bool fast, bool int8, int total_k, bool nearest, ScalarType dtype) "
       "-> (Tensor, Tensor)");
-  // Scheme II: per row, the int64 sum of csrc/crt.h's norm_square_units (nu follows from it).
+  // Scheme II: per row, the int64 sum of csrc/crt.h's norm_square_units (the norm scale follows
+  // from it).
   m.def("row_norm_square_sums(Tensor a, Tensor tau) -> Tensor");
   // Scheme II plan: int8 magnitude_digit of every entry (rows, k); int8_matmul of two of them gives
   // the digit products crt_magnitude takes its minimum over.
   m.def("crt_magnitude_digits(Tensor a, Tensor tau) -> Tensor");
   // Scheme II: int32 (moduli, m, n), the exact INT32 GEMM of each modulus's symmetric residues
-  // of A' = RN(a_i 2^shift_a_i) and B'; the shards' sums stay below 2^31 for total k < 2^17.
+  // of A' = RN(a_i c_a_i) and B' (scale codes as gemm_crt's); the shards' sums stay below 2^31 for
+  // total k < 2^17.
   m.def(
-      "crt_residue_products(Tensor a, Tensor bt, Tensor shift_a, Tensor shift_b, int moduli, "
+      "crt_residue_products(Tensor a, Tensor bt, Tensor scale_a, Tensor scale_b, int moduli, "
       "int workspace_bytes) -> Tensor");
   // gemm_crt's result from summed crt_residue_products (moduli = products.size(0)).
-  m.def("crt_round(Tensor products, Tensor shift_a, Tensor shift_b, ScalarType dtype) -> Tensor");
+  m.def("crt_round(Tensor products, Tensor scale_a, Tensor scale_b, ScalarType dtype) -> Tensor");
   // a @ bt.T of int8 (m, k) and (n, k) matrices with exact int32 accumulation (k < 2^17): the
   // tensor-core GEMM both INT8 backends run, exposed for benchmarks and tests.
   m.def("int8_matmul(Tensor a, Tensor bt) -> Tensor");

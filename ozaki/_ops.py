@@ -61,20 +61,23 @@ def gemm_slices(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool 
                                        workspace)
 
 
-def row_norm_exponents(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """Per row of a: nu (int32) with ||row||_2 <= 2^nu."""
-    return torch.ops.ozaki.row_norm_exponents(a, tau)
+def row_norm_scales(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Per row of a: the int32 code of its norm scale, the largest c = (16 + f) 2^(e - 4) with
+    ||row||_2 c <= 1 (ozaki.moduli.scale_value decodes it)."""
+    return torch.ops.ozaki.row_norm_scales(a, tau)
 
 
-def crt_magnitude(a, bt, stats_a, stats_b, nu_a, nu_b, usable_a, usable_b) -> torch.Tensor:
-    """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij 2^-(nu_a_i + nu_b_j), 0-d."""
-    return torch.ops.ozaki.crt_magnitude(a, bt, stats_a[0], stats_b[0], nu_a, nu_b, usable_a,
+def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -> torch.Tensor:
+    """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j, 0-d (c: the norm
+    scales of row_norm_scales)."""
+    return torch.ops.ozaki.crt_magnitude(a, bt, stats_a[0], stats_b[0], norm_a, norm_b, usable_a,
                                          usable_b)
 
 
-def gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli: int, workspace: int = 0):
-    """a @ bt.T by scheme II: RN(A'B' 2^-(shift_a_i + shift_b_j)), A' = RN(a_i 2^shift_a_i)."""
-    return torch.ops.ozaki.gemm_crt(a, bt, shift_a, shift_b, stats_a[2], stats_b[2], moduli,
+def gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli: int, workspace: int = 0):
+    """a @ bt.T by scheme II: RN(A'B' / (c_a_i c_b_j)) with A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j)
+    (scale codes scale_a, scale_b)."""
+    return torch.ops.ozaki.gemm_crt(a, bt, scale_a, scale_b, stats_a[2], stats_b[2], moduli,
                                     workspace)
 
 
@@ -94,7 +97,7 @@ def round_levels(levels, stats_a, stats_b, slices: int, fast: bool, int8: bool, 
 
 
 def row_norm_square_sums(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """Per row of a: the int64 sum that row_norm_exponents turns into nu."""
+    """Per row of a: the int64 sum that row_norm_scales turns into the norm scale."""
     return torch.ops.ozaki.row_norm_square_sums(a, tau)
 
 
@@ -108,11 +111,11 @@ def int8_matmul(a: torch.Tensor, bt: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.int8_matmul(a, bt)
 
 
-def crt_residue_products(a, bt, shift_a, shift_b, moduli: int, workspace: int = 0) -> torch.Tensor:
+def crt_residue_products(a, bt, scale_a, scale_b, moduli: int, workspace: int = 0) -> torch.Tensor:
     """Scheme II's exact per-modulus INT32 products of a k-shard: int32 (moduli, m, n)."""
-    return torch.ops.ozaki.crt_residue_products(a, bt, shift_a, shift_b, moduli, workspace)
+    return torch.ops.ozaki.crt_residue_products(a, bt, scale_a, scale_b, moduli, workspace)
 
 
-def crt_round(products, shift_a, shift_b, dtype: torch.dtype) -> torch.Tensor:
+def crt_round(products, scale_a, scale_b, dtype: torch.dtype) -> torch.Tensor:
     """gemm_crt's result from summed crt_residue_products."""
-    return torch.ops.ozaki.crt_round(products, shift_a, shift_b, dtype)
+    return torch.ops.ozaki.crt_round(products, scale_a, scale_b, dtype)

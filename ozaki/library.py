@@ -79,18 +79,18 @@ def _gemm_slices_fake(a, bt, tau_a, tau_b, span_a, span_b, nonfinite_a, nonfinit
     return a.new_empty(_product_shape(a, bt))
 
 
-@torch.library.register_fake("ozaki::row_norm_exponents")
-def _row_norm_exponents_fake(a, tau):
+@torch.library.register_fake("ozaki::row_norm_scales")
+def _row_norm_scales_fake(a, tau):
     return a.new_empty(a.shape[0], dtype=torch.int32)
 
 
 @torch.library.register_fake("ozaki::crt_magnitude")
-def _crt_magnitude_fake(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b):
+def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b):
     return a.new_empty((), dtype=torch.float64)
 
 
 @torch.library.register_fake("ozaki::gemm_crt")
-def _gemm_crt_fake(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes):
+def _gemm_crt_fake(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes):
     return a.new_empty(_product_shape(a, bt))
 
 
@@ -123,12 +123,12 @@ def _crt_magnitude_digits_fake(a, tau):
 
 
 @torch.library.register_fake("ozaki::crt_residue_products")
-def _crt_residue_products_fake(a, bt, shift_a, shift_b, moduli, workspace_bytes):
+def _crt_residue_products_fake(a, bt, scale_a, scale_b, moduli, workspace_bytes):
     return a.new_empty((moduli, *_product_shape(a, bt)), dtype=torch.int32)
 
 
 @torch.library.register_fake("ozaki::crt_round")
-def _crt_round_fake(products, shift_a, shift_b, dtype):
+def _crt_round_fake(products, scale_a, scale_b, dtype):
     return products.new_empty(products.shape[1:], dtype=dtype)
 
 

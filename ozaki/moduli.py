@@ -2,12 +2,16 @@
 
 Mirrors the constants of csrc/crt.h. Rows of A and columns of B are scaled to integers whose
 2-norms stay below 2^t_a and 2^t_b; the moduli's product P must exceed 2 |A'B'|, so t_a + t_b is
-the budget the moduli buy, and every extra modulus buys about 8 bits of it.
+the budget the moduli buy, and every extra modulus buys about 8 bits of it. Each row's scale is a
+number with a 5-bit significand, c = (16 + f) 2^(e - 4), held as the int32 code 16 e + f
+(csrc/crt.h, row_scale).
 """
 
 import functools
 import math
 from fractions import Fraction
+
+import torch
 
 #: Pairwise coprime moduli, largest first (csrc/crt.h, kModuli).
 MODULI = (256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193)
@@ -18,6 +22,34 @@ MAX_INNER = (1 << 17) - 1
 MAX_SCALE_BITS = 62
 #: The reconstruction reads q = rint(S / P) from a float sum: |A'B'| stays 2^-30 P below P / 2.
 RECONSTRUCTION_MARGIN_BITS = 30
+#: Fraction bits of a row scale's significand (csrc/crt.h, kScaleFractionBits).
+SCALE_FRACTION_BITS = 4
+
+
+def times_power_of_two(codes, t: int):
+    """The codes of the scales c 2^t for scale codes `codes` (an int tensor): 16 t added, int32."""
+    return (codes + (t << SCALE_FRACTION_BITS)).int()
+
+
+def row_scales(norm_codes, stats, t: int):
+    """The codes of the scales that round each row to integers whose 2-norm stays within 2^t: its
+    norm scale times 2^t, except for rows that the power of two 2^(t - nu) (the norm scale with
+    f = 0) already turns into exact integers, every entry a multiple of 2^(tau - span) (row_stats):
+    those keep it, as a 5-bit significand would make some of them round (float32 rows of one entry,
+    small integers)."""
+    tau, span = stats[0].long(), stats[1].long()
+    fraction = 1 << SCALE_FRACTION_BITS
+    codes = norm_codes.long()
+    power_of_two = codes - torch.remainder(codes, fraction)  # -16 nu
+    nu = -torch.div(power_of_two, fraction, rounding_mode="floor")
+    exact = tau - span + t - nu >= 0
+    return times_power_of_two(torch.where(exact, power_of_two, codes), t)
+
+
+def scale_value(code: int):
+    """The exact Fraction c = (16 + f) 2^(e - 4) of scale code 16 e + f."""
+    fraction = 1 << SCALE_FRACTION_BITS
+    return (fraction + code % fraction) * Fraction(2) ** (code // fraction - SCALE_FRACTION_BITS)
 
 
 def moduli_product(moduli: int) -> int:
@@ -54,8 +86,9 @@ def _scale_bits(moduli: int, g: int):
 
 
 def predicted_error(moduli: int, k: int) -> Fraction:
-    """Predicted truncation of (A'B')_ij 2^-(shifts) relative to 2^(nu_a_i + nu_b_j): each operand's
-    rounding is at most 2^-(t + 1) of its norm bound, so 2^-(t_a + 1) + 2^-(t_b + 1)."""
+    """Predicted truncation of (A'B')_ij / (c_a_i c_b_j 2^(t_a + t_b)) relative to 1 / (c_a_i c_b_j)
+    (c: the norm scales, so that ||a_i||_2 c_a_i <= 1): each operand's rounding is at most
+    2^-(t + 1) of its norm bound, so 2^-(t_a + 1) + 2^-(t_b + 1)."""
     return _predicted_error(moduli, rounding_growth(k))
 
 

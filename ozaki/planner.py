@@ -155,11 +155,12 @@ CRT_MARGIN_BITS = 2
 
 def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> SlicePlan:
     """Moduli for scheme II (backend="crt"; docs/accuracy.md, "Scheme II"): the fewest whose
-    predicted truncation 2^-(t_a + 1) + 2^-(t_b + 1) (relative to 2^(nu_a_i + nu_b_j), the rows'
-    2-norm bounds) stays CRT_MARGIN_BITS below the unit roundoff of the target format at the
-    scale of (|A||B|)_ij for every (i, j), that is below 2^-(precision + 2) * magnitude.
+    predicted truncation 2^-(t_a + 1) + 2^-(t_b + 1) (relative to 1 / (c_a_i c_b_j), the rows'
+    2-norm bounds from their norm scales) stays CRT_MARGIN_BITS below the unit roundoff of the
+    target format at the scale of (|A||B|)_ij for every (i, j), that is below
+    2^-(precision + 2) * magnitude.
 
-    magnitude: the exact lower bound of min (|A||B|)_ij 2^-(nu_a_i + nu_b_j) over usable rows and
+    magnitude: the exact lower bound of min (|A||B|)_ij c_a_i c_b_j over usable rows and
     columns (ozaki::crt_magnitude); inf when there is none, 0 when the estimate cannot resolve
     some product. moduli: a requested count (no estimate needed; magnitude may be None).
     """

@@ -134,7 +134,7 @@ def _check_inner(k, digits):
 
 class Estimates:
     """What the planner reads from the operands: the largest bit span of a row, scheme I's and
-    scheme II's lower bounds of |A||B|, and scheme II's row norms. This class reads one device's
+    scheme II's lower bounds of |A||B|, and scheme II's norm scales. This class reads one device's
     whole product; ozaki/distributed derives the same values from shards (combined across
     ranks), so every rank makes the one-device plan.
 
@@ -172,15 +172,16 @@ class Estimates:
         span, negated = self.combine_max(local).tolist()
         return int(span), -negated
 
-    def norm_exponents(self):
-        """Scheme II: per row of a and of bt, nu (int32) with ||row||_2 <= 2^nu."""
-        return (_ops.row_norm_exponents(_flat_rows(self.a), self.stats_a[0]),
-                _ops.row_norm_exponents(_flat_rows(self.bt), self.stats_b[0]))
+    def norm_scales(self):
+        """Scheme II: per row of a and of bt, the code of its norm scale c (int32), the largest
+        c = (16 + f) 2^(e - 4) with ||row||_2 c <= 1 that the row's exact norm bound proves."""
+        return (_ops.row_norm_scales(_flat_rows(self.a), self.stats_a[0]),
+                _ops.row_norm_scales(_flat_rows(self.bt), self.stats_b[0]))
 
-    def crt_magnitude(self, nu_a, nu_b) -> float:
-        """Scheme II: min over usable (i, j) of the exact lower bound of
-        (|A||B|)_ij 2^-(nu_a_i + nu_b_j)."""
-        local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, nu_a, nu_b,
+    def crt_magnitude(self, norm_a, norm_b) -> float:
+        """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
+        (c: the norm scales)."""
+        local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
                                    _usable_rows(self.stats_a), _usable_rows(self.stats_b))
         return -self.combine_max(-local.double().reshape(1)).item()
 
@@ -199,18 +200,20 @@ def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
 
 
 class _CrtInputs:
-    """The per-row norm exponents scheme II scales by (computed once, used by plan and product)."""
+    """The per-row norm scales scheme II scales by (computed once, used by plan and product)."""
 
     def __init__(self, est):
         self.est = est
-        self.nu_a, self.nu_b = est.norm_exponents()
+        self.norm_a, self.norm_b = est.norm_scales()
 
     def magnitude(self) -> float:
-        return self.est.crt_magnitude(self.nu_a, self.nu_b)
+        return self.est.crt_magnitude(self.norm_a, self.norm_b)
 
-    def shifts(self, plan: SlicePlan, k: int):
+    def scales(self, plan: SlicePlan, k: int):
+        """The codes of the scales of the rows of a (norms up to 2^t_a) and of bt (2^t_b)."""
         t_a, t_b = crt.scale_bits(plan.moduli, k)
-        return (t_a - self.nu_a).int(), (t_b - self.nu_b).int()
+        return (crt.row_scales(self.norm_a, self.est.stats_a, t_a),
+                crt.row_scales(self.norm_b, self.est.stats_b, t_b))
 
 
 def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
@@ -268,8 +271,8 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
     if plan.backend == "crt":
-        shift_a, shift_b = inputs.shifts(plan, est.k)
-        C = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, plan.moduli,
+        scale_a, scale_b = inputs.scales(plan, est.k)
+        C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
                           _ops.workspace_bytes())
     else:
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast, rounding == "nearest",

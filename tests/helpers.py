@@ -1,6 +1,7 @@
 """Helpers shared by the test modules."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -37,6 +38,14 @@ def phi_tensor(shape, dtype, generator, phi=1.0):
         return flat.reshape(shape)
 
     return torch.complex(part(), part()) if dtype.is_complex else part()
+
+
+def scale_of(code: int) -> Fraction:
+    """Scheme II's row scale of an int scale code 16 e + f: c = (16 + f) 2^(e - 4), f in [0, 16)
+    (floor division, so negative codes too), decoded here apart from ozaki.moduli.scale_value so
+    that the exact references do not share the code they check."""
+    e, f = divmod(code, 16)
+    return (16 + f) * Fraction(2) ** (e - 4)
 
 
 def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):

@@ -3,9 +3,10 @@ integer definition, INT8 scheme I ("int8"), the "auto" rule, option errors, spec
 limits on k, and bitwise reproducibility.
 
 Scheme II is checked operator by operator (ozaki._ops, as ozaki.gemm calls it) against Python
-integers: the scaled operands A' = RN(a_il 2^shift_a_i) (ties to even), their exact product
-X = A'B' with |X| < P / 2, and the result RN(X 2^-(shift_a_i + shift_b_j)) rounded once to the
-output format (ozaki.accuracy.round_exact rounds float32 straight from the exact value).
+integers: the scaled operands A' = RN(a_il c_a_i) (ties to even; c_a_i the row's scale, a number
+with a 5-bit significand held as a scale code), their exact product X = A'B' with |X| < P / 2, and
+the result RN(X / (c_a_i c_b_j)) rounded once to the output format (ozaki.accuracy.round_exact
+rounds float32 straight from the exact value).
 """
 
 import math
@@ -18,7 +19,7 @@ import torch
 
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee, cpu_and_cuda,
-                     phi_pair, seeded)
+                     phi_pair, scale_of, seeded)
 from ozaki import _ops, accuracy, moduli
 from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for
 
@@ -96,57 +97,82 @@ def edge_value_pair(m, k, n, dtype, seed):
 
 def crt_operands(A, B, device):
     """What ozaki.gemm hands scheme II: A's rows and B's columns as contiguous rows, their
-    row_stats and norm exponents nu (||row||_2 <= 2^nu)."""
+    row_stats and the codes of their norm scales c (||row||_2 c <= 1)."""
     a, bt = A.contiguous().to(device), B.t().contiguous().to(device)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
-    nu_a = _ops.row_norm_exponents(a, stats_a[0])
-    nu_b = _ops.row_norm_exponents(bt, stats_b[0])
-    return a, bt, stats_a, stats_b, nu_a, nu_b
+    norm_a = _ops.row_norm_scales(a, stats_a[0])
+    norm_b = _ops.row_norm_scales(bt, stats_b[0])
+    return a, bt, stats_a, stats_b, norm_a, norm_b
 
 
-def crt_product(A, B, moduli_count, device, workspace=0):
-    """(C, a, bt, shift_a, shift_b): A @ B by _ops.gemm_crt with the scaling of ozaki.gemm,
-    shift = t - nu with (t_a, t_b) = moduli.scale_bits(moduli_count, k)."""
-    a, bt, stats_a, stats_b, nu_a, nu_b = crt_operands(A, B, device)
+def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False):
+    """(C, a, bt, scale_a, scale_b): A @ B by _ops.gemm_crt with the scaling of ozaki.gemm,
+    moduli.row_scales of the norm scales with (t_a, t_b) = moduli.scale_bits(moduli_count, k)
+    (checked against its rule); every_row_by_norm: every row by its norm scale times 2^t instead."""
+    a, bt, stats_a, stats_b, norm_a, norm_b = crt_operands(A, B, device)
     t_a, t_b = moduli.scale_bits(moduli_count, A.shape[1])
-    shift_a, shift_b = (t_a - nu_a).int(), (t_b - nu_b).int()
-    C = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli_count, workspace)
-    return C, a, bt, shift_a, shift_b
+    if every_row_by_norm:
+        scale_a = moduli.times_power_of_two(norm_a, t_a)
+        scale_b = moduli.times_power_of_two(norm_b, t_b)
+    else:
+        scale_a = moduli.row_scales(norm_a, stats_a, t_a)
+        scale_b = moduli.row_scales(norm_b, stats_b, t_b)
+        assert_scales_follow_the_rule(a, scale_a, norm_a, t_a)
+        assert_scales_follow_the_rule(bt, scale_b, norm_b, t_b)
+    C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli_count, workspace)
+    return C, a, bt, scale_a, scale_b
 
 
-def scaled_integers(rows, shifts):
-    """RN(x 2^shift) for every entry x of each row, ties to even (round() on a Fraction rounds
-    half to even), as Python ints: scheme II's A' (or B'^T)."""
-    return [[round(Fraction(x) * Fraction(2) ** shift) for x in row]
-            for row, shift in zip(rows, shifts)]
+def assert_scales_follow_the_rule(rows, codes, norm_codes, t):
+    """moduli.row_scales: a row keeps its norm scale times 2^t, unless the power of two 2^(t - nu)
+    (the norm scale without its fraction f) already scales every entry to an integer: then that."""
+    for row, code, norm in zip(rows.cpu().tolist(), codes.cpu().tolist(), norm_codes.cpu().tolist()):
+        power_of_two = scale_of(norm - norm % 16) * Fraction(2) ** t
+        exact = all((Fraction(x) * power_of_two).denominator == 1 for x in row if math.isfinite(x))
+        assert code == (norm - norm % 16 if exact else norm) + 16 * t, (row[:3], code, norm, t)
 
 
-def scheme_two_reference(a, bt, shift_a, shift_b):
-    """(X, scaled): the exact integer product X = A'B' and X 2^-(shift_a_i + shift_b_j), both
-    (m, n) object arrays of Python ints and Fractions."""
-    sa, sb = shift_a.cpu().tolist(), shift_b.cpu().tolist()
-    A_int = scaled_integers(a.cpu().tolist(), sa)
-    B_int = scaled_integers(bt.cpu().tolist(), sb)
+def scaled_integers(rows, codes):
+    """RN(x c) for every entry x of each row and the scale c of its code, ties to even (round() on
+    a Fraction rounds half to even), as Python ints: scheme II's A' (or B'^T)."""
+    return [[round(Fraction(x) * scale_of(code)) for x in row] for row, code in zip(rows, codes)]
+
+
+def scheme_two_reference(a, bt, scale_a, scale_b):
+    """(X, scaled): the exact integer product X = A'B' and X / (c_a_i c_b_j), both (m, n) object
+    arrays of Python ints and Fractions."""
+    ca = [scale_of(code) for code in scale_a.cpu().tolist()]
+    cb = [scale_of(code) for code in scale_b.cpu().tolist()]
+    A_int = scaled_integers(a.cpu().tolist(), scale_a.cpu().tolist())
+    B_int = scaled_integers(bt.cpu().tolist(), scale_b.cpu().tolist())
     X = np.empty((len(A_int), len(B_int)), dtype=object)
     scaled = np.empty(X.shape, dtype=object)
     for i, row in enumerate(A_int):
         for j, col in enumerate(B_int):
             X[i, j] = sum(x * y for x, y in zip(row, col))
-            scaled[i, j] = Fraction(X[i, j]) * Fraction(2) ** -(sa[i] + sb[j])
+            scaled[i, j] = X[i, j] / (ca[i] * cb[j])
     return X, scaled
 
 
-def check_scheme_two_is_exact(A, B, moduli_count, device):
-    """gemm_crt returns RN(A'B' 2^-(shift_a + shift_b)) bit for bit, with |A'B'| < P / 2; returns
-    the correctly rounded reference."""
-    C, a, bt, shift_a, shift_b = crt_product(A, B, moduli_count, device)
-    X, scaled = scheme_two_reference(a, bt, shift_a, shift_b)
+def check_scheme_two_is_exact(A, B, moduli_count, device, every_row_by_norm=False):
+    """gemm_crt returns RN(A'B' / (c_a c_b)) bit for bit, with |A'B'| < P / 2; returns the
+    correctly rounded reference and the scale codes (scale_a, scale_b) as lists."""
+    C, a, bt, scale_a, scale_b = crt_product(A, B, moduli_count, device,
+                                             every_row_by_norm=every_row_by_norm)
+    assert scale_a.dtype == scale_b.dtype == torch.int32
+    X, scaled = scheme_two_reference(a, bt, scale_a, scale_b)
     largest = max(abs(x) for x in X.flat)
     assert 2 * largest < moduli.moduli_product(moduli_count)
     expected = accuracy.round_exact(scaled, A.dtype)
     assert C.device.type == device
     assert_bitwise_equal(C, expected)
-    return expected
+    return expected, (scale_a.cpu().tolist(), scale_b.cpu().tolist())
+
+
+def fractional(codes):
+    """Whether some scale has a significand other than 16 (f != 0): X / (c_a c_b) is then not a
+    power-of-two scaling of X, and the reconstruction really divides."""
+    return any(code % 16 != 0 for code in codes)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -154,10 +180,15 @@ def check_scheme_two_is_exact(A, B, moduli_count, device):
 @pytest.mark.parametrize("m,k,n", [(7, 33, 5), (1, 1, 1), (16, 100, 9)])
 @pytest.mark.parametrize("moduli_count", [1, 3, 8, 14, 16])
 @pytest.mark.parametrize("phi", [0.5, 2.0])
+@pytest.mark.parametrize("every_row_by_norm", [False, True])
 def test_scheme_two_rounds_the_exact_scaled_integer_product_once(device, dtype, m, k, n,
-                                                                 moduli_count, phi):
+                                                                 moduli_count, phi,
+                                                                 every_row_by_norm):
     A, B = phi_pair(m, k, n, phi, seed=100 * moduli_count + k + int(10 * phi), dtype=dtype)
-    check_scheme_two_is_exact(A, B, moduli_count, device)
+    _, (scale_a, scale_b) = check_scheme_two_is_exact(A, B, moduli_count, device,
+                                                      every_row_by_norm)
+    if every_row_by_norm:  # the reconstruction really divides
+        assert fractional(scale_a + scale_b), (scale_a, scale_b)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -165,27 +196,42 @@ def test_scheme_two_rounds_the_exact_scaled_integer_product_once(device, dtype, 
 @pytest.mark.parametrize("moduli_count", [1, 2])
 def test_scheme_two_rounds_scaled_ties_to_even(device, dtype, moduli_count):
     # Nonzero integers below 2^(4 moduli) in rows of 5 scale (t = 3 for one modulus, 7 for two)
-    # by 2^-1 to 2^-3: many entries land exactly halfway between two integers.
+    # by c 2^t = (16 + f) 2^-6 or (16 + f) 2^-5, between 1/4 and 3/4: some entries land exactly
+    # halfway between two integers.
     g = seeded(10 + moduli_count)
     shape = (2, 12, 5)
     magnitudes = torch.randint(1, 2 ** (4 * moduli_count), shape, generator=g)
     signs = torch.randint(0, 2, shape, generator=g) * 2 - 1
     a, bt = (magnitudes * signs).to(dtype)
-    check_scheme_two_is_exact(a, bt.t(), moduli_count, device)
-    shift_a = crt_product(a, bt.t(), moduli_count, "cpu")[3]
-    scaled = [Fraction(x) * Fraction(2) ** shift
-              for row, shift in zip(a.tolist(), shift_a.tolist()) for x in row]
-    ties = [x for x in scaled if x.denominator == 2]
+    _, (scale_a, scale_b) = check_scheme_two_is_exact(a, bt.t(), moduli_count, device)
+    scaled = [(Fraction(x) * scale_of(code), code)
+              for rows, codes in ((a, scale_a), (bt, scale_b))
+              for row, code in zip(rows.tolist(), codes) for x in row]
+    ties = [(x, code) for x, code in scaled if x.denominator == 2]
     # ties that round down (even below) and up (odd below): ties away from zero fails one kind
-    assert {math.floor(x) % 2 for x in ties} == {0, 1}, ties
+    assert {math.floor(x) % 2 for x, _ in ties} == {0, 1}, ties
+    # and some on rows whose scale is no power of two, where x (16 + f) is what gets rounded
+    assert fractional([code for _, code in ties]), ties
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("moduli_count", [3, 14, 16])
-def test_scheme_two_is_exact_on_zero_subnormal_and_huge_rows(device, dtype, moduli_count):
+@pytest.mark.parametrize("every_row_by_norm", [False, True])
+def test_scheme_two_is_exact_on_zero_subnormal_and_huge_rows(device, dtype, moduli_count,
+                                                             every_row_by_norm):
     A, B = edge_value_pair(7, 40, 6, dtype, seed=20 + moduli_count)
-    expected = check_scheme_two_is_exact(A, B, moduli_count, device)
+    # Nonzero rows whose norm bound is a power of two, so their scale is one too (f = 0): one
+    # entry 2^-3 (a norm of exactly 2^-3), and 16 ones (a norm of exactly 4).
+    A[5] = 0.0
+    A[5, 7] = 2.0 ** -3
+    B[:, 5] = 0.0
+    B[:16, 5] = 1.0
+    expected, (scale_a, scale_b) = check_scheme_two_is_exact(A, B, moduli_count, device,
+                                                             every_row_by_norm)
+    assert scale_a[5] % 16 == 0 and scale_b[5] % 16 == 0, (scale_a, scale_b)
+    if every_row_by_norm:  # (the library scales rows of few bits by powers of two)
+        assert fractional(scale_a) and fractional(scale_b), (scale_a, scale_b)
     # the case reaches what it is meant to: overflow, subnormal results, exact zeros
     assert expected[3, 2].isinf()
     assert ((expected != 0) & (expected.abs() < torch.finfo(dtype).tiny)).any()
@@ -193,26 +239,55 @@ def test_scheme_two_is_exact_on_zero_subnormal_and_huge_rows(device, dtype, modu
     assert (expected[:, :2] == 0).all() and not torch.signbit(expected[:, :2]).any()
 
 
+def test_scale_codes_decode_and_take_powers_of_two():
+    # scale_value against the decoding of the tests (helpers.scale_of), codes of either sign;
+    # consecutive codes give increasing scales, and the code 16 e is the power of two 2^e
+    codes = list(range(-80, 81)) + [-16 * 1100 + 5, 16 * 1100 + 11]
+    values = [moduli.scale_value(code) for code in codes]
+    assert values == [scale_of(code) for code in codes]
+    assert all(isinstance(v, Fraction) for v in values)
+    assert all(low < high for low, high in zip(values[:160], values[1:161]))
+    assert [moduli.scale_value(16 * e) for e in (-3, 0, 2)] == [Fraction(1, 8), 1, 4]
+    assert moduli.scale_value(-5) == Fraction(27, 32)  # 16 (-1) + 11: 27 2^-5
+    tensor = torch.tensor(codes, dtype=torch.int32)
+    for t in (-7, 0, 1, 30, 62):
+        scaled = moduli.times_power_of_two(tensor, t)
+        assert scaled.dtype == torch.int32
+        assert [scale_of(code) for code in scaled.tolist()] == [v * Fraction(2) ** t
+                                                                for v in values]
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_row_norm_exponents_bound_every_row_norm(device, dtype):
+def test_row_norm_scales_are_the_largest_proven_for_every_row(device, dtype):
     A, B = edge_value_pair(10, 100, 6, dtype, seed=31)
     info = torch.finfo(dtype)
-    A[5] = info.max                  # a norm of 10 max: beyond the format, not beyond nu
+    A[5] = info.max                  # a norm of 10 max: beyond the format, not beyond the scale
     A[6, 1:] = 0.0                   # one entry: the norm is its magnitude
     A[7] = LEAST_SUBNORMAL[dtype]    # the least subnormal, k times
     A[8, :50] = 0.0
     A[9] = 1.0                       # a norm of exactly 10 on the 2^-16 grid of the row maximum
     for rows in (A, B.t()):
         a = rows.contiguous().to(device)
-        nu = _ops.row_norm_exponents(a, _ops.row_stats(a)[0])
-        assert nu.dtype == torch.int32 and nu.device.type == device
-        for row, exponent in zip(rows.tolist(), nu.cpu().tolist()):
+        tau = _ops.row_stats(a)[0]
+        codes = _ops.row_norm_scales(a, tau)
+        assert codes.dtype == torch.int32 and codes.device.type == device
+        assert codes.shape == (a.shape[0],)
+        for row, code, t in zip(rows.tolist(), codes.cpu().tolist(), tau.cpu().tolist()):
+            c = moduli.scale_value(code)
             square = sum(Fraction(x) ** 2 for x in row)
-            bound = Fraction(4) ** exponent
-            assert square <= bound, (row[:3], exponent)
-            if square:  # and tight: the grid costs at most a factor 2 (and a hair) of the norm
-                assert bound < 4 * square * (1 + Fraction(1, 256)), (row[:3], exponent)
+            assert square * c ** 2 <= 1, (row[:3], code)  # ||row||_2 c <= 1
+            if square:
+                # and the largest: the next scale up, at most 17/16 of c, fails even with the
+                # 2^-16 grid's rounding up (a hair, here below 1/256 of the square)
+                assert square * c ** 2 * Fraction(17, 16) ** 2 * (1 + Fraction(1, 256)) > 1, (
+                    row[:3], code)
+            else:  # the zero and -0 rows (and columns) of edge_value_pair
+                assert code == -16 * t, (row[:3], code)
+        if rows is A:
+            # a norm of exactly 10: c = 25 2^-8 (10 c = 250/256; 26 2^-8 would give 260/256)
+            assert codes[9].item() == -16 * 4 + 9
+            assert moduli.scale_value(codes[9].item()) == Fraction(25, 256)
 
 
 # ---- INT8 scheme I -----------------------------------------------------------------------------

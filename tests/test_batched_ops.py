@@ -95,21 +95,23 @@ def usable_rows(stats):
 
 
 def crt_vectors(a, bt, count):
-    """(shift, nonfinite) pairs of gemm_crt with the scaling the crt backend uses: shift = t - nu
-    with (t_a, t_b) = moduli.scale_bits(count, k) and nu the row norm exponents."""
+    """(scale, nonfinite) pairs of gemm_crt with the scaling the crt backend uses: the codes of
+    c 2^t with c the rows' norm scales and (t_a, t_b) = moduli.scale_bits(count, k)."""
     stats_a, stats_b = stats_of(a), stats_of(bt)
     t_a, t_b = moduli.scale_bits(count, a.shape[2])
-    nu_a = _ops.row_norm_exponents(flat(a), stats_a[0])
-    nu_b = _ops.row_norm_exponents(flat(bt), stats_b[0])
-    return [((t_a - nu_a).int(), (t_b - nu_b).int()), (stats_a[2], stats_b[2])]
+    norm_a = _ops.row_norm_scales(flat(a), stats_a[0])
+    norm_b = _ops.row_norm_scales(flat(bt), stats_b[0])
+    return [(moduli.times_power_of_two(norm_a, t_a), moduli.times_power_of_two(norm_b, t_b)),
+            (stats_a[2], stats_b[2])]
 
 
 def crt_magnitude_vectors(a, bt):
-    """(tau, nu, usable) pairs of crt_magnitude."""
+    """(tau, norm scale, usable) pairs of crt_magnitude."""
     stats_a, stats_b = stats_of(a), stats_of(bt)
-    nu_a = _ops.row_norm_exponents(flat(a), stats_a[0])
-    nu_b = _ops.row_norm_exponents(flat(bt), stats_b[0])
-    return [(stats_a[0], stats_b[0]), (nu_a, nu_b), (usable_rows(stats_a), usable_rows(stats_b))]
+    norm_a = _ops.row_norm_scales(flat(a), stats_a[0])
+    norm_b = _ops.row_norm_scales(flat(bt), stats_b[0])
+    return [(stats_a[0], stats_b[0]), (norm_a, norm_b),
+            (usable_rows(stats_a), usable_rows(stats_b))]
 
 
 def crt_magnitude_per_element(a, bt, pairs):
@@ -331,7 +333,7 @@ class TestErrors:
         a, bt = random_operands((3, 5, 9, 7), torch.float64, device, seed=9)
         rows_a, rows_b = (14, 21) if operand == "a" else (15, 20)
         first = {"magnitude_product": "tau", "gemm_slices": "tau", "crt_magnitude": "tau",
-                 "gemm_crt": "shift"}[name]
+                 "gemm_crt": "scale"}[name]
         message = (f"ozaki::{name}: {first}_{operand[0]} must be a contiguous 1-D Int tensor of "
                    + ("length batch * m = 3 * 5 = 15 (one entry per row of the flattened a), "
                       "got [14] Int" if operand == "a" else

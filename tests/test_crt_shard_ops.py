@@ -1,5 +1,5 @@
 """Scheme II's k-shard operators (csrc/ozaki.cpp): a product split along k into shards, each holding
-columns [k0, k0 + k_i) of A's rows and of B's columns, with the whole rows' tau and shifts.
+columns [k0, k0 + k_i) of A's rows and of B's columns, with the whole rows' tau and scale codes.
 row_norm_square_sums, int8_matmul of crt_magnitude_digits and crt_residue_products return exact
 integers whose sums over the shards are the whole product's, in any order; crt_round turns the
 summed residue products into exactly gemm_crt's bits.
@@ -11,16 +11,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, scale_of, seeded
 from ozaki import _ops
 from ozaki import moduli as crt
-
-
-def exact_powers_of_two(exponents):
-    """2.0 ** e per entry, by math.ldexp on the host (torch.ldexp goes through torch.pow, which
-    was one ulp off on an H200)."""
-    values = [math.ldexp(1.0, e) for e in exponents.tolist()]
-    return torch.tensor(values, dtype=torch.float64, device=exponents.device)
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
 #: ((m, k), (n, k)) of a and bt.
@@ -51,12 +44,13 @@ def shards(x, widths):
     return [block.contiguous() for block in torch.split(x, list(widths), dim=1)]
 
 
-def shifts_of(a, bt, stats_a, stats_b, moduli):
-    """The scaling of ozaki.product._CrtInputs.shifts, from the whole rows."""
-    nu_a = _ops.row_norm_exponents(a, stats_a[0])
-    nu_b = _ops.row_norm_exponents(bt, stats_b[0])
+def scales_of(a, bt, stats_a, stats_b, moduli):
+    """The scale codes of ozaki.product._CrtInputs.scales, from the whole rows: those of c 2^t for
+    the norm scales c and (t_a, t_b) = scale_bits."""
+    norm_a = _ops.row_norm_scales(a, stats_a[0])
+    norm_b = _ops.row_norm_scales(bt, stats_b[0])
     t_a, t_b = crt.scale_bits(moduli, a.shape[1])
-    return (t_a - nu_a).int(), (t_b - nu_b).int()
+    return crt.times_power_of_two(norm_a, t_a), crt.times_power_of_two(norm_b, t_b)
 
 
 def moduli_counts(k):
@@ -84,40 +78,61 @@ def test_summed_residue_products_round_to_gemm_crt(device, dtype, shape_a, shape
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
     widths = split(a.shape[1])
     for moduli in moduli_counts(a.shape[1]):
-        shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, moduli)
-        expected = _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, moduli)
-        parts = [_ops.crt_residue_products(sa, sb, shift_a, shift_b, moduli)
+        scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, moduli)
+        expected = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli)
+        parts = [_ops.crt_residue_products(sa, sb, scale_a, scale_b, moduli)
                  for sa, sb in zip(shards(a, widths), shards(bt, widths))]
         assert all(p.shape == (moduli, a.shape[0], bt.shape[0]) and p.dtype == torch.int32
                    for p in parts)
-        whole = _ops.crt_residue_products(a, bt, shift_a, shift_b, moduli)
+        whole = _ops.crt_residue_products(a, bt, scale_a, scale_b, moduli)
         assert torch.equal(summed(parts), whole)
         assert torch.equal(summed(parts[::-1]), whole)
         for products in (summed(parts), summed(parts[::-1]), whole):
-            assert_bitwise_equal(_ops.crt_round(products, shift_a, shift_b, dtype), expected)
+            assert_bitwise_equal(_ops.crt_round(products, scale_a, scale_b, dtype), expected)
 
 
-def residue_reference(x, shift, p, weight=1):
-    """Symmetric residues mod p of weight * RN(x 2^shift) (ties to even), exactly in int64."""
-    scaled = torch.round(torch.ldexp(x.double(), shift.double().unsqueeze(1))).long()
-    r = torch.remainder(torch.remainder(scaled, p) * weight, p)
-    return torch.where(r > (p - 1) // 2, r - p, r)
+def scaled_values(x, codes):
+    """x c, exactly, for every entry x of each row and the scale c of its code: up to 58 bits,
+    more than float64 holds."""
+    return [[Fraction(v) * scale_of(code) for v in row]
+            for row, code in zip(x.cpu().double().tolist(), codes.cpu().tolist())]
+
+
+def residue_reference(scaled, p, weight=1):
+    """Symmetric residues mod p of weight * RN(v) for the exact values v, ties to even (round() on
+    a Fraction), as a float64 tensor."""
+    r = [[weight * round(v) % p for v in row] for row in scaled]
+    return torch.tensor([[v - p if v > (p - 1) // 2 else v for v in row] for row in r],
+                        dtype=torch.float64)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_residue_products_are_the_exact_products_of_residues(device, dtype):
+@pytest.mark.parametrize("moduli", [6, crt.MAX_MODULI])
+def test_residue_products_are_the_exact_products_of_residues(device, dtype, moduli):
     a, bt = operands((6, 40), (8, 40), dtype, "phi", seed=5, device=device)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
-    shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, crt.MAX_MODULI)
-    out = _ops.crt_residue_products(a, bt, shift_a, shift_b, crt.MAX_MODULI).cpu()
-    a, bt, shift_a, shift_b = a.cpu(), bt.cpu(), shift_a.cpu(), shift_b.cpu()
-    product = crt.moduli_product(crt.MAX_MODULI)
-    for i, p in enumerate(crt.MODULI):
+    scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, moduli)
+    # scales with 5-bit significands other than 16: A' = RN(x c) is no shifted x
+    assert (scale_a % 16 != 0).any() and (scale_b % 16 != 0).any()
+    out = _ops.crt_residue_products(a, bt, scale_a, scale_b, moduli).cpu()
+    assert out.shape == (moduli, 6, 8)
+    exact_a, exact_b = scaled_values(a, scale_a), scaled_values(bt, scale_b)
+    if moduli == crt.MAX_MODULI:
+        # the scaling fills the budget: entries of A' reach 2^57
+        assert max(abs(v) for row in exact_a for v in row) >= 2 ** 57
+        if dtype == torch.float64:  # and x c takes up to 58 bits: not every one is a float64
+            assert any(Fraction(float(v)) != v for row in exact_a for v in row)
+    else:
+        # and fewer bits leave entries between integers, which the rounding decides
+        assert all(any(v.denominator > 1 for row in exact for v in row)
+                   for exact in (exact_a, exact_b))
+    product = crt.moduli_product(moduli)
+    for i, p in enumerate(crt.MODULI[:moduli]):
         # B's residues carry the CRT weight (P / p)^-1 mod p (docs/algorithm.md, section 9.3)
         weight = pow(product // p, -1, p)
-        ra, rb = residue_reference(a, shift_a, p), residue_reference(bt, shift_b, p, weight)
-        assert torch.equal(out[i], (ra.double() @ rb.double().T).int()), p  # float64: exact
+        ra, rb = residue_reference(exact_a, p), residue_reference(exact_b, p, weight)
+        assert torch.equal(out[i], (ra @ rb.T).int()), p  # float64: exact
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -125,11 +140,11 @@ def test_residue_products_do_not_depend_on_the_workspace(device):
     # m, n > 256: a 1-byte budget cuts both into chunks of unequal sizes
     a, bt = operands((300, 20), (260, 20), torch.float64, "phi", seed=6, device=device)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
-    shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, 9)
-    default = _ops.crt_residue_products(a, bt, shift_a, shift_b, 9)
-    assert torch.equal(_ops.crt_residue_products(a, bt, shift_a, shift_b, 9, workspace=1), default)
-    assert_bitwise_equal(_ops.crt_round(default, shift_a, shift_b, torch.float64),
-                         _ops.gemm_crt(a, bt, shift_a, shift_b, stats_a, stats_b, 9))
+    scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, 9)
+    default = _ops.crt_residue_products(a, bt, scale_a, scale_b, 9)
+    assert torch.equal(_ops.crt_residue_products(a, bt, scale_a, scale_b, 9, workspace=1), default)
+    assert_bitwise_equal(_ops.crt_round(default, scale_a, scale_b, torch.float64),
+                         _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, 9))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -155,12 +170,17 @@ def test_empty_shapes(device):
 # ---- row_norm_square_sums -----------------------------------------------------------------------
 
 
-def norm_exponent(s, tau):
-    """csrc/crt.h norm_exponent: the smallest e with 4^e >= s gives nu = tau - 16 + e."""
+def norm_scale_code(s, tau):
+    """csrc/crt.h norm_scale_code in Python integers: the smallest e with 4^e >= s gives
+    nu = tau - 16 + e, and the largest f in [0, 15] with (16 + f)^2 s <= 4^(e + 4) the code
+    -16 nu + f of c = (16 + f) 2^(-nu - 4); -16 tau (c = 2^-tau) for s = 0."""
     if s == 0:
-        return tau
-    e = 0 if s == 1 else ((s - 1).bit_length() - 1 + 2) // 2
-    return tau - 16 + e
+        return -16 * tau
+    e = 0
+    while 4 ** e < s:
+        e += 1
+    f = max(f for f in range(16) if (16 + f) ** 2 * s <= 4 ** (e + 4))
+    return -16 * (tau - 16 + e) + f
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -174,8 +194,9 @@ def test_norm_square_sums_add_up_over_shards(device, dtype, shape_a, shape_b, sp
     assert whole.dtype == torch.int64 and (whole > 0).all()
     parts = [_ops.row_norm_square_sums(block, tau) for block in shards(a, split(a.shape[1]))]
     assert torch.equal(summed(parts), whole)
-    nu = [norm_exponent(s, t) for s, t in zip(whole.tolist(), tau.tolist())]
-    assert nu == _ops.row_norm_exponents(a, tau).tolist()
+    codes = [norm_scale_code(s, t) for s, t in zip(whole.tolist(), tau.tolist())]
+    assert codes == _ops.row_norm_scales(a, tau).tolist()
+    assert any(code % 16 for code in codes)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -192,6 +213,27 @@ def test_norm_square_sums_match_python_integers(device, dtype):
     out = _ops.row_norm_square_sums(a.to(device), tau.to(device))
     assert out.tolist() == expected
     assert out[1] == 0 and out[4] > 0
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_norm_scales_match_python_integers(device, dtype):
+    a = phi_tensor((7, 9), dtype, seeded(17), phi=3.0)
+    a[1] = 0.0
+    a[2, 3], a[3, 0] = float("nan"), float("-inf")
+    # norms that are powers of two meet both of norm_scale_code's tests with equality (4^e = sum,
+    # (16 + f)^2 sum = 4^(e + 4)): the scale is exactly 1 / norm
+    a[4] = 0.0
+    a[4, 6] = -2.0 ** -3
+    a[5] = 0.0
+    a[5, :4] = 1.0
+    tau = _ops.row_stats(a)[0]
+    sums = _ops.row_norm_square_sums(a, tau)  # Python integers above
+    codes = _ops.row_norm_scales(a.to(device), tau.to(device))
+    assert codes.dtype == torch.int32 and codes.device.type == device
+    assert codes.tolist() == [norm_scale_code(s, t) for s, t in zip(sums.tolist(), tau.tolist())]
+    assert [scale_of(code) for code in codes[4:6].tolist()] == [8, Fraction(1, 2)]
+    assert codes[1].item() == -16 * tau[1].item() and any(code % 16 for code in codes.tolist())
 
 
 # ---- crt_magnitude_digits -----------------------------------------------------------------------
@@ -223,16 +265,24 @@ def test_digit_products_add_up_to_crt_magnitude(device, dtype, shape_a, shape_b,
                               _ops.crt_magnitude_digits(sb, tau_b))
              for sa, sb in zip(shards(a, widths), shards(bt, widths))]
     assert torch.equal(summed(parts), whole)
-    nu_a, nu_b = _ops.row_norm_exponents(a, tau_a), _ops.row_norm_exponents(bt, tau_b)
-    factor_a = exact_powers_of_two(tau_a - nu_a - 7)
-    factor_b = exact_powers_of_two(tau_b - nu_b - 7)
-    values = summed(parts).double() * factor_a.unsqueeze(1) * factor_b.unsqueeze(0)
+    norm_a, norm_b = _ops.row_norm_scales(a, tau_a), _ops.row_norm_scales(bt, tau_b)
+    assert (norm_a % 16 != 0).any() and (norm_b % 16 != 0).any()
+    factor_a, factor_b = magnitude_factors(tau_a, norm_a), magnitude_factors(tau_b, norm_b)
+    values = summed(parts).double() * factor_a.unsqueeze(1) * factor_b.unsqueeze(0)  # exact
     mask = usable(stats_a).unsqueeze(1) & usable(stats_b).unsqueeze(0)
     smallest = values.masked_fill(~mask, float("inf")).amin()
-    expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, nu_a, nu_b, usable(stats_a),
+    expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable(stats_a),
                                   usable(stats_b))
     assert_bitwise_equal(smallest, expected)
     assert 0 < smallest.item() < float("inf")
+
+
+def magnitude_factors(tau, codes):
+    """c 2^(tau - 7) per row (c: the norm scale of its code), from Fractions, checked exact."""
+    exact = [scale_of(code) * Fraction(2) ** (t - 7)
+             for t, code in zip(tau.tolist(), codes.tolist())]
+    assert all(Fraction(float(x)) == x for x in exact)
+    return torch.tensor([float(x) for x in exact], dtype=torch.float64, device=tau.device)
 
 
 # ---- CUDA gives the CPU's bits ------------------------------------------------------------------
@@ -250,12 +300,12 @@ def test_cuda_matches_cpu(dtype):
         assert torch.equal(_ops.crt_magnitude_digits(x.cuda(), tau.cuda()).cpu(),
                            _ops.crt_magnitude_digits(x, tau))
     for moduli in moduli_counts(a.shape[1]):
-        shift_a, shift_b = shifts_of(a, bt, stats_a, stats_b, moduli)
-        cpu = _ops.crt_residue_products(a, bt, shift_a, shift_b, moduli)
-        gpu = _ops.crt_residue_products(ga, gbt, shift_a.cuda(), shift_b.cuda(), moduli)
+        scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, moduli)
+        cpu = _ops.crt_residue_products(a, bt, scale_a, scale_b, moduli)
+        gpu = _ops.crt_residue_products(ga, gbt, scale_a.cuda(), scale_b.cuda(), moduli)
         assert torch.equal(gpu.cpu(), cpu)
-        assert_bitwise_equal(_ops.crt_round(gpu, shift_a.cuda(), shift_b.cuda(), dtype),
-                             _ops.crt_round(cpu, shift_a, shift_b, dtype))
+        assert_bitwise_equal(_ops.crt_round(gpu, scale_a.cuda(), scale_b.cuda(), dtype),
+                             _ops.crt_round(cpu, scale_a, scale_b, dtype))
 
 
 # ---- argument checks ----------------------------------------------------------------------------
@@ -277,8 +327,8 @@ RESIDUE_PRODUCTS_ERRORS = [
                  id="bt-strided"),
     pytest.param((f64(2, 4), f64(3, 4).float(), i32(2), i32(3), 4), "same dtype", id="dtypes"),
     pytest.param((f64(2, 4), f64(3, 5), i32(2), i32(3), 4), "same number of columns", id="k"),
-    pytest.param((f64(2, 4), f64(3, 4), i32(3), i32(3), 4), "shift_a", id="shift_a-length"),
-    pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3).long(), 4), "shift_b", id="shift_b-dtype"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(3), i32(3), 4), "scale_a", id="scale_a-length"),
+    pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3).long(), 4), "scale_b", id="scale_b-dtype"),
     pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3), 0), "moduli must be in [1, 16], got 0",
                  id="moduli-0"),
     pytest.param((f64(2, 4), f64(3, 4), i32(2), i32(3), 17), "moduli must be in [1, 16], got 17",
@@ -309,8 +359,8 @@ ROUND_ERRORS = [
                  "products.size(0) (the moduli count) must be in [1, 16], got 0", id="moduli-0"),
     pytest.param((products(17, 3, 4), i32(3), i32(4), torch.float64),
                  "products.size(0) (the moduli count) must be in [1, 16], got 17", id="moduli-17"),
-    pytest.param((products(2, 3, 4), i32(4), i32(4), torch.float64), "shift_a", id="shift_a"),
-    pytest.param((products(2, 3, 4), i32(3), i32(3), torch.float64), "shift_b", id="shift_b"),
+    pytest.param((products(2, 3, 4), i32(4), i32(4), torch.float64), "scale_a", id="scale_a"),
+    pytest.param((products(2, 3, 4), i32(3), i32(3), torch.float64), "scale_b", id="scale_b"),
     pytest.param((products(2, 3, 4), i32(3), i32(4), torch.int32),
                  "dtype must be float64 or float32, got Int", id="dtype"),
 ]
@@ -323,7 +373,8 @@ def test_round_errors(args, message):
     assert "ozaki::crt_round: " + message in str(info.value)
 
 
-@pytest.mark.parametrize("op", [_ops.row_norm_square_sums, _ops.crt_magnitude_digits])
+@pytest.mark.parametrize("op", [_ops.row_norm_square_sums, _ops.crt_magnitude_digits,
+                                _ops.row_norm_scales])
 def test_row_operator_errors(op):
     with pytest.raises(RuntimeError, match="a must be 2-D, got 1-D"):
         op(f64(4), i32(4))

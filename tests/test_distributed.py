@@ -6,15 +6,16 @@ single-process ozaki on the whole matrices."""
 import json
 import math
 import socket
+from fractions import Fraction
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 import distributed_cases as cases
-from helpers import cpu_and_cuda
+from helpers import cpu_and_cuda, scale_of
 from ozaki import _ops
-from ozaki.distributed.inner import norm_exponents_from_sums, power_of_two
+from ozaki.distributed.inner import norm_scale_factor, norm_scales_from_sums, power_of_two
 
 ALL = cases.all_cases()
 
@@ -81,31 +82,63 @@ def test_power_of_two_is_exact(device):
     assert torch.equal(power_of_two(exponents).cpu(), expected)
 
 
-def _norm_exponent(square_sum, tau):
-    """csrc/crt.h norm_exponent in Python integers."""
+def _norm_scale_code(square_sum, tau):
+    """csrc/crt.h norm_scale_code in Python integers: e the smallest with 4^e >= the sum,
+    nu = tau - 16 + e, f the largest in [0, 15] with (16 + f)^2 sum <= 4^(e + 4), the code
+    -16 nu + f; -16 tau for a zero sum."""
     if square_sum == 0:
-        return tau
-    e = 0 if square_sum == 1 else ((square_sum - 1).bit_length() - 1 + 2) // 2
-    return tau - 16 + e
+        return -16 * tau
+    e = 0
+    while 4 ** e < square_sum:
+        e += 1
+    f = max(f for f in range(16) if (16 + f) ** 2 * square_sum <= 4 ** (e + 4))
+    return -16 * (tau - 16 + e) + f
 
 
-@pytest.mark.parametrize("device", cpu_and_cuda())
-def test_norm_exponents_from_sums_match_the_kernel_formula(device):
-    g = torch.Generator().manual_seed(8)
-    edges = [0, 1, 2, 3, 4, 5, 15, 16, 17] + [(1 << b) + d for b in range(2, 50) for d in (-1, 0, 1)]
+def _sums_and_taus(seed):
+    """Square sums below 2^49 (the kernel's bound) with random taus: small sums, sums around
+    powers of two (e's boundaries), sums on either side of each f's boundary
+    4^(e + 4) / (16 + f)^2, and random ones."""
+    g = torch.Generator().manual_seed(seed)
+    edges = [0, 1, 2, 3, 4, 5, 15, 16, 17]
+    edges += [(1 << b) + d for b in range(2, 49) for d in (-1, 0, 1)]
+    edges += [4 ** (e + 4) // (16 + f) ** 2 + d for e in range(1, 25) for f in range(1, 16)
+              for d in (0, 1)]
     sums = edges + torch.randint(0, 1 << 49, (200,), generator=g).tolist()
+    assert max(sums) < 1 << 49
     taus = torch.randint(-1000, 1000, (len(sums),), generator=g).tolist()
-    got = norm_exponents_from_sums(torch.tensor(sums, device=device),
-                                   torch.tensor(taus, dtype=torch.int32, device=device))
-    assert got.dtype == torch.int32
-    assert got.cpu().tolist() == [_norm_exponent(s, t) for s, t in zip(sums, taus)]
+    return sums, taus
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-def test_norm_exponents_from_sums_match_row_norm_exponents(device):
+def test_norm_scales_from_sums_match_the_kernel_formula(device):
+    sums, taus = _sums_and_taus(8)
+    got = norm_scales_from_sums(torch.tensor(sums, device=device),
+                                torch.tensor(taus, dtype=torch.int32, device=device))
+    assert got.dtype == torch.int32 and got.device.type == device
+    expected = [_norm_scale_code(s, t) for s, t in zip(sums, taus)]
+    assert got.cpu().tolist() == expected
+    assert {code % 16 for code in expected} == set(range(16))  # every significand
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_norm_scale_factor_is_exact(device):
+    # c 2^(tau - 7) of the codes of norm_scale_code (csrc/crt.h magnitude_factor), as Fractions
+    sums, taus = _sums_and_taus(10)
+    codes = [_norm_scale_code(s, t) for s, t in zip(sums, taus)]
+    got = norm_scale_factor(torch.tensor(taus, dtype=torch.int32, device=device),
+                            torch.tensor(codes, dtype=torch.int32, device=device))
+    assert got.dtype == torch.float64 and got.device.type == device
+    assert [Fraction(x) for x in got.cpu().tolist()] == [
+        scale_of(code) * Fraction(2) ** (t - 7) for code, t in zip(codes, taus)]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_norm_scales_from_sums_match_row_norm_scales(device):
     g = torch.Generator().manual_seed(9)
     a = cases.accuracy.phi_matrix(40, 300, 2.0, generator=g).to(device)
     a[3] = 0.0
     tau = _ops.row_stats(a)[0]
-    assert torch.equal(norm_exponents_from_sums(_ops.row_norm_square_sums(a, tau), tau),
-                       _ops.row_norm_exponents(a, tau))
+    codes = _ops.row_norm_scales(a, tau)
+    assert torch.equal(norm_scales_from_sums(_ops.row_norm_square_sums(a, tau), tau), codes)
+    assert (codes % 16 != 0).any()

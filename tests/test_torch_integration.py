@@ -30,15 +30,16 @@ def operands(shapes, seed, device, dtype=f64, requires_grad=False):
 
 def row_operands(device, batch=None, m=5, n=4, k=9, seed=1):
     """What ozaki/product.py hands the low-level operators: a (m, k) and bt (n, k) (or batches
-    (batch, m, k), (batch, n, k)), row stats of the flattened rows, norm exponents, usable masks."""
+    (batch, m, k), (batch, n, k)), row stats of the flattened rows, norm scale codes, usable
+    masks."""
     lead = () if batch is None else (batch,)
     a, bt = operands([(*lead, m, k), (*lead, n, k)], seed, device)
     stats_a, stats_b = _ops.row_stats(a.reshape(-1, k)), _ops.row_stats(bt.reshape(-1, k))
-    nu_a = _ops.row_norm_exponents(a.reshape(-1, k), stats_a[0])
-    nu_b = _ops.row_norm_exponents(bt.reshape(-1, k), stats_b[0])
+    norm_a = _ops.row_norm_scales(a.reshape(-1, k), stats_a[0])
+    norm_b = _ops.row_norm_scales(bt.reshape(-1, k), stats_b[0])
     usable_a = (stats_a[1] > 0) & ~stats_a[2]
     usable_b = (stats_b[1] > 0) & ~stats_b[2]
-    return a, bt, stats_a, stats_b, nu_a, nu_b, usable_a, usable_b
+    return a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b
 
 
 def slices_args(device, batch=None, int8=False, nearest=False):
@@ -47,9 +48,10 @@ def slices_args(device, batch=None, int8=False, nearest=False):
 
 
 def crt_args(device, batch=None, count=8):
-    a, bt, sa, sb, nu_a, nu_b, *_ = row_operands(device, batch)
+    a, bt, sa, sb, norm_a, norm_b, *_ = row_operands(device, batch)
     t_a, t_b = moduli.scale_bits(count, a.shape[-1])
-    return (a, bt, (t_a - nu_a).int(), (t_b - nu_b).int(), sa[2], sb[2], count, 0)
+    return (a, bt, moduli.times_power_of_two(norm_a, t_a), moduli.times_power_of_two(norm_b, t_b),
+            sa[2], sb[2], count, 0)
 
 
 def magnitude_args(device, batch=None):
@@ -58,8 +60,8 @@ def magnitude_args(device, batch=None):
 
 
 def crt_magnitude_args(device, batch=None):
-    a, bt, sa, sb, nu_a, nu_b, usable_a, usable_b = row_operands(device, batch)
-    return (a, bt, sa[0], sb[0], nu_a, nu_b, usable_a, usable_b)
+    a, bt, sa, sb, norm_a, norm_b, usable_a, usable_b = row_operands(device, batch)
+    return (a, bt, sa[0], sb[0], norm_a, norm_b, usable_a, usable_b)
 
 
 def int8_args(device):
@@ -88,14 +90,14 @@ def round_levels_args(device, nearest=False, dtype=f64):
 
 
 def crt_shard_args(device):
-    a, bt, shift_a, shift_b, _, _, count, workspace = crt_args(device)
-    return (a, bt, shift_a, shift_b, count, workspace)
+    a, bt, scale_a, scale_b, _, _, count, workspace = crt_args(device)
+    return (a, bt, scale_a, scale_b, count, workspace)
 
 
 def crt_round_args(device, dtype=f64):
-    a, bt, shift_a, shift_b, _, _, count, workspace = crt_args(device)
-    products = OPS.crt_residue_products(a, bt, shift_a, shift_b, count, workspace)
-    return (products, shift_a, shift_b, dtype)
+    a, bt, scale_a, scale_b, _, _, count, workspace = crt_args(device)
+    products = OPS.crt_residue_products(a, bt, scale_a, scale_b, count, workspace)
+    return (products, scale_a, scale_b, dtype)
 
 
 OPCHECK_CASES = {
@@ -111,8 +113,8 @@ OPCHECK_CASES = {
     "gemm_slices-batched-fp16": (OPS.gemm_slices, lambda d: slices_args(d, 3)),
     "gemm_slices-batched-int8-nearest": (OPS.gemm_slices,
                                          lambda d: slices_args(d, 3, int8=True, nearest=True)),
-    "row_norm_exponents": (OPS.row_norm_exponents,
-                           lambda d: (row_operands(d)[0], row_operands(d)[2][0])),
+    "row_norm_scales": (OPS.row_norm_scales,
+                        lambda d: (row_operands(d)[0], row_operands(d)[2][0])),
     "crt_magnitude": (OPS.crt_magnitude, crt_magnitude_args),
     "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
     "gemm_crt": (OPS.gemm_crt, crt_args),

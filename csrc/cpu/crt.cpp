@@ -1,4 +1,4 @@
-// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude and
+// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales, ozaki::crt_magnitude and
 // ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
 // row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round. Residue products
 // come from float64 GEMMs, exact because every partial sum is an integer below 2^31.
@@ -37,16 +37,16 @@ void for_each_row_norm_square_sum(const at::Tensor& a, const int* tau, Write wri
   });
 }
 
-at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
-  constexpr const char* op = "ozaki::row_norm_exponents";
+at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
+  constexpr const char* op = "ozaki::row_norm_scales";
   check_matrix(a, op, "a");
   check_row_vector(tau, a.size(0), at::kInt, op, "tau");
-  at::Tensor nu = at::empty({a.size(0)}, tau.options());
-  int* nu_out = nu.mutable_data_ptr<int>();
+  at::Tensor scales = at::empty({a.size(0)}, tau.options());
+  int* out = scales.mutable_data_ptr<int>();
   for_each_row_norm_square_sum(a, tau.const_data_ptr<int>(), [&](int64_t i, uint64_t sum, int row_tau) {
-    nu_out[i] = norm_exponent(sum, row_tau);
+    out[i] = norm_scale_code(sum, row_tau);
   });
-  return nu;
+  return scales;
 }
 
 // The sums themselves: a k-shard's add up (exactly, in int64) to the whole rows' sums.
@@ -80,11 +80,11 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarT
 }
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                         const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
+                         const at::Tensor& tau_b, const at::Tensor& norm_a, const at::Tensor& norm_b,
                          const at::Tensor& usable_a, const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
   const ProductShape shape =
-      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
+      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b, op);
   const int64_t m = shape.m, n = shape.n;
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
@@ -95,7 +95,7 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   const at::Tensor digits = shape.batched ? at::bmm(da, db.transpose(1, 2)) : at::mm(da, db.t());
   const double* d = digits.const_data_ptr<double>();
   const int *ta = tau_a.const_data_ptr<int>(), *tb = tau_b.const_data_ptr<int>();
-  const int *na = nu_a.const_data_ptr<int>(), *nb = nu_b.const_data_ptr<int>();
+  const int *na = norm_a.const_data_ptr<int>(), *nb = norm_b.const_data_ptr<int>();
   const bool *ua = usable_a.const_data_ptr<bool>(), *ub = usable_b.const_data_ptr<bool>();
   double smallest = std::numeric_limits<double>::infinity();
   for (int64_t e = 0; e < shape.batch; ++e) {
@@ -128,11 +128,11 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
 // Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l]
 // (weighted: B's, see crt_reconstruct).
 template <int N, bool weighted, typename T>
-void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* shift, double* out) {
+void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* scale, double* out) {
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t l = 0; l < k; ++l) {
-        residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), shift[first + r],
+        residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), row_scale(scale[first + r]),
                                  [&](int i, int residue) { out[(i * count + r) * k + l] = residue; });
       }
     }
@@ -144,8 +144,8 @@ void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int
 // [j0, j0 + cols), modulus i's entry (r, c) at products[(i * rows + r) * cols + c] (float64
 // holding integers below 2^31).
 template <int N, typename T, typename Finish>
-void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift_a,
-                            const int* shift_b, int64_t budget, Finish finish) {
+void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
+                            const int* scale_b, int64_t budget, Finish finish) {
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
@@ -155,11 +155,11 @@ void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int
   for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
     const int64_t cols = std::min(plan.cols, n - j0);
     at::Tensor b_res = at::empty({N, cols, k}, f64);
-    residue_rows<N, true>(b_data, k, j0, cols, shift_b, b_res.mutable_data_ptr<double>());
+    residue_rows<N, true>(b_data, k, j0, cols, scale_b, b_res.mutable_data_ptr<double>());
     for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
       const int64_t rows = std::min(plan.rows, m - i0);
       at::Tensor a_res = at::empty({N, rows, k}, f64);
-      residue_rows<N, false>(a_data, k, i0, rows, shift_a, a_res.mutable_data_ptr<double>());
+      residue_rows<N, false>(a_data, k, i0, rows, scale_a, a_res.mutable_data_ptr<double>());
       const at::Tensor products = at::bmm(a_res, b_res.transpose(1, 2)).contiguous();  // exact
       finish(products.const_data_ptr<double>(), i0, rows, j0, cols);
     }
@@ -169,17 +169,17 @@ void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int
 // C_ij rebuilt from its N residue products, modulus i's at entry[i * plane], and rounded once to
 // T (gemm_crt's and crt_round's entries alike).
 template <int N, typename T, typename Product>
-T crt_entry(const Product* entry, int64_t plane, int shift_a, int shift_b) {
+T crt_entry(const Product* entry, int64_t plane, int scale_a, int scale_b) {
   int32_t residues[N];
   for (int modulus = 0; modulus < N; ++modulus) {
     residues[modulus] = static_cast<int32_t>(entry[modulus * plane]);
   }
-  const int64_t unit = -(int64_t(shift_a) + shift_b);
-  return static_cast<T>(crt_reconstruct<N>(residues, unit, format_of<T>()));
+  return static_cast<T>(crt_reconstruct<N>(residues, row_scale(scale_a), row_scale(scale_b),
+                                           format_of<T>()));
 }
 
 template <int N, typename T>
-void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift_a, const int* shift_b,
+void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a, const int* scale_b,
                      const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
   const int64_t k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
@@ -193,20 +193,20 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* shift
           out_data[gi * n + gj] =
               nonfinite_a[gi] || nonfinite_b[gj]
                   ? static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k))
-                  : crt_entry<N, T>(p + i * cols + j, rows * cols, shift_a[gi], shift_b[gj]);
+                  : crt_entry<N, T>(p + i * cols + j, rows * cols, scale_a[gi], scale_b[gj]);
         }
       }
     });
   };
-  residue_product_chunks<N, T>(a, bt, shift_a, shift_b, budget, round_chunk);
+  residue_product_chunks<N, T>(a, bt, scale_a, scale_b, budget, round_chunk);
 }
 
-at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& shift_a,
-                    const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
+at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
+                    const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
-      check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
+      check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -219,7 +219,7 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
         at::Tensor out_e = batch_element(out, shape.batched, e);
         gemm_crt_chunks<decltype(count)::value, scalar_t>(
             batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
-            shift_a.const_data_ptr<int>() + e * m, shift_b.const_data_ptr<int>() + e * n,
+            scale_a.const_data_ptr<int>() + e * m, scale_b.const_data_ptr<int>() + e * n,
             nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
             budget, out_e);
       }
@@ -231,11 +231,11 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
 // gemm_crt's INT32 GEMM results of a k-shard, int32 (moduli, m, n): summed over the shards they
 // are the whole product's (exact integers), which crt_round turns into gemm_crt's bits.
 at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
-                                const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                const at::Tensor& scale_a, const at::Tensor& scale_b,
                                 int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::crt_residue_products";
   const ProductShape shape =
-      check_crt_residue_products_arguments(a, bt, shift_a, shift_b, moduli, op);
+      check_crt_residue_products_arguments(a, bt, scale_a, scale_b, moduli, op);
   const int64_t m = shape.m, n = shape.n;
   if (m == 0 || n == 0 || shape.k == 0) return at::zeros({moduli, m, n}, a.options().dtype(at::kInt));
   at::Tensor out = at::empty({moduli, m, n}, a.options().dtype(at::kInt));
@@ -254,23 +254,23 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
           }
         });
       };
-      residue_product_chunks<N, scalar_t>(a, bt, shift_a.const_data_ptr<int>(),
-                                          shift_b.const_data_ptr<int>(), budget, copy_chunk);
+      residue_product_chunks<N, scalar_t>(a, bt, scale_a.const_data_ptr<int>(),
+                                          scale_b.const_data_ptr<int>(), budget, copy_chunk);
     });
   });
   return out;
 }
 
 // gemm_crt's result from the summed crt_residue_products (finite rows and columns).
-at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
-                     const at::Tensor& shift_b, at::ScalarType dtype) {
+at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
+                     const at::Tensor& scale_b, at::ScalarType dtype) {
   constexpr const char* op = "ozaki::crt_round";
-  check_crt_round_arguments(products, shift_a, shift_b, dtype, op);
+  check_crt_round_arguments(products, scale_a, scale_b, dtype, op);
   const int64_t m = products.size(1), n = products.size(2);
   at::Tensor out = at::empty({m, n}, products.options().dtype(dtype));
   if (m == 0 || n == 0) return out;
   const int32_t* p = products.const_data_ptr<int32_t>();
-  const int *sa = shift_a.const_data_ptr<int>(), *sb = shift_b.const_data_ptr<int>();
+  const int *sa = scale_a.const_data_ptr<int>(), *sb = scale_b.const_data_ptr<int>();
   AT_DISPATCH_FLOATING_TYPES(dtype, op, [&] {
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     with_moduli_count(static_cast<int>(products.size(0)), [&](auto count) {
@@ -290,7 +290,7 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
-  m.impl("row_norm_exponents", &row_norm_exponents);
+  m.impl("row_norm_scales", &row_norm_scales);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);

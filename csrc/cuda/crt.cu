@@ -1,4 +1,4 @@
-// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_exponents, ozaki::crt_magnitude
+// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales, ozaki::crt_magnitude
 // and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
 // crt_residue_products and crt_round.
 //
@@ -34,16 +34,16 @@ constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 constexpr int64_t kInnerAlign = 16;
 constexpr int64_t kResultAlign = 4;
 
-// ---- row_norm_exponents, row_norm_square_sums ------------------------------------------------
+// ---- row_norm_scales, row_norm_square_sums ----------------------------------------------------
 
 constexpr int kNormThreads = 256;
 
-// What the per-row reduction writes: nu (row_norm_exponents) or the sum itself (a k-shard's,
-// row_norm_square_sums).
-struct WriteNormExponent {
-  int* nu;
+// What the per-row reduction writes: the norm scale's code (row_norm_scales) or the sum itself (a
+// k-shard's, row_norm_square_sums).
+struct WriteNormScale {
+  int* scales;
   __device__ void operator()(int64_t row, uint64_t sum, int tau) const {
-    nu[row] = norm_exponent(sum, tau);
+    scales[row] = norm_scale_code(sum, tau);
   }
 };
 struct WriteNormSquareSum {
@@ -91,8 +91,8 @@ at::Tensor row_norm_reduction(const at::Tensor& a, const at::Tensor& tau, at::Sc
   return out;
 }
 
-at::Tensor row_norm_exponents(const at::Tensor& a, const at::Tensor& tau) {
-  return row_norm_reduction<WriteNormExponent, int>(a, tau, at::kInt, "ozaki::row_norm_exponents");
+at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
+  return row_norm_reduction<WriteNormScale, int>(a, tau, at::kInt, "ozaki::row_norm_scales");
 }
 
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
@@ -150,8 +150,8 @@ constexpr int kMinThreads = 256;
 // products + e * rows * ld), scaled as in csrc/cpu/crt.cpp (min is exact and order-free, so the
 // result matches the CPU's).
 __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk chunk,
-                                     const int* tau_a, const int* tau_b, const int* nu_a,
-                                     const int* nu_b, const bool* usable_a, const bool* usable_b,
+                                     const int* tau_a, const int* tau_b, const int* norm_a,
+                                     const int* norm_b, const bool* usable_a, const bool* usable_b,
                                      double* block_min) {
   double smallest = infinity();
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
@@ -161,7 +161,7 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
     const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
     if (!usable_a[gi] || !usable_b[gj]) continue;
     const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) *
-                         magnitude_factor(tau_a[gi], nu_a[gi]) * magnitude_factor(tau_b[gj], nu_b[gj]);
+                         magnitude_factor(tau_a[gi], norm_a[gi]) * magnitude_factor(tau_b[gj], norm_b[gj]);
     smallest = value < smallest ? value : smallest;
   }
   __shared__ double shared[kMinThreads];
@@ -175,13 +175,13 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
 }
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                         const at::Tensor& tau_b, const at::Tensor& nu_a, const at::Tensor& nu_b,
+                         const at::Tensor& tau_b, const at::Tensor& norm_a, const at::Tensor& norm_b,
                          const at::Tensor& usable_a, const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
   const ProductShape shape =
-      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, nu_a, nu_b, usable_a, usable_b, op);
+      check_crt_magnitude_arguments(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b, op);
   const int64_t batch = shape.batch, m = shape.m, k = shape.k, n = shape.n;
-  check_same_device(a, {&bt, &tau_a, &tau_b, &nu_a, &nu_b, &usable_a, &usable_b}, op);
+  check_same_device(a, {&bt, &tau_a, &tau_b, &norm_a, &norm_b, &usable_a, &usable_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   if (batch == 0 || m == 0 || n == 0 || k == 0) {
     return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
@@ -215,7 +215,7 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
       at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
       magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
           products.const_data_ptr<int32_t>(), ld, part, tau_a.const_data_ptr<int>(),
-          tau_b.const_data_ptr<int>(), nu_a.const_data_ptr<int>(), nu_b.const_data_ptr<int>(),
+          tau_b.const_data_ptr<int>(), norm_a.const_data_ptr<int>(), norm_b.const_data_ptr<int>(),
           usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
           block_min.mutable_data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -232,8 +232,8 @@ struct CrtOperands {
   const T* a;
   const T* bt;
   int64_t k;
-  const int* shift_a;
-  const int* shift_b;
+  const int* scale_a;
+  const int* scale_b;
   const bool* nonfinite_a;
   const bool* nonfinite_b;
 };
@@ -275,13 +275,13 @@ __device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t
 // along x and the threads (no per-group index division).
 template <int N, bool weighted, bool aligned, typename T>
 __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                                const int* shift, int8_t* out) {
+                                const int* scale, int8_t* out) {
   const int64_t groups_per_row = k_stride / kResidueGroup;
   for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
     const int64_t e = element_of(block_row, blocks.count, blocks.elements);
     const int64_t r = block_row - e * blocks.count;
     const int64_t row = blocks.row(e, r);
-    const int row_shift = shift[row];
+    const RowScale row_c = row_scale(scale[row]);
     const T* entries = a + row * k;
     int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
@@ -292,7 +292,7 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
       __align__(8) int8_t residues[N][kResidueGroup];
 #pragma unroll
       for (int c = 0; c < kResidueGroup; ++c) {
-        residues_of<N, weighted>(x[c], row_shift,
+        residues_of<N, weighted>(x[c], row_c,
                                  [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
       }
 #pragma unroll
@@ -306,16 +306,16 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
 
 template <int N, bool weighted, typename T>
 void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
-                     const int* shift, int8_t* out, cudaStream_t stream) {
+                     const int* scale, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
   const dim3 grid = row_grid(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
   const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
   if (aligned) {
     residues_kernel<N, weighted, true, T>
-        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   } else {
     residues_kernel<N, weighted, false, T>
-        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, shift, out);
+        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -340,7 +340,7 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
     const bool row_nonfinite = in.nonfinite_a[gi];
-    const int shift_a = in.shift_a[gi];
+    const RowScale c_a = row_scale(in.scale_a[gi]);
     const int32_t* row_products = products + e * N * plane + i * ld;
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
          g += int64_t(gridDim.x) * blockDim.x) {
@@ -365,8 +365,7 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
             const int4& r = loaded[modulus];
             residues[modulus] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
           }
-          const int64_t unit = -(int64_t(shift_a) + in.shift_b[gj]);
-          value = crt_reconstruct<N>(residues, unit, format_of<T>());
+          value = crt_reconstruct<N>(residues, c_a, row_scale(in.scale_b[gj]), format_of<T>());
         }
         out[chunk.out_index(e, i, j)] = static_cast<T>(value);
       }
@@ -406,18 +405,18 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
     if (single_row_chunk) {
-      launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.shift_a, a_res,
+      launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.scale_a, a_res,
                          stream);
     }
     for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
       const int64_t cols = std::min(chunk_cols, n - j0);
       launch_residues<N, true>(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride,
-                         in.shift_b, b_res, stream);
+                         in.scale_b, b_res, stream);
       for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
         const int64_t rows = std::min(chunk_rows, m - i0);
         if (!single_row_chunk) {
           launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
-                             in.shift_a, a_res, stream);
+                             in.scale_a, a_res, stream);
         }
         // Element e's residues and results of every modulus follow element e - 1's. One call per
         // modulus: a single strided-batched call over the moduli ran 11-19% slower on the H100
@@ -448,14 +447,14 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   residue_product_chunks<N>(in, product, budget, options, round_chunk);
 }
 
-at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& shift_a,
-                    const at::Tensor& shift_b, const at::Tensor& nonfinite_a,
+at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
+                    const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
-      check_gemm_crt_arguments(a, bt, shift_a, shift_b, nonfinite_a, nonfinite_b, moduli, op);
+      check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
-  check_same_device(a, {&bt, &shift_a, &shift_b, &nonfinite_a, &nonfinite_b}, op);
+  check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -463,7 +462,7 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
-                                   shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
+                                   scale_a.const_data_ptr<int>(), scale_b.const_data_ptr<int>(),
                                    nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
       gemm_crt_chunks<decltype(count)::value, scalar_t>(in, shape, budget,
@@ -480,12 +479,12 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
 // the shards they are the whole product's (exact integers), which crt_round turns into gemm_crt's
 // bits.
 at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
-                                const at::Tensor& shift_a, const at::Tensor& shift_b,
+                                const at::Tensor& scale_a, const at::Tensor& scale_b,
                                 int64_t moduli, int64_t workspace_bytes) {
   constexpr const char* op = "ozaki::crt_residue_products";
   const ProductShape shape =
-      check_crt_residue_products_arguments(a, bt, shift_a, shift_b, moduli, op);
-  check_same_device(a, {&bt, &shift_a, &shift_b}, op);
+      check_crt_residue_products_arguments(a, bt, scale_a, scale_b, moduli, op);
+  check_same_device(a, {&bt, &scale_a, &scale_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (m == 0 || n == 0 || k == 0) return at::zeros({moduli, m, n}, a.options().dtype(at::kInt));
@@ -494,7 +493,7 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
-                                   shift_a.const_data_ptr<int>(), shift_b.const_data_ptr<int>(),
+                                   scale_a.const_data_ptr<int>(), scale_b.const_data_ptr<int>(),
                                    nullptr, nullptr};
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
       constexpr int N = decltype(count)::value;
@@ -518,7 +517,7 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
 // reconstruct_kernel does.
 template <int N, typename T>
 __global__ void round_products_kernel(const int32_t* products, int64_t m, int64_t n,
-                                      const int* shift_a, const int* shift_b, T* out) {
+                                      const int* scale_a, const int* scale_b, T* out) {
   const int64_t entries = m * n;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < entries;
        t += int64_t(gridDim.x) * blockDim.x) {
@@ -526,16 +525,16 @@ __global__ void round_products_kernel(const int32_t* products, int64_t m, int64_
     int32_t residues[N];
 #pragma unroll
     for (int modulus = 0; modulus < N; ++modulus) residues[modulus] = __ldg(products + modulus * entries + t);
-    const int64_t unit = -(int64_t(shift_a[i]) + shift_b[j]);
-    out[t] = static_cast<T>(crt_reconstruct<N>(residues, unit, format_of<T>()));
+    out[t] = static_cast<T>(
+        crt_reconstruct<N>(residues, row_scale(scale_a[i]), row_scale(scale_b[j]), format_of<T>()));
   }
 }
 
-at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
-                     const at::Tensor& shift_b, at::ScalarType dtype) {
+at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
+                     const at::Tensor& scale_b, at::ScalarType dtype) {
   constexpr const char* op = "ozaki::crt_round";
-  check_crt_round_arguments(products, shift_a, shift_b, dtype, op);
-  check_same_device(products, {&shift_a, &shift_b}, op);
+  check_crt_round_arguments(products, scale_a, scale_b, dtype, op);
+  check_same_device(products, {&scale_a, &scale_b}, op);
   const c10::cuda::CUDAGuard guard(products.device());
   const int64_t m = products.size(1), n = products.size(2);
   at::Tensor out = at::empty({m, n}, products.options().dtype(dtype));
@@ -545,8 +544,8 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
       constexpr int threads = 256;
       round_products_kernel<decltype(count)::value, scalar_t>
           <<<grid_for(m * n, threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
-              products.const_data_ptr<int32_t>(), m, n, shift_a.const_data_ptr<int>(),
-              shift_b.const_data_ptr<int>(), out.mutable_data_ptr<scalar_t>());
+              products.const_data_ptr<int32_t>(), m, n, scale_a.const_data_ptr<int>(),
+              scale_b.const_data_ptr<int>(), out.mutable_data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -556,7 +555,7 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& shift_a,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
-  m.impl("row_norm_exponents", &row_norm_exponents);
+  m.impl("row_norm_scales", &row_norm_scales);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);

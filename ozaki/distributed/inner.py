@@ -19,6 +19,7 @@ the NaN, +Inf and -Inf terms, which add up).
 import torch
 
 from .. import _ops
+from .. import moduli as crt
 from ..product import Estimates, _masked_min, _plan_for, _row_operands, _row_stats, real_product
 
 #: Memory for one chunk of summed level sums or residue products when OZAKI_WORKSPACE_MB is unset.
@@ -45,13 +46,28 @@ def global_row_stats(stats_a, stats_b, group):
     return tuple(tuple(part.contiguous() for part in stats) for stats in whole)
 
 
-def norm_exponents_from_sums(square_sums, tau):
-    """csrc/crt.h norm_exponent on tensors: nu = tau - 16 + e with e the smallest integer such that
-    4^e >= the sum (e = 0 for a sum of 1), and nu = tau for a zero row. frexp reads the highest set
-    bit exactly (the sums stay below 2^53)."""
-    _, exponent = torch.frexp((square_sums - 1).clamp(min=1).double())
-    e = torch.where(square_sums <= 1, 0, (exponent.long() - 1 + 2) // 2)
-    return torch.where(square_sums == 0, tau.long(), tau.long() - 16 + e).int()
+def norm_scales_from_sums(square_sums, tau):
+    """csrc/crt.h norm_scale_code on tensors: with e the smallest integer such that 4^e >= the sum
+    (e = 0 for a sum of 1) and nu = tau - 16 + e, the code -16 nu + f of the scale
+    (16 + f) 2^(-nu - 4), f the largest in [0, 15] with (16 + f)^2 sum <= 4^(e + 4) (counted: the
+    test is monotone in f); -16 tau for a zero row. frexp reads the highest set bit exactly (the
+    sums stay below 2^53) and the products stay below 2^59."""
+    sums = square_sums.long()
+    _, exponent = torch.frexp((sums - 1).clamp(min=1).double())
+    e = torch.where(sums <= 1, 0, (exponent.long() - 1 + 2) // 2)
+    fraction = 1 << crt.SCALE_FRACTION_BITS
+    limit = torch.bitwise_left_shift(torch.ones_like(e), 2 * (e + crt.SCALE_FRACTION_BITS))
+    f = sum(((fraction + f) ** 2 * sums <= limit).long() for f in range(1, fraction))
+    code = -fraction * (tau.long() - 16 + e) + f
+    return torch.where(sums == 0, -fraction * tau.long(), code).int()
+
+
+def norm_scale_factor(tau, codes):
+    """c 2^(tau - 7) for norm scale codes (csrc/crt.h magnitude_factor): exact doubles."""
+    fraction = 1 << crt.SCALE_FRACTION_BITS
+    significand = fraction + torch.remainder(codes.long(), fraction)
+    exponent = torch.div(codes.long(), fraction, rounding_mode="floor") - crt.SCALE_FRACTION_BITS
+    return significand.double() * power_of_two(tau.long() + exponent - 7)
 
 
 def power_of_two(exponent):
@@ -72,24 +88,24 @@ class InnerEstimates(Estimates):
         bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b, self.k)
         return _masked_min(self.group.sum(bound), self.stats_a, self.stats_b)
 
-    def norm_exponents(self):
+    def norm_scales(self):
         sums = torch.cat([_ops.row_norm_square_sums(self.a, self.stats_a[0]),
                           _ops.row_norm_square_sums(self.bt, self.stats_b[0])])
-        nu = norm_exponents_from_sums(self.group.sum(sums), torch.cat([self.stats_a[0],
+        codes = norm_scales_from_sums(self.group.sum(sums), torch.cat([self.stats_a[0],
                                                                        self.stats_b[0]]))
         m = self.a.shape[0]
-        return nu[:m].contiguous(), nu[m:].contiguous()
+        return codes[:m].contiguous(), codes[m:].contiguous()
 
-    def crt_magnitude(self, nu_a, nu_b) -> float:
+    def crt_magnitude(self, norm_a, norm_b) -> float:
         m, n = self.a.shape[0], self.bt.shape[0]
         if self.a.shape[1] == 0:
             digits = torch.zeros((m, n), dtype=torch.int32, device=self.a.device)
         else:
             digits = _ops.int8_matmul(_ops.crt_magnitude_digits(self.a, self.stats_a[0]),
                                       _ops.crt_magnitude_digits(self.bt, self.stats_b[0]))
-        # As ozaki::crt_magnitude scales them: products of powers of two, exact.
-        factor_a = power_of_two(self.stats_a[0].long() - nu_a.long() - 7)
-        factor_b = power_of_two(self.stats_b[0].long() - nu_b.long() - 7)
+        # As ozaki::crt_magnitude scales them: exact products.
+        factor_a = norm_scale_factor(self.stats_a[0], norm_a)
+        factor_b = norm_scale_factor(self.stats_b[0], norm_b)
         bound = self.group.sum(digits).double() * factor_a[:, None] * factor_b[None, :]
         return _masked_min(bound, self.stats_a, self.stats_b).item()
 
@@ -117,17 +133,17 @@ def _summed_chunks(m, bytes_per_row, partial, finish, group):
         finish(*pending[:3])
 
 
-def _crt_rounded(a, bt, shifts, plan, dtype, group):
-    shift_a, shift_b = shifts
+def _crt_rounded(a, bt, scales, plan, dtype, group):
+    scale_a, scale_b = scales
     m, n = a.shape[0], bt.shape[0]
     C = torch.empty((m, n), dtype=dtype, device=a.device)
 
     def partial(i0, i1):
-        return _ops.crt_residue_products(a[i0:i1], bt, shift_a[i0:i1], shift_b, plan.moduli,
+        return _ops.crt_residue_products(a[i0:i1], bt, scale_a[i0:i1], scale_b, plan.moduli,
                                          _ops.workspace_bytes())
 
     def finish(i0, i1, sums):
-        C[i0:i1] = _ops.crt_round(sums, shift_a[i0:i1], shift_b, dtype)
+        C[i0:i1] = _ops.crt_round(sums, scale_a[i0:i1], scale_b, dtype)
 
     _summed_chunks(m, plan.moduli * n * 4, partial, finish, group)
     return C
@@ -207,7 +223,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
     plan, inputs = _plan_for(est, dtype, **options)
     if plan.backend == "crt":
-        C = _crt_rounded(a, bt, inputs.shifts(plan, total_k), plan, dtype, group)
+        C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:
         nearest = options["rounding"] == "nearest"
         C, undecided = _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group,
