@@ -217,8 +217,8 @@ inline void check_transposed_argument(const at::Tensor& b, const char* op) {
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }
 
 // The arguments of ozaki::crt_residue_products: 2-D operands of one k-shard (check_operands'
-// rules otherwise), int32 scale codes of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the shape
-// (a shard's results are only useful summed with the others').
+// rules otherwise), int32 scale codes of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the
+// shape (a shard's results are only useful summed with the others').
 inline ProductShape check_crt_residue_products_arguments(const at::Tensor& a, const at::Tensor& bt,
                                                          const at::Tensor& scale_a,
                                                          const at::Tensor& scale_b, int64_t moduli,
@@ -234,7 +234,8 @@ inline ProductShape check_crt_residue_products_arguments(const at::Tensor& a, co
 }
 
 // The arguments of ozaki::crt_round: the summed int32 (moduli, m, n) crt_residue_products with
-// 1 <= moduli <= 16, the scale codes they were computed with, and a float64 or float32 output dtype.
+// 1 <= moduli <= 16, the scale codes they were computed with, and a float64 or float32 output
+// dtype.
 inline void check_crt_round_arguments(const at::Tensor& products, const at::Tensor& scale_a,
                                       const at::Tensor& scale_b, at::ScalarType dtype,
                                       const char* op) {

@@ -3,9 +3,9 @@
 // Rows of A and columns of B are scaled by numbers with 5-bit significands (row_scale) and rounded
 // to integers A', B'; A'B' is computed exactly from one INT8 GEMM per modulus on symmetric
 // residues and rebuilt by the Chinese Remainder Theorem; the exact quotient of that integer by the
-// scales is rounded once to the output format. Like scheme.h, this
-// code runs unchanged on the CPU and the GPU, in integer arithmetic or exact floating point, so
-// both backends return the same bits.
+// scales is rounded once to the output format. Like scheme.h, this code runs unchanged on the CPU
+// and the GPU, in integer arithmetic or exact floating point, so both backends return the same
+// bits.
 #pragma once
 
 #include <type_traits>
@@ -239,13 +239,13 @@ OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative,
 
 // RN(sign * (high 2^64 + low) / divisor * 2^unit) on the grid of `format`, ties to even, for
 // 0 < high 2^64 + low < 2^125 and 256 <= divisor < 1024. The top 64 bits T of the integer (and
-// whether any bit below them is set) are divided exactly in two float64 steps whose numerators stay
-// below 2^42, so the floor of each correctly rounded quotient is the integer quotient (a non-integer
-// quotient is at least 1/divisor >= 2^-10 from the next integer, its rounding error at most 2^-21).
-// The quotient Q >= 2^63 / 1024 has at least 54 bits; 2 Q plus a sticky bit rounds like the exact
-// value, as the rounding keeps at most 53 of them.
-OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t divisor, bool negative,
-                                         int64_t unit, RoundingFormat format) {
+// whether any bit below them is set) are divided exactly in two float64 steps whose numerators
+// stay below 2^42, so the floor of each correctly rounded quotient is the integer quotient (a
+// non-integer quotient is at least 1/divisor >= 2^-10 from the next integer, its rounding error at
+// most 2^-21). The quotient Q >= 2^63 / 1024 has at least 54 bits; 2 Q plus a sticky bit rounds
+// like the exact value, as the rounding keeps at most 53 of them.
+OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t divisor,
+                                         bool negative, int64_t unit, RoundingFormat format) {
   const int top = high != 0 ? 64 + highest_set_bit(high) : highest_set_bit(low);
   const int drop = top - 63;  // at most 61
   uint64_t t;
@@ -319,8 +319,9 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
     high = ~high + (low == 0 ? 1 : 0);
   }
   if (high == 0 && low == 0) return 0.0;
-  return round_quotient_to_format(high, low, static_cast<uint32_t>(c_a.significand * c_b.significand),
-                                  negative, -(int64_t(c_a.exponent) + c_b.exponent), format);
+  const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
+  return round_quotient_to_format(high, low, divisor, negative,
+                                  -(int64_t(c_a.exponent) + c_b.exponent), format);
 }
 
 // Runs f(std::integral_constant<int, N>{}) for a run-time moduli count 1 <= moduli <= kMaxModuli.

@@ -31,6 +31,15 @@ def times_power_of_two(codes, t: int):
     return (codes + (t << SCALE_FRACTION_BITS)).int()
 
 
+def scale_parts(codes):
+    """(significand, exponent) of scale codes (an int tensor) as int64 tensors: c = significand
+    2^exponent with the significand 16 + f in [16, 32) (csrc/crt.h, row_scale)."""
+    fraction = 1 << SCALE_FRACTION_BITS
+    codes = codes.long()
+    significand = fraction + torch.remainder(codes, fraction)
+    return significand, torch.div(codes, fraction, rounding_mode="floor") - SCALE_FRACTION_BITS
+
+
 def row_scales(norm_codes, stats, t: int):
     """The codes of the scales that round each row to integers whose 2-norm stays within 2^t: its
     norm scale times 2^t, except for rows that the power of two 2^(t - nu) (the norm scale with
@@ -38,12 +47,11 @@ def row_scales(norm_codes, stats, t: int):
     those keep it, as a 5-bit significand would make some of them round (float32 rows of one entry,
     small integers)."""
     tau, span = stats[0].long(), stats[1].long()
-    fraction = 1 << SCALE_FRACTION_BITS
-    codes = norm_codes.long()
-    power_of_two = codes - torch.remainder(codes, fraction)  # -16 nu
-    nu = -torch.div(power_of_two, fraction, rounding_mode="floor")
+    significand, exponent = scale_parts(norm_codes)  # norm scales: exponent = -nu - 4
+    nu = -(exponent + SCALE_FRACTION_BITS)
+    power_of_two = norm_codes.long() - (significand - (1 << SCALE_FRACTION_BITS))  # -16 nu
     exact = tau - span + t - nu >= 0
-    return times_power_of_two(torch.where(exact, power_of_two, codes), t)
+    return times_power_of_two(torch.where(exact, power_of_two, norm_codes.long()), t)
 
 
 def scale_value(code: int):

@@ -161,7 +161,7 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> Slice
     predicted truncation 2^-(t_a + 1) + 2^-(t_b + 1) (relative to 1 / (c_a_i c_b_j), the rows'
     2-norm bounds from their norm scales) stays CRT_MARGIN_BITS below the unit roundoff of the
     target format at the scale of (|A||B|)_ij for every (i, j), that is below
-    2^-(precision + 2) * magnitude.
+    2^-(precision + CRT_MARGIN_BITS) * magnitude.
 
     magnitude: the exact lower bound of min (|A||B|)_ij c_a_i c_b_j over usable rows and
     columns (ozaki::crt_magnitude); inf when there is none, 0 when the estimate cannot resolve

@@ -97,7 +97,8 @@ def main():
     parser.add_argument("--moduli", nargs="*", type=int, default=[13, 14, 15, 16])
     parser.add_argument("--sgemm-moduli", nargs="*", type=int, default=[6, 7, 8])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0, help="added to each shape's seed (other draws)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="added to each shape's seed (other draws)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     shapes = [(n, n, n) for n in args.sizes] + [tuple(s) for s in args.shape]

@@ -126,7 +126,8 @@ def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False
 def assert_scales_follow_the_rule(rows, codes, norm_codes, t):
     """moduli.row_scales: a row keeps its norm scale times 2^t, unless the power of two 2^(t - nu)
     (the norm scale without its fraction f) already scales every entry to an integer: then that."""
-    for row, code, norm in zip(rows.cpu().tolist(), codes.cpu().tolist(), norm_codes.cpu().tolist()):
+    for row, code, norm in zip(rows.cpu().tolist(), codes.cpu().tolist(),
+                               norm_codes.cpu().tolist()):
         power_of_two = scale_of(norm - norm % 16) * Fraction(2) ** t
         exact = all((Fraction(x) * power_of_two).denominator == 1 for x in row if math.isfinite(x))
         assert code == (norm - norm % 16 if exact else norm) + 16 * t, (row[:3], code, norm, t)

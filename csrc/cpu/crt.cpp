@@ -80,8 +80,9 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarT
 }
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                         const at::Tensor& tau_b, const at::Tensor& norm_a, const at::Tensor& norm_b,
-                         const at::Tensor& usable_a, const at::Tensor& usable_b) {
+                         const at::Tensor& tau_b, const at::Tensor& norm_a,
+                         const at::Tensor& norm_b, const at::Tensor& usable_a,
+                         const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
   const ProductShape shape =
       check_crt_magnitude_arguments(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b, op);
@@ -128,11 +129,13 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
 // Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l]
 // (weighted: B's, see crt_reconstruct).
 template <int N, bool weighted, typename T>
-void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* scale, double* out) {
+void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int* scale,
+                  double* out) {
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
+      const RowScale c = row_scale(scale[first + r]);
       for (int64_t l = 0; l < k; ++l) {
-        residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), row_scale(scale[first + r]),
+        residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), c,
                                  [&](int i, int residue) { out[(i * count + r) * k + l] = residue; });
       }
     }
@@ -179,8 +182,8 @@ T crt_entry(const Product* entry, int64_t plane, int scale_a, int scale_b) {
 }
 
 template <int N, typename T>
-void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a, const int* scale_b,
-                     const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
+void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
+                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
   const int64_t k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();

@@ -161,7 +161,8 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
     const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
     if (!usable_a[gi] || !usable_b[gj]) continue;
     const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) *
-                         magnitude_factor(tau_a[gi], norm_a[gi]) * magnitude_factor(tau_b[gj], norm_b[gj]);
+                         magnitude_factor(tau_a[gi], norm_a[gi]) *
+                         magnitude_factor(tau_b[gj], norm_b[gj]);
     smallest = value < smallest ? value : smallest;
   }
   __shared__ double shared[kMinThreads];
@@ -175,8 +176,9 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
 }
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                         const at::Tensor& tau_b, const at::Tensor& norm_a, const at::Tensor& norm_b,
-                         const at::Tensor& usable_a, const at::Tensor& usable_b) {
+                         const at::Tensor& tau_b, const at::Tensor& norm_a,
+                         const at::Tensor& norm_b, const at::Tensor& usable_a,
+                         const at::Tensor& usable_b) {
   constexpr const char* op = "ozaki::crt_magnitude";
   const ProductShape shape =
       check_crt_magnitude_arguments(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b, op);

@@ -64,9 +64,7 @@ def norm_scales_from_sums(square_sums, tau):
 
 def norm_scale_factor(tau, codes):
     """c 2^(tau - 7) for norm scale codes (csrc/crt.h magnitude_factor): exact doubles."""
-    fraction = 1 << crt.SCALE_FRACTION_BITS
-    significand = fraction + torch.remainder(codes.long(), fraction)
-    exponent = torch.div(codes.long(), fraction, rounding_mode="floor") - crt.SCALE_FRACTION_BITS
+    significand, exponent = crt.scale_parts(codes)
     return significand.double() * power_of_two(tau.long() + exponent - 7)
 
 
