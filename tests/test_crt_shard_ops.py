@@ -11,7 +11,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, scale_of, seeded
+from helpers import (assert_bitwise_equal, cpu_and_cuda, norm_scale_code, phi_tensor, scale_of,
+                     seeded)
 from ozaki import _ops
 from ozaki import moduli as crt
 
@@ -168,19 +169,6 @@ def test_empty_shapes(device):
 
 
 # ---- row_norm_square_sums -----------------------------------------------------------------------
-
-
-def norm_scale_code(s, tau):
-    """csrc/crt.h norm_scale_code in Python integers: the smallest e with 4^e >= s gives
-    nu = tau - 16 + e, and the largest f in [0, 15] with (16 + f)^2 s <= 4^(e + 4) the code
-    -16 nu + f of c = (16 + f) 2^(-nu - 4); -16 tau (c = 2^-tau) for s = 0."""
-    if s == 0:
-        return -16 * tau
-    e = 0
-    while 4 ** e < s:
-        e += 1
-    f = max(f for f in range(16) if (16 + f) ** 2 * s <= 4 ** (e + 4))
-    return -16 * (tau - 16 + e) + f
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

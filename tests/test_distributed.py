@@ -13,7 +13,7 @@ import torch
 import torch.multiprocessing as mp
 
 import distributed_cases as cases
-from helpers import cpu_and_cuda, scale_of
+from helpers import cpu_and_cuda, norm_scale_code, scale_of
 from ozaki import _ops
 from ozaki.distributed.inner import norm_scale_factor, norm_scales_from_sums, power_of_two
 
@@ -82,19 +82,6 @@ def test_power_of_two_is_exact(device):
     assert torch.equal(power_of_two(exponents).cpu(), expected)
 
 
-def _norm_scale_code(square_sum, tau):
-    """csrc/crt.h norm_scale_code in Python integers: e the smallest with 4^e >= the sum,
-    nu = tau - 16 + e, f the largest in [0, 15] with (16 + f)^2 sum <= 4^(e + 4), the code
-    -16 nu + f; -16 tau for a zero sum."""
-    if square_sum == 0:
-        return -16 * tau
-    e = 0
-    while 4 ** e < square_sum:
-        e += 1
-    f = max(f for f in range(16) if (16 + f) ** 2 * square_sum <= 4 ** (e + 4))
-    return -16 * (tau - 16 + e) + f
-
-
 def _sums_and_taus(seed):
     """Square sums below 2^49 (the kernel's bound) with random taus: small sums, sums around
     powers of two (e's boundaries), sums on either side of each f's boundary
@@ -116,7 +103,7 @@ def test_norm_scales_from_sums_match_the_kernel_formula(device):
     got = norm_scales_from_sums(torch.tensor(sums, device=device),
                                 torch.tensor(taus, dtype=torch.int32, device=device))
     assert got.dtype == torch.int32 and got.device.type == device
-    expected = [_norm_scale_code(s, t) for s, t in zip(sums, taus)]
+    expected = [norm_scale_code(s, t) for s, t in zip(sums, taus)]
     assert got.cpu().tolist() == expected
     assert {code % 16 for code in expected} == set(range(16))  # every significand
 
@@ -125,7 +112,7 @@ def test_norm_scales_from_sums_match_the_kernel_formula(device):
 def test_norm_scale_factor_is_exact(device):
     # c 2^(tau - 7) of the codes of norm_scale_code (csrc/crt.h magnitude_factor), as Fractions
     sums, taus = _sums_and_taus(10)
-    codes = [_norm_scale_code(s, t) for s, t in zip(sums, taus)]
+    codes = [norm_scale_code(s, t) for s, t in zip(sums, taus)]
     got = norm_scale_factor(torch.tensor(taus, dtype=torch.int32, device=device),
                             torch.tensor(codes, dtype=torch.int32, device=device))
     assert got.dtype == torch.float64 and got.device.type == device
