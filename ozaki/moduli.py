@@ -46,24 +46,12 @@ def row_scales(norm_codes, stats, t: int):
     f = 0) already turns into exact integers, every entry a multiple of 2^(tau - span) (row_stats):
     those keep it, as a 5-bit significand would make some of them round (float32 rows of one entry,
     small integers)."""
-    return RowScaleChoices(norm_codes, stats).codes(t)
-
-
-class RowScaleChoices:
-    """row_scales in two steps: what does not depend on t (computed while the GPU is busy, before
-    the plan is read back) and the choice for the planned t (a few small kernels after it)."""
-
-    def __init__(self, norm_codes, stats):
-        tau, span = stats[0].long(), stats[1].long()
-        significand, exponent = scale_parts(norm_codes)  # norm scales: exponent = -nu - 4
-        nu = -(exponent + SCALE_FRACTION_BITS)
-        self.norm = norm_codes.long()
-        self.power_of_two = self.norm - (significand - (1 << SCALE_FRACTION_BITS))  # -16 nu
-        self.exact_from = nu - tau + span  # the row is exact at 2^(t - nu) for t >= exact_from
-
-    def codes(self, t: int):
-        return times_power_of_two(torch.where(self.exact_from <= t, self.power_of_two, self.norm),
-                                  t)
+    tau, span = stats[0].long(), stats[1].long()
+    significand, exponent = scale_parts(norm_codes)  # norm scales: exponent = -nu - 4
+    nu = -(exponent + SCALE_FRACTION_BITS)
+    power_of_two = norm_codes.long() - (significand - (1 << SCALE_FRACTION_BITS))  # -16 nu
+    exact = tau - span + t - nu >= 0
+    return times_power_of_two(torch.where(exact, power_of_two, norm_codes.long()), t)
 
 
 def scale_value(code: int):

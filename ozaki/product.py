@@ -178,19 +178,12 @@ class Estimates:
         return (_ops.row_norm_scales(_flat_rows(self.a), self.stats_a[0]),
                 _ops.row_norm_scales(_flat_rows(self.bt), self.stats_b[0]))
 
-    def local_crt_magnitude(self, norm_a, norm_b):
+    def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
-        (c: the norm scales) on this device, a 0-d tensor (not read back)."""
-        return _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
-                                  _usable_rows(self.stats_a), _usable_rows(self.stats_b))
-
-    def crt_magnitude_and_span(self, norm_a, norm_b):
-        """(scheme II's magnitude estimate, largest bit span) in one device-to-host read: while
-        the host plans after it, the GPU has nothing queued, so each read costs idle time."""
-        local = torch.stack([self.local_max_span().double(),
-                             -self.local_crt_magnitude(norm_a, norm_b).double()])
-        span, negated = self.combine_max(local).tolist()
-        return -negated, int(span)
+        (c: the norm scales)."""
+        local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
+                                   _usable_rows(self.stats_a), _usable_rows(self.stats_b))
+        return -self.combine_max(-local.double().reshape(1)).item()
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
@@ -212,17 +205,15 @@ class _CrtInputs:
     def __init__(self, est):
         self.est = est
         self.norm_a, self.norm_b = est.norm_scales()
-        self.choices_a = crt.RowScaleChoices(self.norm_a, est.stats_a)
-        self.choices_b = crt.RowScaleChoices(self.norm_b, est.stats_b)
 
-    def magnitude_and_span(self):
-        """(the estimate the moduli count is planned from, the largest bit span)."""
-        return self.est.crt_magnitude_and_span(self.norm_a, self.norm_b)
+    def magnitude(self) -> float:
+        return self.est.crt_magnitude(self.norm_a, self.norm_b)
 
     def scales(self, plan: SlicePlan, k: int):
         """The codes of the scales of the rows of a (norms up to 2^t_a) and of bt (2^t_b)."""
         t_a, t_b = crt.scale_bits(plan.moduli, k)
-        return self.choices_a.codes(t_a), self.choices_b.codes(t_b)
+        return (crt.row_scales(self.norm_a, self.est.stats_a, t_a),
+                crt.row_scales(self.norm_b, self.est.stats_b, t_b))
 
 
 def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
@@ -244,20 +235,21 @@ def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
                              f"residue products need k <= {crt.MAX_INNER})")
         return _fastest_scheme_one(est, dtype), None
     inputs = _CrtInputs(est)
-    magnitude, max_span = (None, None) if moduli is not None else inputs.magnitude_and_span()
+    magnitude = None if moduli is not None else inputs.magnitude()
     plan = crt_plan(k, dtype, magnitude, moduli)
     if backend == "auto" and plan.capped:
         return _fastest_scheme_one(est, dtype), None
     if backend == "auto" and moduli is None:
-        exact = _exact_int8_plan(est, dtype, max_span)
+        exact = _exact_int8_plan(est, dtype)
         if exact.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
             return exact, None
     return plan, inputs
 
 
-def _exact_int8_plan(est, dtype, max_span):
+def _exact_int8_plan(est, dtype):
     """All pairs of the full INT8 split: the exact product rounded once (no estimate needed)."""
     k = est.k
+    max_span = est.max_span()
     full = slices_for_bits(max_span, digit_bits_for(k, "int8"))
     plan = requested_plan(k, dtype, max_span, min(full, MAX_SLICES), False, "int8")
     return dataclasses.replace(plan, reason="exact")

@@ -94,7 +94,7 @@ class InnerEstimates(Estimates):
         m = self.a.shape[0]
         return codes[:m].contiguous(), codes[m:].contiguous()
 
-    def local_crt_magnitude(self, norm_a, norm_b):
+    def crt_magnitude(self, norm_a, norm_b) -> float:
         m, n = self.a.shape[0], self.bt.shape[0]
         if self.a.shape[1] == 0:
             digits = torch.zeros((m, n), dtype=torch.int32, device=self.a.device)
@@ -105,7 +105,7 @@ class InnerEstimates(Estimates):
         factor_a = norm_scale_factor(self.stats_a[0], norm_a)
         factor_b = norm_scale_factor(self.stats_b[0], norm_b)
         bound = self.group.sum(digits).double() * factor_a[:, None] * factor_b[None, :]
-        return _masked_min(bound, self.stats_a, self.stats_b)
+        return _masked_min(bound, self.stats_a, self.stats_b).item()
 
 
 def _row_chunks(m, bytes_per_row):
