@@ -95,8 +95,9 @@ def usable_rows(stats):
 
 
 def crt_vectors(a, bt, count):
-    """(scale, nonfinite) pairs of gemm_crt with the scaling the crt backend uses: the codes of
-    c 2^t with c the rows' norm scales and (t_a, t_b) = moduli.scale_bits(count, k)."""
+    """(scale, nonfinite) pairs of gemm_crt: the codes of c 2^t with c the rows' norm scales and
+    (t_a, t_b) = moduli.scale_bits(count, k), for every row (the crt backend's row_scales keeps a
+    power of two where it is exact; the operators take any codes)."""
     stats_a, stats_b = stats_of(a), stats_of(bt)
     t_a, t_b = moduli.scale_bits(count, a.shape[2])
     norm_a = _ops.row_norm_scales(flat(a), stats_a[0])
