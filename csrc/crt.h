@@ -237,12 +237,35 @@ OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative,
   return negative ? -value : value;
 }
 
+// floor(t / d), and in *inexact whether d leaves a remainder, for 256 <= d < 1024, without a
+// division instruction: t * RN(1 / d) in float64 errs by at most 24 (3 roundings of 2^-53 on a
+// quotient below 2^56), so the remainder of that estimate lies within +-2^15 and is exact in int64;
+// its quotient by d, taken the same way, is exact except one too low when d divides it, which the
+// last comparison mends. The reciprocal's last bit never matters (the host's 1 / d and the device's
+// __drcp_rn give the same quotient).
+OZAKI_HD uint64_t floor_divide(uint64_t t, uint32_t d, bool* inexact) {
+#ifdef __CUDA_ARCH__
+  const double r = __drcp_rn(static_cast<double>(d));
+#else
+  const double r = 1.0 / static_cast<double>(d);
+#endif
+  uint64_t q = static_cast<uint64_t>(static_cast<double>(t) * r);
+  int64_t rest = static_cast<int64_t>(t - q * d);  // modulo 2^64: the true value is within +-2^15
+  const int64_t correction = static_cast<int64_t>(floor(static_cast<double>(rest) * r));
+  rest -= correction * static_cast<int64_t>(d);  // in [0, 2 d)
+  q += static_cast<uint64_t>(correction);
+  if (rest >= static_cast<int64_t>(d)) {
+    rest -= d;
+    ++q;
+  }
+  *inexact = rest != 0;
+  return q;
+}
+
 // RN(sign * (high 2^64 + low) / divisor * 2^unit) on the grid of `format`, ties to even, for
-// 0 < high 2^64 + low < 2^125 and 256 <= divisor < 1024. The top 64 bits T of the integer (and
-// whether any bit below them is set) are divided exactly in two float64 steps whose numerators
-// stay below 2^42, so the floor of each correctly rounded quotient is the integer quotient (a
-// non-integer quotient is at least 1/divisor >= 2^-10 from the next integer, its rounding error at
-// most 2^-21). The quotient Q >= 2^63 / 1024 has at least 54 bits; 2 Q plus a sticky bit rounds
+// 0 < high 2^64 + low < 2^125 and 256 <= divisor < 1024: the top 64 bits T of the integer are
+// divided exactly (floor_divide), and whether the remainder or any bit below T is nonzero becomes a
+// sticky bit. The quotient Q >= 2^63 / 1024 has at least 54 bits; 2 Q plus the sticky bit rounds
 // like the exact value, as the rounding keeps at most 53 of them.
 OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t divisor,
                                          bool negative, int64_t unit, RoundingFormat format) {
@@ -256,14 +279,10 @@ OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t d
   } else {
     t = low << -drop;
   }
-  const double d = static_cast<double>(divisor);
-  const uint64_t upper = t >> 32;
-  const uint64_t q_upper = static_cast<uint64_t>(floor(static_cast<double>(upper) / d));
-  const uint64_t rest = ((upper - q_upper * divisor) << 32) | (t & 0xffffffffu);  // < divisor 2^32
-  const uint64_t q_lower = static_cast<uint64_t>(floor(static_cast<double>(rest) / d));
-  sticky = sticky || rest != q_lower * divisor;
-  const uint64_t q = (q_upper << 32) + q_lower;
-  return round_wide_to_format(0, 2 * q + (sticky ? 1 : 0), negative, unit + drop - 1, format);
+  bool inexact;
+  const uint64_t q = floor_divide(t, divisor, &inexact);
+  return round_wide_to_format(0, 2 * q + ((sticky || inexact) ? 1 : 0), negative, unit + drop - 1,
+                              format);
 }
 
 // The exact X = (A'B')_ij, |X| < P / 2, from R_i = y_i X mod p_i (residues[i]: the INT32 GEMM
@@ -300,16 +319,17 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   constexpr double limb = 4294967296.0;  // 2^32
   const double s = ((static_cast<double>(limbs[3]) * limb + static_cast<double>(limbs[2])) * limb +
                     static_cast<double>(limbs[1])) * limb + static_cast<double>(limbs[0]);
-  const int64_t q = static_cast<int64_t>(rint(s * CrtProduct<N>::reciprocal));
+  const auto q = static_cast<uint32_t>(rint(s * CrtProduct<N>::reciprocal));  // in [0, 16]
   // X = S - q P, carried into two's complement 128 bits, then its sign and magnitude.
-  const int64_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
-                              CrtProduct<N>::limb3};
+  const uint32_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
+                               CrtProduct<N>::limb3};
   int64_t carry = 0;
   uint32_t word[4];
   for (int w = 0; w < 4; ++w) {
-    const int64_t t = static_cast<int64_t>(limbs[w]) - q * product[w] + carry;
+    const int64_t t = static_cast<int64_t>(limbs[w]) -
+                      static_cast<int64_t>(static_cast<uint64_t>(q) * product[w]) + carry;
     word[w] = static_cast<uint32_t>(t);
-    carry = (t - static_cast<int64_t>(word[w])) / (int64_t(1) << 32);  // exact division
+    carry = t >> 32;  // floor(t / 2^32): t - word is a multiple of 2^32
   }
   uint64_t low = uint64_t(word[0]) | (uint64_t(word[1]) << 32);
   uint64_t high = uint64_t(word[2]) | (uint64_t(word[3]) << 32);

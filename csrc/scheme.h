@@ -98,6 +98,9 @@ OZAKI_HD int lowest_set_bit_exponent(double x) {
 // host versions are separate implementations; this one is shared.)
 OZAKI_HD double scale_by_power_of_two(double x, int e) {
   if (x == 0.0 || !is_finite(x)) return x;
+  // 2^e a normal double: one IEEE multiplication is that single rounding (builds keep subnormals:
+  // no flush to zero).
+  if (e >= -1022 && e <= 1023) return x * pow2(e);
   const int ex = frexp_exponent(x);
   const long long t = static_cast<long long>(ex) + e;  // result = frac * 2^t, 0.5 <= |frac| < 1
   // frac = x * 2^-ex is exact: scale in two steps so each factor is a normal power of two.

@@ -1,0 +1,310 @@
+// Standalone timing of scheme II's element-wise passes (csrc/crt.h) on a GPU against the memory
+// floor of the same loads and stores, and a check that the GPU's reconstruction returns the host's
+// bits (the same crt_reconstruct compiled for the CPU) on valid residues: exact integers X with
+// |X| < 2^(floor(log2 P) - 1) <= P/2, their weighted residues plus random multiples of the moduli.
+//   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
+//        scripts/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <cstdio>
+#include <vector>
+
+#include "../csrc/crt.h"
+
+using namespace ozaki;
+
+#define CHECK(x)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+
+// ---- valid residue products ----------------------------------------------------------------------
+
+__device__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Entry t: X random with |X| < 2^bits (bits random up to the largest that keeps |X| < P/2 - P 2^-20),
+// some zeros; R_i = y_i X mod p_i plus a random multiple of p_i within +-(2^31 - 2^14).
+template <int N>
+__global__ void make_products(int32_t* products, int64_t plane, int max_bits, uint64_t seed) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < plane;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h0 = mix(seed ^ (t * 3)), h1 = mix(seed ^ (t * 3 + 1)), h2 = mix(seed ^ (t * 3 + 2));
+    int bits = static_cast<int>(h2 % (max_bits + 1));
+    if (h2 % 97 == 0) bits = 0;
+    if (h2 % 5 == 0) bits = max_bits;  // many near the top
+    uint64_t low = h0, high = h1;
+    if (bits <= 64) {
+      high = 0;
+      low = bits == 64 ? low : (bits == 0 ? 0 : low & ((uint64_t(1) << bits) - 1));
+    } else {
+      high &= (uint64_t(1) << (bits - 64)) - 1;
+    }
+    const bool negative = (h2 >> 40) & 1;
+    for_each_modulus<N>([&](auto index) {
+      constexpr int i = decltype(index)::value;
+      constexpr int64_t p = kModuli[i];
+      // X mod p from high 2^64 + low: 2^64 mod p = ((2^32 mod p)^2) mod p
+      const int64_t two32 = (int64_t(1) << 32) % p;
+      const int64_t two64 = two32 * two32 % p;
+      int64_t x = ((static_cast<int64_t>(high % p) * two64) + static_cast<int64_t>(low % p)) % p;
+      if (negative) x = (p - x) % p;
+      const int64_t r = x * CrtTerm<N, i>::inverse % p;
+      const int64_t span = ((int64_t(1) << 31) - (int64_t(1) << 14)) / p - 1;
+      const int64_t multiple = static_cast<int64_t>(mix(seed ^ (t * 31 + i + 7)) % uint64_t(2 * span + 1)) - span;
+      products[i * plane + t] = static_cast<int32_t>(r + multiple * p - (r > p / 2 ? p : 0));
+    });
+  }
+}
+
+// ---- the kernels ---------------------------------------------------------------------------------
+
+constexpr int kColumns = 4;
+
+enum Variant { kLibrary = 0, kLoadsOnly = 1 };
+
+template <int N, int V, typename T>
+__global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, const int* scale_a,
+                            const int* scale_b, T* out) {
+  const int64_t plane = rows * ld;
+  const int64_t groups = ld / kColumns;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const RowScale c_a = row_scale(scale_a[row]);
+    const int32_t* row_products = products + row * ld;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t j0 = g * kColumns;
+      int4 loaded[N];
+#pragma unroll
+      for (int m = 0; m < N; ++m) loaded[m] = __ldg(reinterpret_cast<const int4*>(row_products + m * plane + j0));
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) {
+        const int64_t j = j0 + c;
+        int32_t residues[N];
+#pragma unroll
+        for (int m = 0; m < N; ++m) {
+          const int4& r = loaded[m];
+          residues[m] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
+        }
+        double value;
+        if constexpr (V == kLoadsOnly) {
+          int64_t sum = 0;
+#pragma unroll
+          for (int m = 0; m < N; ++m) sum += residues[m];
+          value = static_cast<double>(sum);
+        } else {
+          value = crt_reconstruct<N>(residues, c_a, row_scale(scale_b[j]), format_of<T>());
+        }
+        out[row * ld + j] = static_cast<T>(value);
+      }
+    }
+  }
+}
+
+__global__ void make_scales(int* scales, int64_t count, int base, uint64_t seed) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed ^ t);
+    scales[t] = 16 * (base + static_cast<int>(h % 5)) + static_cast<int>((h >> 8) % 16);
+  }
+}
+
+// The residues pass (crt.cu's residues_kernel without the row blocks): 8 entries per thread, and
+// its memory floor (the same loads and stores, a byte of the input as every residue).
+template <int N, bool Compute>
+__global__ void residues(const double* a, int64_t rows, int64_t k, const int* scale, int8_t* out) {
+  const int64_t groups = k / 8;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const RowScale c = row_scale(scale[row]);
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * 8;
+      double x[8];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const double2 d = __ldg(reinterpret_cast<const double2*>(a + row * k + l0) + v);
+        x[2 * v] = d.x;
+        x[2 * v + 1] = d.y;
+      }
+      __align__(8) int8_t res[N][8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if constexpr (Compute) {
+          residues_of<N, false>(x[e], c, [&](int i, int r) { res[i][e] = static_cast<int8_t>(r); });
+        } else {
+          const uint64_t b = bits_of(x[e]);
+#pragma unroll
+          for (int i = 0; i < N; ++i) res[i][e] = static_cast<int8_t>(b >> (4 * i));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        *reinterpret_cast<uint2*>(out + (i * rows + row) * k + l0) = *reinterpret_cast<const uint2*>(res[i]);
+      }
+    }
+  }
+}
+
+__global__ void make_entries(double* a, int64_t count, uint64_t seed) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed ^ t);
+    // (u - 0.5) e^(0.5 z)-like spread: a random significand times 2^(-3 .. 3)
+    a[t] = (static_cast<double>(h >> 11) * 0x1p-53 - 0.5) * pow2(static_cast<int>(h % 7) - 3);
+  }
+}
+
+// ---- timing --------------------------------------------------------------------------------------
+
+int g_repeats = 7;  // 1 with --profile: no warm-up either
+
+template <typename Launch>
+float median_ms(Launch launch) {
+  const int repeats = g_repeats;
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  if (repeats > 1) {
+    launch();
+    launch();
+  }
+  std::vector<float> times;
+  for (int r = 0; r < repeats; ++r) {
+    CHECK(cudaEventRecord(start));
+    launch();
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[repeats / 2];
+}
+
+dim3 grid_2d(int64_t rows, int64_t per_row, int threads, int sms) {
+  const int64_t x = std::max<int64_t>(1, std::min<int64_t>((per_row + threads - 1) / threads, sms * 32));
+  const int64_t cap = std::min<int64_t>((rows * per_row + threads - 1) / threads, sms * 32);
+  const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+}
+
+template <int N, typename T>
+void run_reconstruct(int64_t n, int sms, const char* label) {
+  const int64_t plane = n * n;
+  int32_t* products;
+  int *scale_a, *scale_b;
+  T* out[2];
+  CHECK(cudaMalloc(&products, N * plane * sizeof(int32_t)));
+  CHECK(cudaMalloc(&scale_a, n * sizeof(int)));
+  CHECK(cudaMalloc(&scale_b, n * sizeof(int)));
+  for (auto& o : out) CHECK(cudaMalloc(&o, plane * sizeof(T)));
+  // |X| < P/2 - P 2^-20: bits up to floor(log2 P) - 2
+  int log2p = 0;
+  {
+    const Limbs l = product_limbs(N, -1);
+    for (int w = 3; w >= 0; --w) {
+      if (l.w[w]) {
+        log2p = 32 * w + highest_set_bit(l.w[w]);
+        break;
+      }
+    }
+  }
+  make_products<N><<<sms * 32, 256>>>(products, plane, log2p - 1, 12345);
+  // Scales near what the plans use: quotients near the format's range (float32: 2^-60 c ~ 2^(t - ...)).
+  const int base = std::is_same_v<T, double> ? -60 : -30;
+  make_scales<<<sms * 4, 256>>>(scale_a, n, base, 1);
+  make_scales<<<sms * 4, 256>>>(scale_b, n, base, 2);
+  CHECK(cudaDeviceSynchronize());
+  const dim3 grid = grid_2d(n, n / kColumns, 256, sms);
+  const auto launch = [&](auto variant, T* o) {
+    reconstruct<N, decltype(variant)::value, T><<<grid, 256>>>(products, n, n, scale_a, scale_b, o);
+  };
+  const float library = median_ms([&] { launch(std::integral_constant<int, kLibrary>{}, out[0]); });
+  const float floor = median_ms([&] { launch(std::integral_constant<int, kLoadsOnly>{}, out[1]); });
+  CHECK(cudaGetLastError());
+  // The host's bits for a sample of entries (every 61st).
+  std::vector<T> device(plane);
+  std::vector<int32_t> products_host(N * plane);
+  std::vector<int> scales_a(n), scales_b(n);
+  CHECK(cudaMemcpy(device.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(products_host.data(), products, N * plane * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(scales_a.data(), scale_a, n * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(scales_b.data(), scale_b, n * sizeof(int), cudaMemcpyDeviceToHost));
+  int64_t checked = 0, differing = 0, zeros = 0;
+  for (int64_t t = 0; t < plane; t += 61) {
+    int32_t residues[N];
+    for (int m = 0; m < N; ++m) residues[m] = products_host[m * plane + t];
+    const T host = static_cast<T>(crt_reconstruct<N>(residues, row_scale(scales_a[t / n]),
+                                                     row_scale(scales_b[t % n]), format_of<T>()));
+    differing += std::memcmp(&host, &device[t], sizeof(T)) != 0;
+    zeros += host == 0;
+    ++checked;
+  }
+  const double bytes = double(plane) * (N * 4 + sizeof(T));
+  std::printf("reconstruct %s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | loads and stores only %.3f ms (%.2f TB/s) | "
+              "host bits differ in %lld of %lld sampled entries (%lld zeros)\n",
+              label, (long long)n, N, library, bytes / library * 1e-9, floor, bytes / floor * 1e-9,
+              (long long)differing, (long long)checked, (long long)zeros);
+  CHECK(cudaFree(products));
+  CHECK(cudaFree(scale_a));
+  CHECK(cudaFree(scale_b));
+  for (auto& o : out) CHECK(cudaFree(o));
+}
+
+template <int N>
+void run_residues(int64_t n, int sms) {
+  double* a;
+  int8_t* out;
+  int* scale;
+  CHECK(cudaMalloc(&a, n * n * sizeof(double)));
+  CHECK(cudaMalloc(&out, N * n * n));
+  CHECK(cudaMalloc(&scale, n * sizeof(int)));
+  make_entries<<<sms * 32, 256>>>(a, n * n, 7);
+  make_scales<<<sms * 4, 256>>>(scale, n, 50 - 2, 3);
+  CHECK(cudaDeviceSynchronize());
+  const dim3 grid = grid_2d(n, n / 8, 256, sms);
+  const float t0 = median_ms([&] { residues<N, true><<<grid, 256>>>(a, n, n, scale, out); });
+  const float t1 = median_ms([&] { residues<N, false><<<grid, 256>>>(a, n, n, scale, out); });
+  CHECK(cudaGetLastError());
+  const double bytes = double(n) * n * (8 + N);
+  std::printf("residues    float64 %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | loads and stores only %.3f ms (%.2f TB/s)\n",
+              (long long)n, N, t0, bytes / t0 * 1e-9, t1, bytes / t1 * 1e-9);
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(out));
+  CHECK(cudaFree(scale));
+}
+
+int main(int argc, char** argv) {
+  int sms;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (argc > 1 && std::string(argv[1]) == "--profile") {  // one launch per kernel, for ncu
+    g_repeats = 1;
+    run_reconstruct<15, double>(8192, sms, "float64");
+    run_reconstruct<7, float>(8192, sms, "float32");
+    run_residues<15>(8192, sms);
+    return 0;
+  }
+  for (int64_t n : {8192, 16384}) {
+    run_reconstruct<15, double>(n, sms, "float64");
+    run_reconstruct<16, double>(n, sms, "float64");
+    run_reconstruct<7, float>(n, sms, "float32");
+    run_reconstruct<8, float>(n, sms, "float32");
+    run_residues<15>(n, sms);
+    run_residues<7>(n, sms);
+  }
+  run_reconstruct<3, double>(4096, sms, "float64");
+  run_reconstruct<1, float>(4096, sms, "float32");
+  return 0;
+}
