@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, rate, blocks, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
@@ -10,6 +10,8 @@
 # products against native and a loop, scripts/batched_bench.py); profile writes
 # profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
 # blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
+# kernels (not in all) writes crt_kernels.log: scheme II's element-wise passes alone against their memory floor, and
+# GPU == host bits of the reconstruction (scripts/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
 # ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py).
 set -uo pipefail
@@ -76,6 +78,12 @@ fi
 if [[ ,$what, == *,blocks,* ]]; then
   echo "== INT8 GEMM column blocks"
   python3 scripts/int8_blocks.py 2>&1 | tee "$OUT/int8_blocks.log"
+fi
+if [[ ,$what, == *,kernels,* ]]; then
+  echo "== scheme II element-wise passes"
+  nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
+    scripts/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench 2>&1 | tee "$OUT/crt_kernels.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,rate,* ]]; then
   echo "== INT8 GEMM rates"
