@@ -8,6 +8,7 @@ summed residue products into exactly gemm_crt's bits.
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -272,6 +273,56 @@ def magnitude_factors(tau, codes):
              for t, code in zip(tau.tolist(), codes.tolist())]
     assert all(Fraction(float(x)) == x for x in exact)
     return torch.tensor([float(x) for x in exact], dtype=torch.float64, device=tau.device)
+
+
+# ---- crt_round: the division by the scales' significands --------------------------------------
+
+
+def residue_products_of(values, moduli, generator):
+    """(moduli, m, n) int32 residue products that crt_round reads as the integers `values` (a list
+    of rows of Python ints, |X| < P/2): y_i X mod p_i (the CRT weight that B's residues carry), each
+    plus a random multiple of p_i, as the INT32 sums of a GEMM may hold any representative."""
+    product = crt.moduli_product(moduli)
+    planes = []
+    for p in crt.MODULI[:moduli]:
+        weight = pow(product // p, -1, p)
+        shift = torch.randint(-1000, 1001, (len(values), len(values[0])), generator=generator)
+        residues = torch.tensor([[weight * x % p for x in row] for row in values])
+        planes.append(residues + p * shift)
+    return torch.stack(planes).int()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype,moduli", [(torch.float64, 15), (torch.float64, crt.MAX_MODULI),
+                                          (torch.float32, 7), (torch.float32, 8)])
+def test_exact_quotients_and_ties_round_to_nearest_even(device, dtype, moduli):
+    """X = d (2 u + 1) 2^s for every significand product d = (16 + f_a)(16 + f_b): X / d is an
+    integer (no remainder) that falls exactly halfway between two numbers of the output format,
+    where only an exact quotient and sticky bit round to even; and X + 1, X - 1 next to it."""
+    from ozaki.accuracy import round_exact
+
+    generator = seeded(moduli)
+    precision = {torch.float64: 53, torch.float32: 24}[dtype]
+    limit = crt.moduli_product(moduli) // 2 - crt.moduli_product(moduli) // 2 ** 30
+    codes_a = torch.arange(16, dtype=torch.int32)  # f_a = 0 .. 15, e = 0
+    codes_b = torch.arange(16, dtype=torch.int32).repeat_interleave(3)  # three columns per f_b
+    values = []
+    for f_a in range(16):
+        row = []
+        for column in range(48):
+            d = (16 + f_a) * (16 + column // 3)
+            odd = 2 * (2 ** (precision - 1) + int(torch.randint(0, 2 ** (precision - 1), (1,),
+                                                                generator=generator))) + 1
+            room = (limit // (d * odd + 1)).bit_length() - 1  # 2^s d odd + 1 stays within limit
+            s = int(torch.randint(0, room + 1, (1,), generator=generator))
+            sign = 1 if int(torch.randint(0, 2, (1,), generator=generator)) else -1
+            row.append(sign * (d * odd * 2 ** s + (0, 1, -1)[column % 3]))
+        values.append(row)
+    products = residue_products_of(values, moduli, generator).to(device)
+    out = _ops.crt_round(products, codes_a.to(device), codes_b.to(device), dtype)
+    exact = [[Fraction(x) / (scale_of(a) * scale_of(b)) for x, b in zip(row, codes_b.tolist())]
+             for row, a in zip(values, codes_a.tolist())]
+    assert_bitwise_equal(out, round_exact(np.array(exact, dtype=object), dtype=dtype))
 
 
 # ---- CUDA gives the CPU's bits ------------------------------------------------------------------
