@@ -151,6 +151,20 @@ def test_residue_products_do_not_depend_on_the_workspace(device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_wide_products_in_column_chunks_give_the_same_bits(device):
+    # 5000 columns, 3 moduli, a 1 MiB budget: all 8 rows fit with 3584 columns but not with 5000,
+    # so the CUDA backend keeps every row and cuts the columns in two (workspace.h,
+    # plan_column_chunks); the CPU backend chunks its own way. Bits as with one chunk.
+    a, bt = operands((8, 64), (5000, 64), torch.float64, "phi", seed=7, device=device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, 3)
+    whole = _ops.crt_residue_products(a, bt, scale_a, scale_b, 3, workspace=1 << 40)
+    assert torch.equal(_ops.crt_residue_products(a, bt, scale_a, scale_b, 3, workspace=1 << 20), whole)
+    assert_bitwise_equal(_ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, 3, 1 << 20),
+                         _ops.crt_round(whole, scale_a, scale_b, torch.float64))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_empty_shapes(device):
     def zeros(*shape):
         return torch.zeros(shape, dtype=torch.float64, device=device)

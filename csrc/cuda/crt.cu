@@ -385,7 +385,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   const WorkspaceShape shape{k_stride, N, N, 1, 4, kResultAlign};
-  BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget);
+  BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true);
   // cuBLAS takes int sizes.
   constexpr int64_t kMaxSide = int64_t(1) << 30;
   if (plan.within.rows > kMaxSide || plan.within.cols > kMaxSide) {
