@@ -65,8 +65,8 @@ inline ChunkPlan plan_column_chunks(int64_t m, int64_t n, const WorkspaceShape& 
                              shape.pair_blocks * m * shape.product_bytes;
   const int64_t fixed = shape.slices * m * shape.k_stride * shape.slice_bytes +
                         shape.pair_blocks * m * (shape.col_align - 1) * shape.product_bytes;
-  const int64_t widest =
-      budget_bytes > fixed ? (budget_bytes - fixed) / std::max<int64_t>(per_column, 1) / kAlign * kAlign : 0;
+  const int64_t room = std::max<int64_t>(budget_bytes - fixed, 0);
+  const int64_t widest = room / std::max<int64_t>(per_column, 1) / kAlign * kAlign;
   if (widest < std::min(n, kMinColumns)) return plan_chunks(m, n, shape, budget_bytes);
   const int64_t cols = round_up(ceil_div(n, ceil_div(n, widest)), kAlign);  // at most widest
   return ChunkPlan{std::max<int64_t>(m, 1), std::max<int64_t>(1, std::min(n, cols))};

@@ -28,7 +28,7 @@ using namespace ozaki;
   } while (0)
 
 
-// ---- valid residue products ----------------------------------------------------------------------
+// ---- valid residue products -----------------------------------------------------------------
 
 __device__ uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -37,13 +37,15 @@ __device__ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Entry t: X random with |X| < 2^bits (bits random up to the largest that keeps |X| < P/2 - P 2^-20),
-// some zeros; R_i = y_i X mod p_i plus a random multiple of p_i within +-(2^31 - 2^14).
+// Entry t: X random with |X| < 2^bits, bits random up to max_bits (< log2 P - 1: |X| < P/2) and
+// often max_bits itself, some zeros; R_i = y_i X mod p_i plus a random multiple of p_i within
+// +-(2^31 - 2^14).
 template <int N>
 __global__ void make_products(int32_t* products, int64_t plane, int max_bits, uint64_t seed) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < plane;
        t += int64_t(gridDim.x) * blockDim.x) {
-    const uint64_t h0 = mix(seed ^ (t * 3)), h1 = mix(seed ^ (t * 3 + 1)), h2 = mix(seed ^ (t * 3 + 2));
+    const uint64_t h0 = mix(seed ^ (t * 3)), h1 = mix(seed ^ (t * 3 + 1));
+    const uint64_t h2 = mix(seed ^ (t * 3 + 2));
     int bits = static_cast<int>(h2 % (max_bits + 1));
     if (h2 % 97 == 0) bits = 0;
     if (h2 % 5 == 0) bits = max_bits;  // many near the top
@@ -65,13 +67,14 @@ __global__ void make_products(int32_t* products, int64_t plane, int max_bits, ui
       if (negative) x = (p - x) % p;
       const int64_t r = x * CrtTerm<N, i>::inverse % p;
       const int64_t span = ((int64_t(1) << 31) - (int64_t(1) << 14)) / p - 1;
-      const int64_t multiple = static_cast<int64_t>(mix(seed ^ (t * 31 + i + 7)) % uint64_t(2 * span + 1)) - span;
+      const uint64_t h = mix(seed ^ (t * 31 + i + 7));
+      const int64_t multiple = static_cast<int64_t>(h % uint64_t(2 * span + 1)) - span;
       products[i * plane + t] = static_cast<int32_t>(r + multiple * p - (r > p / 2 ? p : 0));
     });
   }
 }
 
-// ---- the kernels ---------------------------------------------------------------------------------
+// ---- the kernels ----------------------------------------------------------------------------
 
 constexpr int kColumns = 4;
 
@@ -90,7 +93,9 @@ __global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, c
       const int64_t j0 = g * kColumns;
       int4 loaded[N];
 #pragma unroll
-      for (int m = 0; m < N; ++m) loaded[m] = __ldg(reinterpret_cast<const int4*>(row_products + m * plane + j0));
+      for (int m = 0; m < N; ++m) {
+        loaded[m] = __ldg(reinterpret_cast<const int4*>(row_products + m * plane + j0));
+      }
 #pragma unroll
       for (int c = 0; c < kColumns; ++c) {
         const int64_t j = j0 + c;
@@ -116,7 +121,8 @@ __global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, c
 }
 
 __global__ void make_scales(int* scales, int64_t count, int base, uint64_t seed) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
+       t += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t h = mix(seed ^ t);
     scales[t] = 16 * (base + static_cast<int>(h % 5)) + static_cast<int>((h >> 8) % 16);
   }
@@ -129,7 +135,8 @@ __global__ void residues(const double* a, int64_t rows, int64_t k, const int* sc
   const int64_t groups = k / 8;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const RowScale c = row_scale(scale[row]);
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
       const int64_t l0 = g * 8;
       double x[8];
 #pragma unroll
@@ -151,21 +158,23 @@ __global__ void residues(const double* a, int64_t rows, int64_t k, const int* sc
       }
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        *reinterpret_cast<uint2*>(out + (i * rows + row) * k + l0) = *reinterpret_cast<const uint2*>(res[i]);
+        *reinterpret_cast<uint2*>(out + (i * rows + row) * k + l0) =
+            *reinterpret_cast<const uint2*>(res[i]);
       }
     }
   }
 }
 
 __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
+       t += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t h = mix(seed ^ t);
     // (u - 0.5) e^(0.5 z)-like spread: a random significand times 2^(-3 .. 3)
     a[t] = (static_cast<double>(h >> 11) * 0x1p-53 - 0.5) * pow2(static_cast<int>(h % 7) - 3);
   }
 }
 
-// ---- timing --------------------------------------------------------------------------------------
+// ---- timing ---------------------------------------------------------------------------------
 
 int g_repeats = 7;  // 1 with --profile: no warm-up either
 
@@ -194,7 +203,8 @@ float median_ms(Launch launch) {
 }
 
 dim3 grid_2d(int64_t rows, int64_t per_row, int threads, int sms) {
-  const int64_t x = std::max<int64_t>(1, std::min<int64_t>((per_row + threads - 1) / threads, sms * 32));
+  const int64_t x =
+      std::max<int64_t>(1, std::min<int64_t>((per_row + threads - 1) / threads, sms * 32));
   const int64_t cap = std::min<int64_t>((rows * per_row + threads - 1) / threads, sms * 32);
   const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
@@ -222,7 +232,7 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
     }
   }
   make_products<N><<<sms * 32, 256>>>(products, plane, log2p - 1, 12345);
-  // Scales near what the plans use: quotients near the format's range (float32: 2^-60 c ~ 2^(t - ...)).
+  // Scale exponents that keep the quotients inside the output format's range.
   const int base = std::is_same_v<T, double> ? -60 : -30;
   make_scales<<<sms * 4, 256>>>(scale_a, n, base, 1);
   make_scales<<<sms * 4, 256>>>(scale_b, n, base, 2);
@@ -239,7 +249,8 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
   std::vector<int32_t> products_host(N * plane);
   std::vector<int> scales_a(n), scales_b(n);
   CHECK(cudaMemcpy(device.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(products_host.data(), products, N * plane * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(products_host.data(), products, N * plane * sizeof(int32_t),
+                   cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(scales_a.data(), scale_a, n * sizeof(int), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(scales_b.data(), scale_b, n * sizeof(int), cudaMemcpyDeviceToHost));
   int64_t checked = 0, differing = 0, zeros = 0;
@@ -253,7 +264,8 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
     ++checked;
   }
   const double bytes = double(plane) * (N * 4 + sizeof(T));
-  std::printf("reconstruct %s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | loads and stores only %.3f ms (%.2f TB/s) | "
+  std::printf("reconstruct %s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
+              "loads and stores only %.3f ms (%.2f TB/s) | "
               "host bits differ in %lld of %lld sampled entries (%lld zeros)\n",
               label, (long long)n, N, library, bytes / library * 1e-9, floor, bytes / floor * 1e-9,
               (long long)differing, (long long)checked, (long long)zeros);
@@ -279,7 +291,8 @@ void run_residues(int64_t n, int sms) {
   const float t1 = median_ms([&] { residues<N, false><<<grid, 256>>>(a, n, n, scale, out); });
   CHECK(cudaGetLastError());
   const double bytes = double(n) * n * (8 + N);
-  std::printf("residues    float64 %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | loads and stores only %.3f ms (%.2f TB/s)\n",
+  std::printf("residues    float64 %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
+              "loads and stores only %.3f ms (%.2f TB/s)\n",
               (long long)n, N, t0, bytes / t0 * 1e-9, t1, bytes / t1 * 1e-9);
   CHECK(cudaFree(a));
   CHECK(cudaFree(out));

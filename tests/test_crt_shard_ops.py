@@ -16,6 +16,7 @@ from helpers import (assert_bitwise_equal, cpu_and_cuda, norm_scale_code, phi_te
                      seeded)
 from ozaki import _ops
 from ozaki import moduli as crt
+from ozaki.accuracy import round_exact
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
 #: ((m, k), (n, k)) of a and bt.
@@ -159,7 +160,8 @@ def test_wide_products_in_column_chunks_give_the_same_bits(device):
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
     scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, 3)
     whole = _ops.crt_residue_products(a, bt, scale_a, scale_b, 3, workspace=1 << 40)
-    assert torch.equal(_ops.crt_residue_products(a, bt, scale_a, scale_b, 3, workspace=1 << 20), whole)
+    chunked = _ops.crt_residue_products(a, bt, scale_a, scale_b, 3, workspace=1 << 20)
+    assert torch.equal(chunked, whole)
     assert_bitwise_equal(_ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, 3, 1 << 20),
                          _ops.crt_round(whole, scale_a, scale_b, torch.float64))
 
@@ -313,8 +315,6 @@ def test_exact_quotients_and_ties_round_to_nearest_even(device, dtype, moduli):
     """X = d (2 u + 1) 2^s for every significand product d = (16 + f_a)(16 + f_b): X / d is an
     integer (no remainder) that falls exactly halfway between two numbers of the output format,
     where only an exact quotient and sticky bit round to even; and X + 1, X - 1 next to it."""
-    from ozaki.accuracy import round_exact
-
     generator = seeded(moduli)
     precision = {torch.float64: 53, torch.float32: 24}[dtype]
     limit = crt.moduli_product(moduli) // 2 - crt.moduli_product(moduli) // 2 ** 30
