@@ -199,36 +199,25 @@ OZAKI_HD void residues_of(double a, RowScale c, Store store) {
   });
 }
 
-// RN(sign * (high 2^64 + low) * 2^unit) on the grid of `format`, ties to even (the 128-bit case of
-// round_to_format in exact.h, with the same results, in a few 64-bit operations).
-OZAKI_HD double round_wide_to_format(uint64_t high, uint64_t low, bool negative, int64_t unit,
+// RN(sign * m * 2^unit) on the grid of `format`, ties to even, for m < 2^63 (round_to_format in
+// exact.h for one 64-bit word, with the same results, in a few 64-bit operations).
+OZAKI_HD double round_word_to_format(uint64_t m, bool negative, int64_t unit,
                                      RoundingFormat format) {
-  if (high == 0 && low == 0) return 0.0;
-  const int top = high != 0 ? 64 + highest_set_bit(high) : highest_set_bit(low);
+  if (m == 0) return 0.0;
+  const int top = highest_set_bit(m);
   const int64_t exponent = top + unit;
   int64_t lowest_kept = exponent - (format.precision - 1);
   if (lowest_kept < format.min_exponent) lowest_kept = format.min_exponent;
   const int64_t first = lowest_kept - unit;  // bit index of the last kept bit
-  uint64_t significand;
-  int64_t scale;
-  if (first <= 0) {
-    significand = low;  // top < precision <= 53: the value is exact in low
-    scale = unit;
-  } else {
-    // bits [first, top] (at most precision of them), the half bit and the sticky bits below it
-    const auto bit_range = [&](int64_t from) -> uint64_t {  // (high:low) >> from, from < 128
-      if (from >= 64) return high >> (from - 64);
-      return from == 0 ? low : (low >> from) | (high << (64 - from));
-    };
-    significand = first <= top ? bit_range(first) : 0;
+  uint64_t significand = m;  // first <= 0: top < precision, the value is exact
+  int64_t scale = unit;
+  if (first > 0) {
+    // bits [first, top] (at most precision of them), the half bit below them and the sticky bits
+    // below that; a half bit above top is 0, and then the value rounds down whatever the rest
+    significand = first <= top ? m >> first : 0;
     const int64_t half_index = first - 1;
-    const bool half = ((half_index >= 64 ? high >> (half_index - 64) : low >> half_index) & 1) != 0;
-    bool sticky;
-    if (half_index >= 64) {
-      sticky = low != 0 || (half_index > 64 && (high & ((uint64_t(1) << (half_index - 64)) - 1)) != 0);
-    } else {
-      sticky = half_index > 0 && (low & ((uint64_t(1) << half_index) - 1)) != 0;
-    }
+    const bool half = half_index <= top && ((m >> half_index) & 1) != 0;
+    const bool sticky = half && (m & ((uint64_t(1) << half_index) - 1)) != 0;
     if (half && (sticky || (significand & 1))) ++significand;
     scale = lowest_kept;
   }
@@ -281,7 +270,7 @@ OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t d
   }
   bool inexact;
   const uint64_t q = floor_divide(t, divisor, &inexact);
-  return round_wide_to_format(0, 2 * q + ((sticky || inexact) ? 1 : 0), negative, unit + drop - 1,
+  return round_word_to_format(2 * q + ((sticky || inexact) ? 1 : 0), negative, unit + drop - 1,
                               format);
 }
 

@@ -183,7 +183,8 @@ T crt_entry(const Product* entry, int64_t plane, int scale_a, int scale_b) {
 
 template <int N, typename T>
 void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
-                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b, int64_t budget, at::Tensor& out) {
+                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b,
+                     int64_t budget, at::Tensor& out) {
   const int64_t k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
