@@ -160,6 +160,20 @@ inline void check_moduli(int64_t moduli, const char* op) {
               "], got ", moduli);
 }
 
+// The arguments of ozaki::crt_row_scales: three int32 vectors of one length and a scale exponent
+// that keeps the codes' scales within the rounded operands' int64.
+inline void check_crt_row_scales_arguments(const at::Tensor& norm_scales, const at::Tensor& tau,
+                                           const at::Tensor& bit_span, int64_t t, const char* op) {
+  TORCH_CHECK(norm_scales.dim() == 1, op, ": norm_scales must be 1-D, got ", norm_scales.dim(),
+              "-D of shape ", norm_scales.sizes());
+  const int64_t rows = norm_scales.size(0);
+  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  TORCH_CHECK(t >= 0 && t <= kCrtMaxScaleBits, op, ": t must be in [0, ", kCrtMaxScaleBits,
+              "], got ", t);
+}
+
 // The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).
 inline ProductShape check_crt_magnitude_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,

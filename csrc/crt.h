@@ -377,6 +377,17 @@ OZAKI_HD int norm_scale_code(uint64_t square_sum, int tau) {
   return -fraction * (tau - kNormGridBits + e) + f;
 }
 
+// The code of the scale that rounds a row to integers whose 2-norm stays within 2^t, from the code
+// of its norm scale c = (16 + f) 2^(-nu - 4) and its row_stats (tau, span): c 2^t, except for rows
+// that the power of two 2^(t - nu) (c with f = 0) already turns into exact integers, every entry a
+// multiple of 2^(tau - span): those keep it, as a 5-bit significand would make some of them round
+// (float32 rows of one entry, small integers). Multiplying by 2^t adds 16 t to a code.
+OZAKI_HD int crt_row_scale_code(int norm_code, int tau, int span, int t) {
+  const int whole = norm_code >> kScaleFractionBits;  // floor(code / 16) = -nu
+  const bool exact = tau - span + t + whole >= 0;
+  return (exact ? whole * (1 << kScaleFractionBits) : norm_code) + t * (1 << kScaleFractionBits);
+}
+
 // c 2^(tau - 7) for the norm scale c of a row (its code): the digit products L_ij of
 // magnitude_digit times factor_i * factor_j bound (|A||B|)_ij c_i c_j from below. Exact: c's
 // significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code),

@@ -38,6 +38,13 @@ TORCH_LIBRARY(ozaki, m) {
   // (csrc/crt.h, row_scale). Per row: the code of its norm scale, the largest such c with
   // ||row||_2 c <= 1 that an exact bound of the norm proves.
   m.def("row_norm_scales(Tensor a, Tensor tau) -> Tensor");
+  // row_stats and row_norm_scales of the same rows in one call (on CUDA one read of a).
+  m.def(
+      "row_stats_with_norm_scales(Tensor a) -> (Tensor tau, Tensor bit_span, Tensor nonfinite, "
+      "Tensor norm_scales)");
+  // Per row: the code of its scale for budget 2^t (csrc/crt.h, crt_row_scale_code) from the code of
+  // its norm scale and its row_stats tau and bit_span.
+  m.def("crt_row_scales(Tensor norm_scales, Tensor tau, Tensor bit_span, int t) -> Tensor");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j (c: the norm scales
   // norm_a, norm_b) from 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets
   // a usable column. Batched: the minimum over the elements, each pairing only its own rows and

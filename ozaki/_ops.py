@@ -67,6 +67,19 @@ def row_norm_scales(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.row_norm_scales(a, tau)
 
 
+def row_stats_with_norm_scales(a: torch.Tensor):
+    """((tau, bit_span, nonfinite), norm_scales): row_stats(a) and row_norm_scales(a, tau) in one
+    call (on CUDA one read of a)."""
+    tau, bit_span, nonfinite, norm_scales = torch.ops.ozaki.row_stats_with_norm_scales(a)
+    return (tau, bit_span, nonfinite), norm_scales
+
+
+def crt_row_scales(norm_scales: torch.Tensor, stats, t: int) -> torch.Tensor:
+    """Per row: the int32 code of its scheme-II scale for budget 2^t (csrc/crt.h,
+    crt_row_scale_code), from the code of its norm scale and its row_stats."""
+    return torch.ops.ozaki.crt_row_scales(norm_scales, stats[0], stats[1], t)
+
+
 def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -> torch.Tensor:
     """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j, 0-d (c: the norm
     scales of row_norm_scales)."""

@@ -84,6 +84,16 @@ def _row_norm_scales_fake(a, tau):
     return a.new_empty(a.shape[0], dtype=torch.int32)
 
 
+@torch.library.register_fake("ozaki::row_stats_with_norm_scales")
+def _row_stats_with_norm_scales_fake(a):
+    return (*_row_stats_fake(a), a.new_empty(a.shape[0], dtype=torch.int32))
+
+
+@torch.library.register_fake("ozaki::crt_row_scales")
+def _crt_row_scales_fake(norm_scales, tau, bit_span, t):
+    return torch.empty_like(norm_scales)
+
+
 @torch.library.register_fake("ozaki::crt_magnitude")
 def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b):
     return a.new_empty((), dtype=torch.float64)

@@ -40,20 +40,6 @@ def scale_parts(codes):
     return significand, torch.div(codes, fraction, rounding_mode="floor") - SCALE_FRACTION_BITS
 
 
-def row_scales(norm_codes, stats, t: int):
-    """The codes of the scales that round each row to integers whose 2-norm stays within 2^t: its
-    norm scale times 2^t, except for rows that the power of two 2^(t - nu) (the norm scale with
-    f = 0) already turns into exact integers, every entry a multiple of 2^(tau - span) (row_stats):
-    those keep it, as a 5-bit significand would make some of them round (float32 rows of one entry,
-    small integers)."""
-    tau, span = stats[0].long(), stats[1].long()
-    significand, exponent = scale_parts(norm_codes)  # norm scales: exponent = -nu - 4
-    nu = -(exponent + SCALE_FRACTION_BITS)
-    power_of_two = norm_codes.long() - (significand - (1 << SCALE_FRACTION_BITS))  # -16 nu
-    exact = tau - span + t - nu >= 0
-    return times_power_of_two(torch.where(exact, power_of_two, norm_codes.long()), t)
-
-
 def scale_value(code: int):
     """The exact Fraction c = (16 + f) 2^(e - 4) of scale code 16 e + f."""
     fraction = 1 << SCALE_FRACTION_BITS

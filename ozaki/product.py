@@ -108,6 +108,27 @@ def _row_stats(x):
     return _ops.row_stats(_flat_rows(x))
 
 
+def _row_stats_and_norms(x):
+    """(row_stats, norm scale codes) of every row of a matrix or of a batch's matrices, in one call
+    (on CUDA one read of x instead of two)."""
+    return _ops.row_stats_with_norm_scales(_flat_rows(x))
+
+
+def _scheme_two_considered(k, slices, fast, rounding, backend):
+    """Whether _plan_for looks at scheme II for these options (then it needs the rows' norm scales)."""
+    return (rounding is None and backend in ("auto", "crt") and slices is None and fast is None
+            and k <= crt.MAX_INNER)
+
+
+def _estimates(a, bt, slices, fast, rounding, backend):
+    """The Estimates of a and bt, with the rows' norm scales read together with their row_stats
+    when scheme II may run."""
+    if _scheme_two_considered(a.shape[-1], slices, fast, rounding, backend):
+        (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
+        return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
+    return Estimates(a, bt, _row_stats(a), _row_stats(bt))
+
+
 def _usable_rows(stats):
     """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
     the IEEE value of the plain dot product instead)."""
@@ -139,11 +160,14 @@ class Estimates:
     ranks), so every rank makes the one-device plan.
 
     a (m, k) and bt (n, k) (or batches of them), with row_stats stats_a and stats_b; k is the
-    product's whole inner dimension."""
+    product's whole inner dimension; norms: the norm scales of a's and bt's rows when already read
+    (_row_stats_and_norms)."""
 
-    def __init__(self, a, bt, stats_a, stats_b):
+    def __init__(self, a, bt, stats_a, stats_b, norms=None):
         self.a, self.bt, self.stats_a, self.stats_b = a, bt, stats_a, stats_b
         self.k = a.shape[-1]
+        self.norms = norms
+        self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -156,7 +180,9 @@ class Estimates:
         return spans.max()
 
     def max_span(self) -> int:
-        return int(self.combine_max(self.local_max_span().double().reshape(1))[0])
+        if self._max_span is None:
+            self._max_span = int(self.combine_max(self.local_max_span().double().reshape(1))[0])
+        return self._max_span
 
     def scheme_one_bound(self):
         """min over usable (i, j) of the exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)."""
@@ -175,6 +201,8 @@ class Estimates:
     def norm_scales(self):
         """Scheme II: per row of a and of bt, the code of its norm scale c (int32), the largest
         c = (16 + f) 2^(e - 4) with ||row||_2 c <= 1 that the row's exact norm bound proves."""
+        if self.norms is not None:
+            return self.norms
         return (_ops.row_norm_scales(_flat_rows(self.a), self.stats_a[0]),
                 _ops.row_norm_scales(_flat_rows(self.bt), self.stats_b[0]))
 
@@ -183,7 +211,12 @@ class Estimates:
         (c: the norm scales)."""
         local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
                                    _usable_rows(self.stats_a), _usable_rows(self.stats_b))
-        return -self.combine_max(-local.double().reshape(1)).item()
+        # the largest span comes in the same device-to-host read: _plan_for's exact-INT8 check
+        # asks for it next
+        local = torch.stack([-local.double(), self.local_max_span().double()])
+        negated, span = self.combine_max(local).tolist()
+        self._max_span = int(span)
+        return -negated
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
@@ -212,8 +245,8 @@ class _CrtInputs:
     def scales(self, plan: SlicePlan, k: int):
         """The codes of the scales of the rows of a (norms up to 2^t_a) and of bt (2^t_b)."""
         t_a, t_b = crt.scale_bits(plan.moduli, k)
-        return (crt.row_scales(self.norm_a, self.est.stats_a, t_a),
-                crt.row_scales(self.norm_b, self.est.stats_b, t_b))
+        return (_ops.crt_row_scales(self.norm_a, self.est.stats_a, t_a),
+                _ops.crt_row_scales(self.norm_b, self.est.stats_b, t_b))
 
 
 def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
@@ -288,9 +321,9 @@ def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="au
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
     a, bt = _row_operands(A, B)
-    stats_a, stats_b = _row_stats(a), _row_stats(bt)
-    return planned_product(a, bt, stats_a, stats_b, Estimates(a, bt, stats_a, stats_b), dtype,
-                           slices, fast, rounding, backend, moduli)
+    est = _estimates(a, bt, slices, fast, rounding, backend)
+    return planned_product(a, bt, est.stats_a, est.stats_b, est, dtype, slices, fast, rounding,
+                           backend, moduli)
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -308,5 +341,5 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
         raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
                          "product has nothing to split")
     a, bt = _row_operands(A, B)
-    est = Estimates(a, bt, _row_stats(a), _row_stats(bt))
+    est = _estimates(a, bt, slices, fast, rounding, backend)
     return _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)[0]

@@ -5,7 +5,8 @@
 For each shape: native DGEMM/SGEMM, the INT8 GEMM unit (ozaki's column-blocked cublasGemmEx,
 torch._int_mm for reference), and ozaki.dgemm/sgemm with backend="crt" (default plan and fixed
 moduli), with the CUDA time of one call split by kernel family (profiler): transpose/copy, row
-statistics, norm bounds, magnitude estimate, residues, INT8 GEMMs, reconstruction. Inputs are
+statistics, norm bounds, magnitude estimate, residues, INT8 GEMMs, reconstruction; and the host's
+time to issue the call. Inputs are
 phi = 0.5 matrices (--seed draws others); errors are median/max relative errors of a sampled grid
 against exact products. Prints a table and writes profile.json under --out.
 """
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import statistics
+import time
 
 import numpy as np
 import torch
@@ -38,6 +40,19 @@ def times_ms(fn, repeats):
         end.synchronize()
         times.append(start.elapsed_time(end))
     return times
+
+
+def host_issue_ms(fn, repeats):
+    """Median host time to issue one call (the GPU idle, after a synchronize): when it comes near
+    the call's time, the host's launches, not the GPU, set the pace."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 FAMILIES = [("reconstruct", "reconstruct"), ("residues", "residues"), ("magnitude", "magnitude"),
@@ -128,6 +143,8 @@ def main():
                    "plan": str(plan) if plan is not None else None, "repeats_ms": times}
             if profile:
                 row["breakdown_ms"] = breakdown(fn)
+                row["host_issue_ms"] = host_issue_ms(fn, args.repeats)
+                print(f"   host issue {row['host_issue_ms']:.2f} ms", flush=True)
             results.append(row)
             parts = "" if not profile else "  [" + ", ".join(
                 f"{f} {t:.2f}" for f, t in sorted(row["breakdown_ms"].items(), key=lambda x: -x[1])) + "]"

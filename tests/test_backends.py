@@ -107,7 +107,7 @@ def crt_operands(A, B, device):
 
 def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False):
     """(C, a, bt, scale_a, scale_b): A @ B by _ops.gemm_crt with the scaling of ozaki.gemm,
-    moduli.row_scales of the norm scales with (t_a, t_b) = moduli.scale_bits(moduli_count, k)
+    _ops.crt_row_scales of the norm scales with (t_a, t_b) = moduli.scale_bits(moduli_count, k)
     (checked against its rule); every_row_by_norm: every row by its norm scale times 2^t instead."""
     a, bt, stats_a, stats_b, norm_a, norm_b = crt_operands(A, B, device)
     t_a, t_b = moduli.scale_bits(moduli_count, A.shape[1])
@@ -115,8 +115,8 @@ def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False
         scale_a = moduli.times_power_of_two(norm_a, t_a)
         scale_b = moduli.times_power_of_two(norm_b, t_b)
     else:
-        scale_a = moduli.row_scales(norm_a, stats_a, t_a)
-        scale_b = moduli.row_scales(norm_b, stats_b, t_b)
+        scale_a = _ops.crt_row_scales(norm_a, stats_a, t_a)
+        scale_b = _ops.crt_row_scales(norm_b, stats_b, t_b)
         assert_scales_follow_the_rule(a, scale_a, norm_a, t_a)
         assert_scales_follow_the_rule(bt, scale_b, norm_b, t_b)
     C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli_count, workspace)
@@ -124,7 +124,7 @@ def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False
 
 
 def assert_scales_follow_the_rule(rows, codes, norm_codes, t):
-    """moduli.row_scales: a row keeps its norm scale times 2^t, unless the power of two 2^(t - nu)
+    """_ops.crt_row_scales: a row keeps its norm scale times 2^t, unless the power of two 2^(t - nu)
     (the norm scale without its fraction f) already scales every entry to an integer: then that."""
     for row, code, norm in zip(rows.cpu().tolist(), codes.cpu().tolist(),
                                norm_codes.cpu().tolist()):
@@ -289,6 +289,67 @@ def test_row_norm_scales_are_the_largest_proven_for_every_row(device, dtype):
             # a norm of exactly 10: c = 25 2^-8 (10 c = 250/256; 26 2^-8 would give 260/256)
             assert codes[9].item() == -16 * 4 + 9
             assert moduli.scale_value(codes[9].item()) == Fraction(25, 256)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 7, 256, 257, 2049, 9001])
+def test_row_stats_with_norm_scales_match_the_two_operators(device, dtype, k):
+    # the fused call (one block of up to 1024 threads per row on CUDA, 9001 entries fill them all)
+    # gives row_stats and row_norm_scales bit for bit, on rows of every kind: zero, -0,
+    # subnormal, huge, mixed, NaN, +-Inf
+    A, _ = edge_value_pair(9, k, 4, dtype, seed=40 + k)
+    A[5, k // 2] = nan
+    A[6, 0] = -inf
+    A[7] = torch.finfo(dtype).max
+    a = A.contiguous().to(device)
+    stats, norms = _ops.row_stats_with_norm_scales(a)
+    expected_stats = _ops.row_stats(a)
+    for got, expected in zip(stats, expected_stats):
+        assert got.dtype == expected.dtype and got.device == expected.device
+        assert torch.equal(got, expected)
+    assert torch.equal(norms, _ops.row_norm_scales(a, expected_stats[0]))
+    assert stats[2].tolist() == [False] * 5 + [True, True, False, False]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_crt_row_scales_keep_powers_of_two_only_where_they_are_exact(device):
+    # codes of either sign, t from 0 to 62: the norm scale c = (16 + f) 2^(-nu - 4) times 2^t,
+    # or its power of two 2^(-nu) times 2^t where 2^(t - nu) turns every multiple of
+    # 2^(tau - span) into an integer (tau - span + t - nu >= 0)
+    g = seeded(41)
+    norm = torch.randint(-20000, 20000, (400,), generator=g, dtype=torch.int32)
+    tau = torch.randint(-1100, 1100, (400,), generator=g, dtype=torch.int32)
+    span = torch.randint(0, 1100, (400,), generator=g, dtype=torch.int32)
+    for t in (0, 1, 31, 62):
+        codes = _ops.crt_row_scales(norm.to(device), (tau.to(device), span.to(device)), t)
+        assert codes.dtype == torch.int32 and codes.device.type == device
+        for code, c, e, s in zip(codes.tolist(), norm.tolist(), tau.tolist(), span.tolist()):
+            nu = -(c // 16)
+            if e - s + t - nu >= 0:
+                assert scale_of(code) == Fraction(2) ** (t - nu), (code, c, e, s, t)
+            else:
+                assert scale_of(code) == scale_of(c) * Fraction(2) ** t, (code, c, e, s, t)
+    some_exact = _ops.crt_row_scales(norm, (tau, span), 62)
+    assert (some_exact % 16 == 0).any() and (some_exact % 16 != 0).any()
+
+
+def test_scale_operator_errors():
+    with pytest.raises(RuntimeError, match="ozaki::row_stats_with_norm_scales: a must be 2-D, got 1-D"):
+        _ops.row_stats_with_norm_scales(torch.ones(4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="a must be float64 or float32, got Half"):
+        _ops.row_stats_with_norm_scales(torch.ones(4, 3, dtype=torch.float16))
+    codes = torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="t must be in \\[0, 62\\], got 63"):
+        _ops.crt_row_scales(codes, (codes, codes), 63)
+    with pytest.raises(RuntimeError, match="t must be in \\[0, 62\\], got -1"):
+        _ops.crt_row_scales(codes, (codes, codes), -1)
+    with pytest.raises(RuntimeError, match="tau must be a contiguous 1-D Int tensor of length 4"):
+        _ops.crt_row_scales(codes, (codes[:3], codes), 5)
+    with pytest.raises(RuntimeError, match="bit_span must be a contiguous 1-D Int tensor"):
+        _ops.crt_row_scales(codes, (codes, codes.long()), 5)
+    with pytest.raises(RuntimeError, match="norm_scales must be 1-D, got 2-D"):
+        _ops.crt_row_scales(codes.view(2, 2), (codes, codes), 5)
 
 
 # ---- INT8 scheme I -----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales, ozaki::crt_magnitude and
-// ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
+// CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
+// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
 // row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round. Residue products
 // come from float64 GEMMs, exact because every partial sum is an integer below 2^31.
 #include <ATen/ATen.h>
@@ -18,21 +18,22 @@ namespace {
 
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(256) << 20;
 
-// Per row i of a: write(i, sum of norm_square_units over the row, tau_i); the sum is an exact
-// integer, so any order gives it.
+// The sum of norm_square_units over one row: an exact integer, so any order gives it.
+template <typename T>
+uint64_t row_norm_square_sum(const T* row, int64_t k, int tau) {
+  uint64_t sum = 0;
+  for (int64_t l = 0; l < k; ++l) sum += norm_square_units(static_cast<double>(row[l]), tau);
+  return sum;
+}
+
+// Per row i of a: write(i, its row_norm_square_sum, tau_i).
 template <typename Write>
 void for_each_row_norm_square_sum(const at::Tensor& a, const int* tau, Write write) {
   const int64_t rows = a.size(0), k = a.size(1);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        uint64_t sum = 0;
-        for (int64_t l = 0; l < k; ++l) {
-          sum += norm_square_units(static_cast<double>(data[i * k + l]), tau[i]);
-        }
-        write(i, sum, tau[i]);
-      }
+      for (int64_t i = begin; i < end; ++i) write(i, row_norm_square_sum(data + i * k, k, tau[i]), tau[i]);
     });
   });
 }
@@ -47,6 +48,50 @@ at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
     out[i] = norm_scale_code(sum, row_tau);
   });
   return scales;
+}
+
+// row_stats and row_norm_scales, row by row: the same values as the two operators.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
+    const at::Tensor& a) {
+  constexpr const char* op = "ozaki::row_stats_with_norm_scales";
+  check_matrix(a, op, "a");
+  const int64_t rows = a.size(0), k = a.size(1);
+  const at::TensorOptions ints = a.options().dtype(at::kInt);
+  at::Tensor tau = at::empty({rows}, ints), bit_span = at::empty({rows}, ints);
+  at::Tensor nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
+  at::Tensor scales = at::empty({rows}, ints);
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const scalar_t* data = a.const_data_ptr<scalar_t>();
+    int* tau_out = tau.mutable_data_ptr<int>();
+    int* span_out = bit_span.mutable_data_ptr<int>();
+    bool* flag_out = nonfinite.mutable_data_ptr<bool>();
+    int* scale_out = scales.mutable_data_ptr<int>();
+    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const RowStats stats = row_stats_of(data + i * k, k);
+        tau_out[i] = stats.tau();
+        span_out[i] = stats.bit_span();
+        flag_out[i] = stats.nonfinite;
+        scale_out[i] = norm_scale_code(row_norm_square_sum(data + i * k, k, stats.tau()), stats.tau());
+      }
+    });
+  });
+  return {tau, bit_span, nonfinite, scales};
+}
+
+at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
+                          const at::Tensor& bit_span, int64_t t) {
+  constexpr const char* op = "ozaki::crt_row_scales";
+  check_crt_row_scales_arguments(norm_scales, tau, bit_span, t, op);
+  at::Tensor out = at::empty_like(norm_scales);
+  const int* norm = norm_scales.const_data_ptr<int>();
+  const int* tau_in = tau.const_data_ptr<int>();
+  const int* span_in = bit_span.const_data_ptr<int>();
+  int* codes = out.mutable_data_ptr<int>();
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    codes[i] = crt_row_scale_code(norm[i], tau_in[i], span_in[i], static_cast<int>(t));
+  }
+  return out;
 }
 
 // The sums themselves: a k-shard's add up (exactly, in int64) to the whole rows' sums.
@@ -295,6 +340,8 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
 
 TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("row_norm_scales", &row_norm_scales);
+  m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
+  m.impl("crt_row_scales", &crt_row_scales);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);

@@ -1,5 +1,5 @@
-// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales, ozaki::crt_magnitude
-// and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
+// CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
+// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
 // crt_residue_products and crt_round.
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
@@ -98,6 +98,111 @@ at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
   return row_norm_reduction<WriteNormSquareSum, int64_t>(a, tau, at::kLong,
                                                          "ozaki::row_norm_square_sums");
+}
+
+// ---- row_stats_with_norm_scales, crt_row_scales ------------------------------------------------
+
+// Threads per row of the fused statistics: enough for 8 entries each, in whole warps, at most 1024
+// (two such blocks per multiprocessor keep a float64 row of 16384 entries for every block in L2).
+int fused_row_threads(int64_t k) {
+  const int64_t warps = (k + 8 * 32 - 1) / (8 * 32);
+  return static_cast<int>(32 * std::min<int64_t>(32, std::max<int64_t>(1, warps)));
+}
+
+// One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
+// same row, which the first sweep has just brought into L2: one read of the operand from memory
+// instead of two. Both reductions are exact and order-free (max/min, integer sums).
+template <typename T>
+__global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
+                                      bool* nonfinite, int* norm_scale) {
+  constexpr int kMaxWarps = 32;
+  __shared__ int warp_max[kMaxWarps], warp_low[kMaxWarps];
+  __shared__ bool warp_flag[kMaxWarps];
+  __shared__ unsigned long long warp_sum[kMaxWarps];
+  __shared__ int row_tau;
+  const int64_t row = blockIdx.x;
+  const T* entries = a + row * k;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  RowStats stats;
+  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
+  for (int offset = 16; offset > 0; offset /= 2) {
+    stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
+                __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
+                __shfl_xor_sync(0xffffffffu, static_cast<int>(stats.nonfinite), offset) != 0);
+  }
+  if (lane == 0) {
+    warp_max[warp] = stats.max_exponent;
+    warp_low[warp] = stats.lowest_bit;
+    warp_flag[warp] = stats.nonfinite;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    RowStats total;
+    for (int w = 0; w < warps; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
+    tau[row] = total.tau();
+    bit_span[row] = total.bit_span();
+    nonfinite[row] = total.nonfinite;
+    row_tau = total.tau();
+  }
+  __syncthreads();
+  const int t = row_tau;
+  unsigned long long sum = 0;
+  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) warp_sum[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < warps; ++w) total += warp_sum[w];
+    norm_scale[row] = norm_scale_code(total, t);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
+    const at::Tensor& a) {
+  constexpr const char* op = "ozaki::row_stats_with_norm_scales";
+  check_matrix(a, op, "a");
+  const int64_t rows = a.size(0), k = a.size(1);
+  const c10::cuda::CUDAGuard guard(a.device());
+  const at::TensorOptions ints = a.options().dtype(at::kInt);
+  at::Tensor tau = at::empty({rows}, ints), bit_span = at::empty({rows}, ints);
+  at::Tensor nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
+  at::Tensor scales = at::empty({rows}, ints);
+  if (rows == 0) return {tau, bit_span, nonfinite, scales};
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    row_stats_norm_kernel<scalar_t><<<rows, fused_row_threads(k), 0,
+                                      at::cuda::getCurrentCUDAStream()>>>(
+        a.const_data_ptr<scalar_t>(), k, tau.mutable_data_ptr<int>(),
+        bit_span.mutable_data_ptr<int>(), nonfinite.mutable_data_ptr<bool>(),
+        scales.mutable_data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {tau, bit_span, nonfinite, scales};
+}
+
+__global__ void row_scales_kernel(const int* norm_scales, const int* tau, const int* bit_span,
+                                  int64_t rows, int t, int* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    out[i] = crt_row_scale_code(norm_scales[i], tau[i], bit_span[i], t);
+  }
+}
+
+at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
+                          const at::Tensor& bit_span, int64_t t) {
+  constexpr const char* op = "ozaki::crt_row_scales";
+  check_crt_row_scales_arguments(norm_scales, tau, bit_span, t, op);
+  check_same_device(norm_scales, {&tau, &bit_span}, op);
+  const c10::cuda::CUDAGuard guard(norm_scales.device());
+  at::Tensor out = at::empty_like(norm_scales);
+  const int64_t rows = out.size(0);
+  if (rows == 0) return out;
+  constexpr int threads = 256;
+  row_scales_kernel<<<grid_for(rows, threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      norm_scales.const_data_ptr<int>(), tau.const_data_ptr<int>(), bit_span.const_data_ptr<int>(),
+      rows, static_cast<int>(t), out.mutable_data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
 }
 
 // ---- crt_magnitude -------------------------------------------------------------------------------
@@ -558,6 +663,8 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
 
 TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("row_norm_scales", &row_norm_scales);
+  m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
+  m.impl("crt_row_scales", &crt_row_scales);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
