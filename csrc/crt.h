@@ -137,6 +137,26 @@ OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
   return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }
 
+// RN(a c) of one row's entries: scaled_integer, or one multiplication where that is exact. For
+// float32 entries (24-bit significands) and c = (16 + f) 2^e with |e| <= 800, the float64 product
+// a c has at most 29 significant bits and stays normal and finite (|a| in [2^-149, 2^128)), so its
+// rint is RN(a c), ties to even, the integer path's result in a few instructions.
+struct RowScaler {
+  RowScale c;
+  bool by_multiplication;
+  double value;  // c as a float64, when by_multiplication
+  OZAKI_HD int64_t operator()(double a) const {
+    if (!by_multiplication) return scaled_integer(a, c);
+    return is_finite(a) ? static_cast<int64_t>(rint(a * value)) : 0;
+  }
+};
+template <typename T>
+OZAKI_HD RowScaler row_scaler(int code) {
+  const RowScale c = row_scale(code);
+  const bool multiply = std::is_same_v<T, float> && c.exponent >= -800 && c.exponent <= 800;
+  return {c, multiply, multiply ? static_cast<double>(c.significand) * pow2(c.exponent) : 0.0};
+}
+
 // A scaled integer x (|x| <= 2^62 + 1) cut once for all moduli into x = high 2^42 + mid 2^21 + low:
 // low and mid are its two's complement bit fields (21 bits each, unsigned), high = x >> 42 is
 // signed, |high| <= 2^20 + 1. x itself is kept: its low byte is the residue modulo 256.
@@ -191,8 +211,8 @@ OZAKI_HD int symmetric_residue(const ResidueParts& x) {
 // Writes the N residues of RN(a * c) through store(i, residue); weighted: those of y_i RN(a * c)
 // (B's, see crt_reconstruct).
 template <int N, bool weighted, typename Store>
-OZAKI_HD void residues_of(double a, RowScale c, Store store) {
-  const ResidueParts x = residue_parts(scaled_integer(a, c));
+OZAKI_HD void residues_of(double a, const RowScaler& scale, Store store) {
+  const ResidueParts x = residue_parts(scale(a));
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     store(i, symmetric_residue<kModuli[i], weighted ? CrtTerm<N, i>::inverse : 1>(x));

@@ -134,7 +134,7 @@ template <int N, bool Compute>
 __global__ void residues(const double* a, int64_t rows, int64_t k, const int* scale, int8_t* out) {
   const int64_t groups = k / 8;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
-    const RowScale c = row_scale(scale[row]);
+    const RowScaler c = row_scaler<double>(scale[row]);
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
          g += int64_t(gridDim.x) * blockDim.x) {
       const int64_t l0 = g * 8;

@@ -178,7 +178,7 @@ void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int
                   double* out) {
   at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const RowScale c = row_scale(scale[first + r]);
+      const RowScaler c = row_scaler<T>(scale[first + r]);
       for (int64_t l = 0; l < k; ++l) {
         residues_of<N, weighted>(static_cast<double>(a[(first + r) * k + l]), c,
                                  [&](int i, int residue) { out[(i * count + r) * k + l] = residue; });

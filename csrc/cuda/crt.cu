@@ -102,27 +102,24 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
 
 // ---- row_stats_with_norm_scales, crt_row_scales ------------------------------------------------
 
-// Threads per row of the fused statistics: enough for 8 entries each, in whole warps, at most 1024
-// (two such blocks per multiprocessor keep a float64 row of 16384 entries for every block in L2).
-int fused_row_threads(int64_t k) {
-  const int64_t warps = (k + 8 * 32 - 1) / (8 * 32);
-  return static_cast<int>(32 * std::min<int64_t>(32, std::max<int64_t>(1, warps)));
-}
-
 // One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
-// same row, which the first sweep has just brought into L2: one read of the operand from memory
-// instead of two. Both reductions are exact and order-free (max/min, integer sums).
+// same row, which the first sweep has just brought into L2 when the rows of the resident blocks fit
+// there (float64 rows of up to about 4096 entries on the H100): then one read of the operand from
+// memory instead of two, else two as with the separate kernels. Blocks of kNormThreads, so that
+// several rows per multiprocessor overlap their two sweeps (one block of 1024 threads per row
+// left memory idle during the second: 3.17 ms against 2.77 for the two kernels at 16384^2, both
+// operands). Both reductions are exact and order-free (max/min, integer sums).
 template <typename T>
 __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
                                       bool* nonfinite, int* norm_scale) {
-  constexpr int kMaxWarps = 32;
-  __shared__ int warp_max[kMaxWarps], warp_low[kMaxWarps];
-  __shared__ bool warp_flag[kMaxWarps];
-  __shared__ unsigned long long warp_sum[kMaxWarps];
+  constexpr int kWarps = kNormThreads / 32;
+  __shared__ int warp_max[kWarps], warp_low[kWarps];
+  __shared__ bool warp_flag[kWarps];
+  __shared__ unsigned long long warp_sum[kWarps];
   __shared__ int row_tau;
   const int64_t row = blockIdx.x;
   const T* entries = a + row * k;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   RowStats stats;
   for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -138,7 +135,7 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   __syncthreads();
   if (threadIdx.x == 0) {
     RowStats total;
-    for (int w = 0; w < warps; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
+    for (int w = 0; w < kWarps; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
     tau[row] = total.tau();
     bit_span[row] = total.bit_span();
     nonfinite[row] = total.nonfinite;
@@ -153,7 +150,7 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned long long total = 0;
-    for (int w = 0; w < warps; ++w) total += warp_sum[w];
+    for (int w = 0; w < kWarps; ++w) total += warp_sum[w];
     norm_scale[row] = norm_scale_code(total, t);
   }
 }
@@ -170,8 +167,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   at::Tensor scales = at::empty({rows}, ints);
   if (rows == 0) return {tau, bit_span, nonfinite, scales};
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    row_stats_norm_kernel<scalar_t><<<rows, fused_row_threads(k), 0,
-                                      at::cuda::getCurrentCUDAStream()>>>(
+    row_stats_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         a.const_data_ptr<scalar_t>(), k, tau.mutable_data_ptr<int>(),
         bit_span.mutable_data_ptr<int>(), nonfinite.mutable_data_ptr<bool>(),
         scales.mutable_data_ptr<int>());
@@ -388,7 +384,7 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
     const int64_t e = element_of(block_row, blocks.count, blocks.elements);
     const int64_t r = block_row - e * blocks.count;
     const int64_t row = blocks.row(e, r);
-    const RowScale row_c = row_scale(scale[row]);
+    const RowScaler row_c = row_scaler<T>(scale[row]);
     const T* entries = a + row * k;
     int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
