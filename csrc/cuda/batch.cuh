@@ -41,6 +41,15 @@ struct Chunk {
   __host__ __device__ int64_t out_index(int64_t e, int64_t i, int64_t j) const {
     return a_row(e, i) * n + first_col + j;
   }
+  // The chunk's entries in one flat index t: element by element, row by row.
+  __host__ __device__ int64_t entries() const { return elements * rows * cols; }
+  __host__ __device__ void entry(int64_t t, int64_t* e, int64_t* i, int64_t* j) const {
+    const int64_t per_element = rows * cols;
+    *e = element_of(t, per_element, elements);
+    const int64_t rest = t - *e * per_element;
+    *i = rest / cols;
+    *j = rest - *i * cols;
+  }
 };
 
 // A strided batch of GEMMs: product e reads its operands at b + e * stride_b and a + e * stride_a

@@ -203,19 +203,14 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
 
 // ---- crt_magnitude -------------------------------------------------------------------------------
 
-// Rows along grid y, entries along x and the threads (no per-entry index division: with one flat
-// index the 64-bit divisions made the estimate's passes at 16384^2 twice their memory time).
 template <typename T>
 __global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
                                         const int* tau, int8_t* out) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int row_tau = tau[r];
-    const T* entries = a + r * k;
-    int8_t* row_out = out + r * k_stride;
-    for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < k_stride;
-         l += int64_t(gridDim.x) * blockDim.x) {
-      row_out[l] = static_cast<int8_t>(l < k ? magnitude_digit(static_cast<double>(entries[l]), row_tau) : 0);
-    }
+  const int64_t total = rows * k_stride;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / k_stride, l = e - r * k_stride;
+    out[e] = static_cast<int8_t>(l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r]) : 0);
   }
 }
 
@@ -225,7 +220,7 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int6
   const int64_t k = a.size(-1), rows = a.numel() / k;
   at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
   constexpr int threads = 256;
-  magnitude_digits_kernel<T><<<row_grid(rows, k_stride, threads), threads, 0,
+  magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
                                at::cuda::getCurrentCUDAStream()>>>(
       a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
       digits.mutable_data_ptr<int8_t>());
@@ -254,27 +249,22 @@ constexpr int kMinThreads = 256;
 
 // Per block: min over the usable entries of a chunk of exact digit products (element e's rows at
 // products + e * rows * ld), scaled as in csrc/cpu/crt.cpp (min is exact and order-free, so the
-// result matches the CPU's). Rows of the chunk along grid y, columns along x and the threads.
+// result matches the CPU's).
 __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                      const int* tau_a, const int* tau_b, const int* norm_a,
                                      const int* norm_b, const bool* usable_a, const bool* usable_b,
                                      double* block_min) {
   double smallest = infinity();
-  for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
-    const int64_t e = element_of(row, chunk.rows, chunk.elements);
-    const int64_t i = row - e * chunk.rows;
-    const int64_t gi = chunk.a_row(e, i);
-    if (!usable_a[gi]) continue;
-    const double factor_a = magnitude_factor(tau_a[gi], norm_a[gi]);
-    const int32_t* row_products = products + row * ld;
-    for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < chunk.cols;
-         j += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t gj = chunk.b_row(e, j);
-      if (!usable_b[gj]) continue;
-      const double value = static_cast<double>(row_products[j]) * factor_a *
-                           magnitude_factor(tau_b[gj], norm_b[gj]);
-      smallest = value < smallest ? value : smallest;
-    }
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e, i, j;
+    chunk.entry(t, &e, &i, &j);
+    const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
+    if (!usable_a[gi] || !usable_b[gj]) continue;
+    const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) *
+                         magnitude_factor(tau_a[gi], norm_a[gi]) *
+                         magnitude_factor(tau_b[gj], norm_b[gj]);
+    smallest = value < smallest ? value : smallest;
   }
   __shared__ double shared[kMinThreads];
   shared[threadIdx.x] = smallest;
@@ -283,7 +273,7 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
     if (threadIdx.x < stride) shared[threadIdx.x] = fmin(shared[threadIdx.x], shared[threadIdx.x + stride]);
     __syncthreads();
   }
-  if (threadIdx.x == 0) block_min[blockIdx.y * int64_t(gridDim.x) + blockIdx.x] = shared[0];
+  if (threadIdx.x == 0) block_min[blockIdx.x] = shared[0];
 }
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
@@ -324,9 +314,9 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
                               da.const_data_ptr<int8_t>() + part.a_row(0, 0) * k_stride, part.cols,
                               m, k_stride, products.mutable_data_ptr<int32_t>(), ld,
                               GemmBatch{elements, n * k_stride, m * k_stride, m * ld});
-      const dim3 grid = row_grid(part.elements * part.rows, part.cols, kMinThreads);
-      at::Tensor block_min = at::empty({int64_t(grid.x) * grid.y}, a.options().dtype(at::kDouble));
-      magnitude_min_kernel<<<grid, kMinThreads, 0, stream>>>(
+      const int blocks = grid_for(part.entries(), kMinThreads);
+      at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
+      magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
           products.const_data_ptr<int32_t>(), ld, part, tau_a.const_data_ptr<int>(),
           tau_b.const_data_ptr<int>(), norm_a.const_data_ptr<int>(), norm_b.const_data_ptr<int>(),
           usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
