@@ -216,10 +216,11 @@ def _by_label(rows):
     return series
 
 
-def plot_throughput(meta, rows, dtype="float64", show_floor=True):
+def plot_throughput(meta, rows, dtype="float64", show_floor=True, legend_loc="best"):
     """DGEMM-equivalent TFLOPS against n, one line per ozaki mode of `dtype`, next to native DGEMM
     and SGEMM; the dotted line of the same colour is the mode's GEMM floor (its GEMM count times
-    the measured FP16 or INT8 GEMM of its backend). Square shapes only. Returns the figure."""
+    the measured FP16 or INT8 GEMM of its backend). Square shapes only; legend_loc: where the
+    legend goes (matplotlib's loc). Returns the figure."""
     plt = _pyplot()
     square = [row for row in rows if row["m"] == row["k"] == row["n"]]
     series = _by_label(square)
@@ -251,7 +252,7 @@ def plot_throughput(meta, rows, dtype="float64", show_floor=True):
     ax.set_ylabel("DGEMM-equivalent TFLOPS (2n³ / time)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=2, title="dotted: GEMM floor of the mode (FP16 or INT8 units)",
-              title_fontsize=8)
+              title_fontsize=8, loc=legend_loc)
     ax.set_title(f"{meta['device_name']}, torch {meta['torch_version']}, {meta['date'][:10]}",
                  fontsize=10)
     figure.tight_layout()

@@ -1,6 +1,6 @@
 """Draw the figures in docs/img from the committed H100 data (docs/bench-h100.json,
-docs/bench-int8-h100.json and docs/study-h100.csv) with ozaki.plots: the README's figures and the
-benchmarks page's.
+docs/bench-int8-h100.json, the latest scheme-II bench docs/bench-crt-h100-f26ea13.json and
+docs/study-h100.csv) with ozaki.plots: the README's figures and the benchmarks page's.
 
     python scripts/make_figures.py
 """
@@ -28,6 +28,10 @@ def main():
     for dtype in ("float64", "float32"):
         figure = plots.plot_throughput(meta, shown, dtype)
         figure.savefig(images / f"throughput-int8-{dtype}-h100.png", dpi=110)
+    meta, rows = plots.load_bench_json(DOCS / "bench-crt-h100-f26ea13.json")
+    for dtype in ("float64", "float32"):
+        figure = plots.plot_throughput(meta, rows, dtype, legend_loc="upper left")
+        figure.savefig(images / f"throughput-crt-{dtype}-h100.png", dpi=110)
     print(f"wrote the figures in {images}")
 
 
