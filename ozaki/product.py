@@ -115,7 +115,8 @@ def _row_stats_and_norms(x):
 
 
 def _scheme_two_considered(k, slices, fast, rounding, backend):
-    """Whether _plan_for looks at scheme II for these options (then it needs the rows' norm scales)."""
+    """Whether _plan_for looks at scheme II for these options (it then needs the rows' norm
+    scales)."""
     return (rounding is None and backend in ("auto", "crt") and slices is None and fast is None
             and k <= crt.MAX_INNER)
 

@@ -335,7 +335,8 @@ def test_crt_row_scales_keep_powers_of_two_only_where_they_are_exact(device):
 
 
 def test_scale_operator_errors():
-    with pytest.raises(RuntimeError, match="ozaki::row_stats_with_norm_scales: a must be 2-D, got 1-D"):
+    with pytest.raises(RuntimeError,
+                       match="ozaki::row_stats_with_norm_scales: a must be 2-D, got 1-D"):
         _ops.row_stats_with_norm_scales(torch.ones(4, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="a must be float64 or float32, got Half"):
         _ops.row_stats_with_norm_scales(torch.ones(4, 3, dtype=torch.float16))

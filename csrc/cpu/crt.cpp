@@ -1,7 +1,8 @@
 // CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
-// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, the bit-exact reference of the CUDA backend, and the k-shard operators
-// row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round. Residue products
-// come from float64 GEMMs, exact because every partial sum is an integer below 2^31.
+// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, the bit-exact reference of the
+// CUDA backend, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
+// crt_residue_products and crt_round. Residue products come from float64 GEMMs, exact because every
+// partial sum is an integer below 2^31.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -33,7 +34,9 @@ void for_each_row_norm_square_sum(const at::Tensor& a, const int* tau, Write wri
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) write(i, row_norm_square_sum(data + i * k, k, tau[i]), tau[i]);
+      for (int64_t i = begin; i < end; ++i) {
+        write(i, row_norm_square_sum(data + i * k, k, tau[i]), tau[i]);
+      }
     });
   });
 }
@@ -56,27 +59,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   constexpr const char* op = "ozaki::row_stats_with_norm_scales";
   check_matrix(a, op, "a");
   const int64_t rows = a.size(0), k = a.size(1);
-  const at::TensorOptions ints = a.options().dtype(at::kInt);
-  at::Tensor tau = at::empty({rows}, ints), bit_span = at::empty({rows}, ints);
-  at::Tensor nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
-  at::Tensor scales = at::empty({rows}, ints);
+  RowStatsOutput out(rows, a.options());
+  at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
+  int* scale_out = scales.mutable_data_ptr<int>();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
-    int* tau_out = tau.mutable_data_ptr<int>();
-    int* span_out = bit_span.mutable_data_ptr<int>();
-    bool* flag_out = nonfinite.mutable_data_ptr<bool>();
-    int* scale_out = scales.mutable_data_ptr<int>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const RowStats stats = row_stats_of(data + i * k, k);
-        tau_out[i] = stats.tau();
-        span_out[i] = stats.bit_span();
-        flag_out[i] = stats.nonfinite;
-        scale_out[i] = norm_scale_code(row_norm_square_sum(data + i * k, k, stats.tau()), stats.tau());
+        out.write(i, stats);
+        const uint64_t square_sum = row_norm_square_sum(data + i * k, k, stats.tau());
+        scale_out[i] = norm_scale_code(square_sum, stats.tau());
       }
     });
   });
-  return {tau, bit_span, nonfinite, scales};
+  return {out.tau, out.bit_span, out.nonfinite, scales};
 }
 
 at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,

@@ -12,24 +12,14 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
   const int64_t rows = a.size(0), k = a.size(1);
-  auto tau = at::empty({rows}, a.options().dtype(at::kInt));
-  auto bit_span = at::empty({rows}, a.options().dtype(at::kInt));
-  auto nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
+  RowStatsOutput out(rows, a.options());
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::row_stats", [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
-    int* tau_out = tau.mutable_data_ptr<int>();
-    int* span_out = bit_span.mutable_data_ptr<int>();
-    bool* flag_out = nonfinite.mutable_data_ptr<bool>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const RowStats stats = row_stats_of(data + i * k, k);
-        tau_out[i] = stats.tau();
-        span_out[i] = stats.bit_span();
-        flag_out[i] = stats.nonfinite;
-      }
+      for (int64_t i = begin; i < end; ++i) out.write(i, row_stats_of(data + i * k, k));
     });
   });
-  return {tau, bit_span, nonfinite};
+  return {out.tau, out.bit_span, out.nonfinite};
 }
 
 at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices) {

@@ -1,6 +1,6 @@
 // CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
-// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
-// crt_residue_products and crt_round.
+// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, and the k-shard operators
+// row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round.
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
 // (one read of the input), one exact INT8 GEMM per modulus, and one pass that reads every
@@ -60,15 +60,8 @@ __global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, Write wri
   const int row_tau = tau[row];
   unsigned long long sum = 0;  // exact: integers, any order
   for_row_entries(a + row * k, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), row_tau); });
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  __shared__ unsigned long long warp_sum[kNormThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long total = 0;
-    for (int w = 0; w < kNormThreads / 32; ++w) total += warp_sum[w];
-    write(row, total, row_tau);
-  }
+  const unsigned long long total = block_sum<kNormThreads>(sum);
+  if (threadIdx.x == 0) write(row, total, row_tau);
 }
 
 // Checks a (rows, k) and tau, then runs row_norm_kernel into a fresh (rows,) tensor of out_dtype.
@@ -112,30 +105,13 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
 template <typename T>
 __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
                                       bool* nonfinite, int* norm_scale) {
-  constexpr int kWarps = kNormThreads / 32;
-  __shared__ int warp_max[kWarps], warp_low[kWarps];
-  __shared__ bool warp_flag[kWarps];
-  __shared__ unsigned long long warp_sum[kWarps];
   __shared__ int row_tau;
   const int64_t row = blockIdx.x;
   const T* entries = a + row * k;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   RowStats stats;
   for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
-  for (int offset = 16; offset > 0; offset /= 2) {
-    stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
-                __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
-                __shfl_xor_sync(0xffffffffu, static_cast<int>(stats.nonfinite), offset) != 0);
-  }
-  if (lane == 0) {
-    warp_max[warp] = stats.max_exponent;
-    warp_low[warp] = stats.lowest_bit;
-    warp_flag[warp] = stats.nonfinite;
-  }
-  __syncthreads();
+  const RowStats total = block_row_stats<kNormThreads>(stats);
   if (threadIdx.x == 0) {
-    RowStats total;
-    for (int w = 0; w < kWarps; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
     tau[row] = total.tau();
     bit_span[row] = total.bit_span();
     nonfinite[row] = total.nonfinite;
@@ -145,14 +121,8 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   const int t = row_tau;
   unsigned long long sum = 0;
   for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) warp_sum[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long total = 0;
-    for (int w = 0; w < kWarps; ++w) total += warp_sum[w];
-    norm_scale[row] = norm_scale_code(total, t);
-  }
+  const unsigned long long square_sum = block_sum<kNormThreads>(sum);
+  if (threadIdx.x == 0) norm_scale[row] = norm_scale_code(square_sum, t);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../scheme.h"
+
 namespace ozaki::cuda {
 
 // Blocks for `work` items at `threads` per block, capped at 32 blocks per multiprocessor (the
@@ -41,6 +43,46 @@ __device__ __forceinline__ void for_row_entries(const T* row, int64_t k, F f) {
     f(v3);
   }
   for (; l < k; l += step) f(row[l]);
+}
+
+// Block-wide reductions of the one-block-per-row kernels (blocks of Threads threads): every thread
+// calls with its part, thread 0 gets the row's total. Exact and order-free (max, min, or; integer
+// sums), so they match the CPU's row-by-row loops.
+template <int Threads>
+__device__ RowStats block_row_stats(RowStats stats) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
+                __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
+                __shfl_xor_sync(0xffffffffu, static_cast<int>(stats.nonfinite), offset) != 0);
+  }
+  __shared__ int warp_max[Threads / 32], warp_low[Threads / 32];
+  __shared__ bool warp_flag[Threads / 32];
+  if (threadIdx.x % 32 == 0) {
+    warp_max[threadIdx.x / 32] = stats.max_exponent;
+    warp_low[threadIdx.x / 32] = stats.lowest_bit;
+    warp_flag[threadIdx.x / 32] = stats.nonfinite;
+  }
+  __syncthreads();
+  RowStats total;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < Threads / 32; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
+  }
+  return total;
+}
+
+template <int Threads>
+__device__ unsigned long long block_sum(unsigned long long value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  __shared__ unsigned long long warp_sum[Threads / 32];
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = value;
+  __syncthreads();
+  unsigned long long total = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < Threads / 32; ++w) total += warp_sum[w];
+  }
+  return total;
 }
 
 }  // namespace ozaki::cuda

@@ -16,30 +16,15 @@ namespace {
 
 constexpr int kStatsThreads = 256;
 
-// One block per row: each thread folds a strided part of the row, then warps and the block merge.
+// One block per row: each thread folds a strided part of the row, then the block merges them.
 template <typename T>
 __global__ void row_stats_kernel(const T* a, int64_t k, int* tau, int* bit_span, bool* nonfinite) {
   const int64_t row = blockIdx.x;
-  const T* entries = a + row * k;
   RowStats stats;
-  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });  // max/min: order-free
-  for (int offset = 16; offset > 0; offset /= 2) {
-    stats.merge(__shfl_xor_sync(0xffffffffu, stats.max_exponent, offset),
-                __shfl_xor_sync(0xffffffffu, stats.lowest_bit, offset),
-                __shfl_xor_sync(0xffffffffu, static_cast<int>(stats.nonfinite), offset) != 0);
-  }
-  __shared__ int warp_max[kStatsThreads / 32], warp_low[kStatsThreads / 32];
-  __shared__ bool warp_flag[kStatsThreads / 32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    warp_max[warp] = stats.max_exponent;
-    warp_low[warp] = stats.lowest_bit;
-    warp_flag[warp] = stats.nonfinite;
-  }
-  __syncthreads();
+  // max/min: order-free
+  for_row_entries(a + row * k, k, [&](T x) { stats.add(static_cast<double>(x)); });
+  const RowStats total = block_row_stats<kStatsThreads>(stats);
   if (threadIdx.x == 0) {
-    RowStats total;
-    for (int w = 0; w < kStatsThreads / 32; ++w) total.merge(warp_max[w], warp_low[w], warp_flag[w]);
     tau[row] = total.tau();
     bit_span[row] = total.bit_span();
     nonfinite[row] = total.nonfinite;
