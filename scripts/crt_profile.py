@@ -6,9 +6,9 @@ For each shape: native DGEMM/SGEMM, the INT8 GEMM unit (ozaki's column-blocked c
 torch._int_mm for reference), and ozaki.dgemm/sgemm with backend="crt" (default plan and fixed
 moduli), with the CUDA time of one call split by kernel family (profiler): transpose/copy, row
 statistics, norm bounds, magnitude estimate, residues, INT8 GEMMs, reconstruction; and the host's
-time to issue the call. Inputs are
-phi = 0.5 matrices (--seed draws others); errors are median/max relative errors of a sampled grid
-against exact products. Prints a table and writes profile.json under --out.
+time to issue the call. Inputs are phi = 0.5 matrices (--seed draws others); errors are median/max
+relative errors of a sampled grid against exact products. Prints a table and writes profile.json
+under --out.
 """
 import argparse
 import json

@@ -96,7 +96,7 @@ def usable_rows(stats):
 
 def crt_vectors(a, bt, count):
     """(scale, nonfinite) pairs of gemm_crt: the codes of c 2^t with c the rows' norm scales and
-    (t_a, t_b) = moduli.scale_bits(count, k), for every row (the crt backend's row_scales keeps a
+    (t_a, t_b) = moduli.scale_bits(count, k), for every row (the crt backend's crt_row_scales keeps a
     power of two where it is exact; the operators take any codes)."""
     stats_a, stats_b = stats_of(a), stats_of(bt)
     t_a, t_b = moduli.scale_bits(count, a.shape[2])

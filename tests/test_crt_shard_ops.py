@@ -49,8 +49,8 @@ def shards(x, widths):
 
 def scales_of(a, bt, stats_a, stats_b, moduli):
     """Scale codes from the whole rows: those of c 2^t for the norm scales c and
-    (t_a, t_b) = scale_bits, for every row (the crt backend's row_scales keeps a power of two where
-    it is exact; the operators take any codes, and these exercise the division)."""
+    (t_a, t_b) = scale_bits, for every row (the crt backend's crt_row_scales keeps a power of two
+    where it is exact; the operators take any codes, and these exercise the division)."""
     norm_a = _ops.row_norm_scales(a, stats_a[0])
     norm_b = _ops.row_norm_scales(bt, stats_b[0])
     t_a, t_b = crt.scale_bits(moduli, a.shape[1])

@@ -11,6 +11,7 @@
 
 #include "../checks.h"
 #include "../crt.h"
+#include "../row_stats_output.h"
 #include "../workspace.h"
 #include "rows.h"
 
@@ -59,7 +60,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   constexpr const char* op = "ozaki::row_stats_with_norm_scales";
   check_matrix(a, op, "a");
   const int64_t rows = a.size(0), k = a.size(1);
-  RowStatsOutput out(rows, a.options());
+  const RowStatsOutput out(rows, a.options());
   at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
   int* scale_out = scales.mutable_data_ptr<int>();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {

@@ -2,7 +2,7 @@
 // can split chunks straight into its own buffers; and the elements of batched operands.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 
@@ -16,21 +16,6 @@ RowStats row_stats_of(const T* row, int64_t k) {
   for (int64_t l = 0; l < k; ++l) stats.add(static_cast<double>(row[l]));
   return stats;
 }
-
-// The three outputs of ozaki::row_stats for `rows` rows, written row by row.
-struct RowStatsOutput {
-  at::Tensor tau, bit_span, nonfinite;
-
-  explicit RowStatsOutput(int64_t rows, const at::TensorOptions& options)
-      : tau(at::empty({rows}, options.dtype(at::kInt))),
-        bit_span(at::empty({rows}, options.dtype(at::kInt))),
-        nonfinite(at::empty({rows}, options.dtype(at::kBool))) {}
-  void write(int64_t row, const RowStats& stats) {
-    tau.mutable_data_ptr<int>()[row] = stats.tau();
-    bit_span.mutable_data_ptr<int>()[row] = stats.bit_span();
-    nonfinite.mutable_data_ptr<bool>()[row] = stats.nonfinite;
-  }
-};
 
 // Writes slice p of entry l to out[p * slice_stride + l]; columns k .. k_stride - 1 are zero
 // padding.

@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "../row_stats_output.h"
 #include "rows.h"
 
 namespace ozaki::cpu {
@@ -12,7 +13,7 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
   const int64_t rows = a.size(0), k = a.size(1);
-  RowStatsOutput out(rows, a.options());
+  const RowStatsOutput out(rows, a.options());
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::row_stats", [&] {
     const scalar_t* data = a.const_data_ptr<scalar_t>();
     at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {

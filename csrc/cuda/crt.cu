@@ -19,6 +19,7 @@
 
 #include "../checks.h"
 #include "../crt.h"
+#include "../row_stats_output.h"
 #include "../workspace.h"
 #include "batch.cuh"
 #include "int8_gemm.cuh"
@@ -131,19 +132,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   check_matrix(a, op, "a");
   const int64_t rows = a.size(0), k = a.size(1);
   const c10::cuda::CUDAGuard guard(a.device());
-  const at::TensorOptions ints = a.options().dtype(at::kInt);
-  at::Tensor tau = at::empty({rows}, ints), bit_span = at::empty({rows}, ints);
-  at::Tensor nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
-  at::Tensor scales = at::empty({rows}, ints);
-  if (rows == 0) return {tau, bit_span, nonfinite, scales};
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    row_stats_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.const_data_ptr<scalar_t>(), k, tau.mutable_data_ptr<int>(),
-        bit_span.mutable_data_ptr<int>(), nonfinite.mutable_data_ptr<bool>(),
-        scales.mutable_data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return {tau, bit_span, nonfinite, scales};
+  const RowStatsOutput out(rows, a.options());
+  at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
+  if (rows > 0) {
+    AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+      row_stats_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          a.const_data_ptr<scalar_t>(), k, out.tau_data, out.bit_span_data, out.nonfinite_data,
+          scales.mutable_data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  return {out.tau, out.bit_span, out.nonfinite, scales};
 }
 
 __global__ void row_scales_kernel(const int* norm_scales, const int* tau, const int* bit_span,

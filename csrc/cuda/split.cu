@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "../checks.h"
+#include "../row_stats_output.h"
 #include "launch.cuh"
 #include "split.cuh"
 
@@ -110,15 +111,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
   const c10::cuda::CUDAGuard guard(a.device());
   const int64_t rows = a.size(0), k = a.size(1);
-  auto tau = at::empty({rows}, a.options().dtype(at::kInt));
-  auto bit_span = at::empty({rows}, a.options().dtype(at::kInt));
-  auto nonfinite = at::empty({rows}, a.options().dtype(at::kBool));
+  const RowStatsOutput out(rows, a.options());
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::row_stats", [&] {
-    launch_row_stats(a.const_data_ptr<scalar_t>(), rows, k, tau.mutable_data_ptr<int>(),
-                     bit_span.mutable_data_ptr<int>(), nonfinite.mutable_data_ptr<bool>(),
-                     at::cuda::getCurrentCUDAStream());
+    launch_row_stats(a.const_data_ptr<scalar_t>(), rows, k, out.tau_data, out.bit_span_data,
+                     out.nonfinite_data, at::cuda::getCurrentCUDAStream());
   });
-  return {tau, bit_span, nonfinite};
+  return {out.tau, out.bit_span, out.nonfinite};
 }
 
 at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices) {
