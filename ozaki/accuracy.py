@@ -47,6 +47,8 @@ import mpmath
 import numpy as np
 import torch
 
+from .moduli import times_two_to_the
+
 __all__ = [
     "exact_matmul",
     "round_exact",
@@ -673,11 +675,6 @@ _LN_2_LOW = 1.90821492927058770002e-10
 _TAYLOR_DEGREE = 14
 
 
-def _power_of_two(exponent: torch.Tensor) -> torch.Tensor:
-    """2^exponent (integer-valued float64 tensor, normal range) built from its bit pattern."""
-    return ((exponent.to(torch.int64) + 1023) << 52).view(torch.float64)
-
-
 def _portable_exp(x: torch.Tensor) -> torch.Tensor:
     """exp(x) in float64 from basic IEEE operations only, so that a seed gives the same inputs on
     every machine: torch.exp's vectorised CPU kernels differ in the last bit between instruction
@@ -690,9 +687,7 @@ def _portable_exp(x: torch.Tensor) -> torch.Tensor:
     polynomial = torch.ones_like(t)
     for degree in range(_TAYLOR_DEGREE, 0, -1):
         polynomial = polynomial * t * (1.0 / degree) + 1.0
-    n = n.clamp(-2100, 2100)
-    half = torch.div(n, 2, rounding_mode="floor")
-    return polynomial * _power_of_two(half) * _power_of_two(n - half)
+    return times_two_to_the(polynomial, n.clamp(-2044, 2044))
 
 
 def phi_matrix(

@@ -497,8 +497,9 @@ def _plan_fields(plan):
     """The SlicePlan's fields in a row; plan_backend is the backend it runs (what auto chose)."""
     return {"plan_backend": plan.backend, "slices": plan.slices, "fast": plan.fast,
             "moduli": plan.moduli, "gemms": plan.gemms, "beta": plan.beta,
-            "bits_captured": plan.bits_captured, "capped": plan.capped, "exact": plan.exact,
-            "plan_reason": plan.reason, "predicted_error": plan.predicted_error}
+            "bits_captured": plan.bits_captured, "exact": plan.exact,
+            "plan_rounding": plan.rounding, "plan_reason": plan.reason,
+            "predicted_error": plan.predicted_error}
 
 
 def measure_native(spec, run):
@@ -676,8 +677,8 @@ def _ratio_cell(value):
 
 
 def _slices_cell(row):
-    """Scheme I: the slice count ("auto:S" when planned, "*" when capped); scheme II: "m=M" for
-    M moduli ("auto:m=M" when planned)."""
+    """Scheme I: the slice count ("auto:S" when planned); scheme II: "m=M" for M moduli
+    ("auto:m=M" when planned)."""
     if row["kind"] not in ("ozaki", "plan"):
         return "-"
     requested_moduli = row.get("moduli_requested")  # .get: rows of older JSON files
@@ -685,12 +686,12 @@ def _slices_cell(row):
         if row.get("moduli") is None:
             return "auto" if requested_moduli is None else f"m={requested_moduli}"
         if requested_moduli is None:
-            return f"auto:m={row['moduli']}" + ("*" if row.get("capped") else "")
+            return f"auto:m={row['moduli']}"
         return f"m={row['moduli']}"
     if row.get("slices") is None:
         return "auto" if row["slices_requested"] is None else str(row["slices_requested"])
     if row["slices_requested"] is None:
-        return f"auto:{row['slices']}" + ("*" if row.get("capped") else "")
+        return f"auto:{row['slices']}"
     return str(row["slices"])
 
 
@@ -771,7 +772,7 @@ def notes(meta):
              + "); of floor = floor time / ozaki time.")
     lines = [units,
              "TFLOPS are DGEMM-equivalent (2mnk / time). x native: vs native DGEMM for dgemm "
-             "rows, vs native SGEMM (TF32 off) for sgemm rows. auto:S* = automatic split capped; "
+             "rows, vs native SGEMM (TF32 off) for sgemm rows. "
              "m=M: M moduli (crt); backend X>Y: the plan of backend X runs Y.",
              f"Errors on a {meta['samples']}x{meta['samples']} sample of entries against exact "
              "products (float32 rows: exact product of the float32 inputs)."]

@@ -4,6 +4,7 @@ Everything here is exact integer or rational arithmetic on values the backends c
 bit alike, so every device picks the same plan for the same inputs (and so returns the same bits).
 """
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -11,7 +12,7 @@ import torch
 
 from . import moduli as crt
 from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
-                      digit_bits_for, full_split_cap, grid_step_bits, pair_count, slices_for_bits)
+                      digit_bits_for, grid_step_bits, pair_count, slices_for_bits)
 
 #: The automatic plan multiplies exactly (all pairs of the full split) when that costs at most this
 #: many times the planned fast mode. Where it applies (short inner dimensions, integer-like data)
@@ -61,7 +62,10 @@ def _smallest(predicate, limit: int):
 def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast,
               digits: str = "fp16") -> SlicePlan:
     """The automatic slice count: the fewest slices whose predicted truncation stays below the unit
-    roundoff of the target format at the scale of (|A||B|)_ij for every (i, j).
+    roundoff of the target format at the scale of (|A||B|)_ij for every (i, j). Where no count up
+    to MAX_SLICES can be shown to, the exact product: all pairs of the full split when it has at
+    most MAX_SLICES slices, else the correctly rounded plan (exact_fallback_plan), never a
+    truncated one.
 
     magnitude: the smallest exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j) over rows and
     columns that are nonzero and finite (ozaki::magnitude_product); inf when there is none, 0 when
@@ -70,20 +74,20 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast,
     precision = SIGNIFICAND_BITS[dtype]
     beta = digit_bits_for(k, digits)
     full = slices_for_bits(max_span, beta)
-    cap = full_split_cap(k, dtype, digits)
-    exact_slices = full if full <= cap else None
+    exact_slices = full if full <= MAX_SLICES else None
     if magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column
         need = {False: 1, True: 1}
     elif magnitude == 0:
         need = {False: None, True: None}
     else:
         exact = Fraction(magnitude)
-        need = {f: _smallest(lambda s, f=f: meets_target(s, f, k, beta, precision, exact), cap)
+        need = {f: _smallest(lambda s, f=f: meets_target(s, f, k, beta, precision, exact),
+                             MAX_SLICES)
                 for f in (False, True)}
+    unresolved = " (estimate unresolved)" if magnitude == 0 else ""
     if fast is None:
         # The exact product (all pairs of the full split) when it costs at most EXACT_COST_RATIO
-        # times fast mode at the planned count; all pairs at the cap when the estimate cannot
-        # bound the truncation.
+        # times fast mode at the planned count, or when no count meets the target.
         fast_gemms = pair_count(need[True], True) if need[True] is not None else None
         if exact_slices is not None and (
                 fast_gemms is None
@@ -91,24 +95,40 @@ def auto_plan(k: int, dtype: torch.dtype, max_span: int, magnitude: float, fast,
             slices, fast = exact_slices, False
         elif fast_gemms is not None:
             slices, fast = need[True], True
-        elif need[False] is not None:  # only all pairs meets the target within the cap
+        elif need[False] is not None:  # only all pairs meets the target
             slices, fast = need[False], False
         else:
-            slices, fast = cap, False
-    else:
-        slices = need[fast] if need[fast] is not None else min(full, cap)
+            return exact_fallback_plan(k, dtype, max_span, None, digits)
+    elif need[fast] is not None:
+        slices = need[fast]
         if not fast and exact_slices is not None:
             slices = min(slices, exact_slices)
-    capped = slices < full and need[fast] is None
-    if capped:
-        reason = "capped full split"
-    elif not fast and slices >= full:
-        reason = "exact" if need[False] is not None else "exact (estimate unresolved)"
-    elif need[fast] is None:  # fast mode asked for, and no count meets the target
-        reason = "full split, fast (estimate unresolved)"
+    elif not fast and exact_slices is not None:
+        slices = exact_slices
+    else:
+        return exact_fallback_plan(k, dtype, max_span, fast, digits)
+    if not fast and slices >= full:
+        reason = "exact" + (unresolved if need[False] is None else "")
     else:
         reason = "error bound"
-    return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, digits, capped)
+    return _plan(slices, fast, beta, full, k, dtype, magnitude, None, reason, digits)
+
+
+def exact_fallback_plan(k: int, dtype: torch.dtype, max_span: int, fast,
+                        digits: str = "fp16") -> SlicePlan:
+    """The plan of a product that no truncated split can be shown to keep within the error bound
+    and that all pairs of the full split cannot make exact (its rows span more bits than
+    MAX_SLICES slices split, or fast mode was asked for): the correctly rounded plan, so every entry
+    is the exact product rounded once. Entries its slices leave undecided are computed exactly from
+    the inputs (docs/accuracy.md, "Rows of wide span")."""
+    plan = nearest_plan(k, dtype, max_span, None, fast, digits)
+    full = plan.full_split_slices
+    why = "in fast mode" if fast else f"and the full split needs {full} slices, over {MAX_SLICES}"
+    reason = (f"exact: no truncated split can be shown to meet the error bound {why} (rows span "
+              f"up to {max_span} bits); the entries of rows or columns spanning more than the "
+              f"{plan.bits_captured} bits of its slices that these leave undecided are computed "
+              "exactly from the inputs")
+    return dataclasses.replace(plan, reason=reason)
 
 
 def nearest_plan(k: int, dtype: torch.dtype, max_span: int, slices, fast,
@@ -156,12 +176,13 @@ def requested_plan(k: int, dtype: torch.dtype, max_span: int, slices: int, fast:
 CRT_MARGIN_BITS = 3
 
 
-def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> SlicePlan:
+def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None):
     """Moduli for scheme II (backend="crt"; docs/accuracy.md, "Scheme II"): the fewest whose
     predicted truncation 2^-(t_a + 1) + 2^-(t_b + 1) (relative to 1 / (c_a_i c_b_j), the rows'
     2-norm bounds from their norm scales) stays CRT_MARGIN_BITS below the unit roundoff of the
     target format at the scale of (|A||B|)_ij for every (i, j), that is below
-    2^-(precision + CRT_MARGIN_BITS) * magnitude.
+    2^-(precision + CRT_MARGIN_BITS) * magnitude; None when no count up to MAX_MODULI can be shown
+    to (the caller then plans scheme I).
 
     magnitude: the exact lower bound of min (|A||B|)_ij c_a_i c_b_j over usable rows and
     columns (ozaki::crt_magnitude); inf when there is none, 0 when the estimate cannot resolve
@@ -173,17 +194,18 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> Slice
         raise ValueError(f"moduli = {moduli} is too few for inner dimension k = {k}: their product "
                          f"cannot hold any scaled product (at least {smallest} needed)")
     if moduli is not None:
-        count, reason, capped = moduli, "requested", False
+        count, reason = moduli, "requested"
     elif magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column
-        count, reason, capped = smallest, "error bound", False
+        count, reason = smallest, "error bound"
+    elif magnitude == 0:
+        return None
     else:
         target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
         count = _smallest(lambda n: n >= smallest and crt.predicted_error(n, k) <= target,
                           crt.MAX_MODULI)
-        capped = count is None
-        reason = "error bound" if not capped else (
-            "capped moduli" if magnitude > 0 else "capped moduli (estimate unresolved)")
-        count = count or crt.MAX_MODULI
+        if count is None:
+            return None
+        reason = "error bound"
     t_a, _ = crt.scale_bits(count, k)
     level = None
     if magnitude is not None and magnitude not in (0, math.inf):
@@ -191,12 +213,12 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None) -> Slice
     elif magnitude == math.inf:
         level = 0.0
     return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
-                     full_split_slices=None, capped=capped, exact=False, rounding=None,
-                     reason=reason, predicted_error=level,
-                     native_level=math.sqrt(k) * 2.0 ** -precision, backend="crt", moduli=count)
+                     full_split_slices=None, exact=False, rounding=None, reason=reason,
+                     predicted_error=level, native_level=math.sqrt(k) * 2.0 ** -precision,
+                     backend="crt", moduli=count)
 
 
-def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digits, capped=False):
+def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digits):
     exact = not fast and slices >= full
     if exact:
         level = 0.0
@@ -204,6 +226,6 @@ def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digit
         level = None if magnitude is None else predicted_error(slices, fast, k, beta, magnitude)
     return SlicePlan(slices=slices, fast=fast, beta=beta, gemms=pair_count(slices, fast),
                      bits_captured=bits_captured(slices, beta), full_split_slices=full,
-                     capped=capped, exact=exact, rounding=rounding, reason=reason,
+                     exact=exact, rounding=rounding, reason=reason,
                      predicted_error=level,
                      native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype], backend=digits)

@@ -4,12 +4,13 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import torch
 
-from . import _ops
+from . import _ops, fixed_counts
 from . import moduli as crt
-from .planner import auto_plan, crt_plan, nearest_plan, requested_plan
+from .planner import auto_plan, crt_plan, nearest_plan, predicted_error, requested_plan
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
 ROUNDING_MODES = (None, "nearest")
@@ -175,6 +176,22 @@ class Estimates:
         device: the values themselves). Minima are maxima of the negated values."""
         return values
 
+    def combine_sum(self, values):
+        """Sums over the parts of the inner dimension (one device: the values themselves)."""
+        return values
+
+    def fixed_count_sample(self) -> fixed_counts.Sample:
+        """The sampled (|A||B|)_ij 2^-(tau_i + tau_j) that a fixed count's check reads."""
+        return fixed_counts.sample_product(self.a, self.bt, self.stats_a, self.stats_b,
+                                           _usable_rows(self.stats_a), _usable_rows(self.stats_b),
+                                           self.combine_sum)
+
+    def smallest(self, values) -> float:
+        """The smallest positive entry of values over everything that shares the plan (inf when
+        there is none)."""
+        local = fixed_counts.smallest_positive(values).double().reshape(1)
+        return -self.combine_max(-local).item()
+
     def local_max_span(self):
         """The largest bit span of any row of A or column of B (row_stats), a 0-d tensor."""
         spans = torch.cat([self.stats_a[1], self.stats_b[1], self.stats_a[1].new_zeros(1)])
@@ -227,10 +244,45 @@ def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
         return nearest_plan(k, dtype, est.max_span(), slices, fast, digits,
                             reason or "correctly rounded")
     if slices is not None:
-        return requested_plan(k, dtype, est.max_span(), slices, True if fast is None else fast,
+        plan = requested_plan(k, dtype, est.max_span(), slices, True if fast is None else fast,
                               digits)
+        return _checked_scheme_one_count(plan, est, dtype)
     span, smallest = est.span_and_magnitude()
     return auto_plan(k, dtype, span, smallest, fast, digits)
+
+
+def _checked_scheme_one_count(plan, est, dtype):
+    """A requested slice count with its predicted error over the fixed-count sample and, where
+    that is far above native's level, the AccuracyWarning text (ozaki/fixed_counts.py)."""
+    magnitude = est.smallest(est.fixed_count_sample().magnitudes)
+    level = predicted_error(plan.slices, plan.fast, est.k, plan.beta, magnitude)
+    if level <= fixed_counts.FAR_ABOVE_NATIVE * plan.native_level:
+        return dataclasses.replace(plan, predicted_error=level)
+    automatic = auto_plan(est.k, dtype, est.max_span(), magnitude, plan.fast, plan.backend)
+    suggested = automatic.slices if automatic.rounding is None else None
+    return dataclasses.replace(plan, predicted_error=level, warning=fixed_counts.warning_text(
+        "slices", plan.slices, suggested))
+
+
+def _checked_moduli_count(plan, inputs, dtype):
+    """A requested moduli count with its predicted error over the fixed-count sample and, where
+    that is far above native's level, the AccuracyWarning text (ozaki/fixed_counts.py)."""
+    est = inputs.est
+    sample = est.fixed_count_sample()
+    # (|A||B|)_ij c_i c_j: the sample's magnitudes times c 2^tau of their rows (exact)
+    factor_a = crt.norm_scale_factor(est.stats_a[0][sample.rows_a], inputs.norm_a[sample.rows_a])
+    factor_b = crt.norm_scale_factor(est.stats_b[0][sample.rows_b], inputs.norm_b[sample.rows_b])
+    rows, cols = sample.magnitudes.shape[1:]
+    magnitude = est.smallest(sample.magnitudes * factor_a.view(-1, rows, 1)
+                             * factor_b.view(-1, 1, cols))
+    level = float(crt.predicted_error(plan.moduli, est.k) / Fraction(magnitude)) if (
+        magnitude != math.inf) else 0.0
+    if level <= fixed_counts.FAR_ABOVE_NATIVE * plan.native_level:
+        return dataclasses.replace(plan, predicted_error=level)
+    automatic = crt_plan(est.k, dtype, magnitude)
+    suggested = automatic.moduli if automatic is not None else None
+    return dataclasses.replace(plan, predicted_error=level, warning=fixed_counts.warning_text(
+        "moduli", plan.moduli, suggested))
 
 
 class _CrtInputs:
@@ -271,8 +323,14 @@ def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
     inputs = _CrtInputs(est)
     magnitude = None if moduli is not None else inputs.magnitude()
     plan = crt_plan(k, dtype, magnitude, moduli)
-    if backend == "auto" and plan.capped:
-        return _fastest_scheme_one(est, dtype), None
+    if moduli is not None:
+        return _checked_moduli_count(plan, inputs, dtype), inputs
+    if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
+        fallback = (_fastest_scheme_one(est, dtype) if backend == "auto"
+                    else _scheme_one_plan(est, dtype, None, None, None, "int8"))
+        why = ("its estimate cannot resolve every entry" if magnitude == 0
+               else f"{crt.MAX_MODULI} moduli cannot meet the error bound")
+        return dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: {why}"), None
     if backend == "auto" and moduli is None:
         exact = _exact_int8_plan(est, dtype)
         if exact.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
@@ -304,13 +362,16 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
                     backend="auto", moduli=None):
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
+    if plan.warning is not None:
+        fixed_counts.warn(plan.warning)
     if plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
                           _ops.workspace_bytes())
     else:
-        C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast, rounding == "nearest",
-                             _ops.workspace_bytes(), int8=plan.backend == "int8")
+        C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
+                             plan.rounding == "nearest", _ops.workspace_bytes(),
+                             int8=plan.backend == "int8")
     return C, plan
 
 

@@ -53,15 +53,6 @@ def slices_for_bits(bits: int, beta: int) -> int:
     return 1 + -(-(bits - beta) // step)
 
 
-def full_split_cap(k: int, dtype: torch.dtype, digits: str = "fp16") -> int:
-    """Most slices the automatic full split uses: enough for 2p + ceil(log2 k) bits below each
-    row's leading bit (p = 53 for float64, 24 for float32). What is cut off weighs at most
-    2^-2p * max_l |a_il| * max_l |b_lj| in C_ij; it matters only for rows or columns whose entries
-    span more than p binades, or for results far smaller than those maxima."""
-    bits = 2 * SIGNIFICAND_BITS[dtype] + ceil_log2(k)
-    return min(MAX_SLICES, slices_for_bits(bits, digit_bits_for(k, digits)))
-
-
 def pair_count(slices: int, fast: bool) -> int:
     """Slice products (GEMM-equivalents of the full shape) the scheme computes."""
     return slices * (slices + 1) // 2 if fast else slices * slices
@@ -80,16 +71,18 @@ class SlicePlan:
     bits_captured: int       # scheme I: bits below each row's leading power of two the slices
                              # hold; scheme II: bits of each scaled row's 2-norm bound (t_a)
     full_split_slices: Optional[int]  # slices the exact (zero-remainder) split needs
-    capped: bool             # the error bound could not be met below the cap: capped full split
     exact: bool              # all pairs of the full split: the sum is the exact product
-    rounding: Optional[str]  # None or "nearest"
-    reason: str              # "error bound", "exact", "exact (estimate unresolved)",
-                             # "full split, fast (estimate unresolved)",
-                             # "capped full split", "requested", "correctly rounded"
+    rounding: Optional[str]  # "nearest": every entry rounded once from the exact product (asked
+                             # for, or the default's exact fallback); else None
+    reason: str              # why this plan: "error bound", "exact", "requested",
+                             # "correctly rounded", or a sentence for the exact fallbacks
+                             # (docs/accuracy.md, "Rows of wide span")
     predicted_error: Optional[float]  # planned truncation / (|A||B|)_ij, worst entry, if known
     native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error
     backend: str = "fp16"    # "fp16", "int8" (scheme I) or "crt" (scheme II)
     moduli: Optional[int] = None  # scheme II: moduli, one INT8 GEMM each
+    warning: Optional[str] = None  # a fixed count predicted far less accurate than native: the
+                                   # AccuracyWarning the call gives (ozaki/fixed_counts.py)
 
     def __str__(self):
         if self.backend == "crt":
@@ -107,6 +100,6 @@ class SlicePlan:
         if self.predicted_error is not None:
             text += (f"; predicted error {self.predicted_error:.1e} x |A||B| against the native "
                      f"level {self.native_level:.1e}")
-        if self.capped and self.backend != "crt":
-            text += f" (the full split would need {self.full_split_slices})"
+        if self.warning is not None:
+            text += f". Warning: {self.warning}"
         return text

@@ -107,7 +107,7 @@ def test_plan_reports_counts():
     assert (p.slices, p.fast, p.beta, p.gemms) == (6, True, 7, 21)
     assert ozaki.plan(A, B, backend="fp16", slices=6, fast=False).gemms == 36
     auto = ozaki.plan(A, B, backend="fp16")
-    assert auto.slices < auto.full_split_slices and auto.capped is False
+    assert auto.slices < auto.full_split_slices and auto.reason == "error bound"
     assert auto.gemms == (auto.slices * (auto.slices + 1) // 2 if auto.fast else auto.slices ** 2)
     all_pairs = ozaki.plan(A, B, backend="fp16", fast=False)
     assert not all_pairs.fast and all_pairs.gemms == all_pairs.slices ** 2

@@ -20,7 +20,7 @@ import torch
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee, cpu_and_cuda,
                      phi_pair, scale_of, seeded)
-from ozaki import _ops, accuracy, moduli
+from ozaki import _ops, accuracy, moduli, planner
 from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
@@ -541,32 +541,16 @@ def scheme_one_cost(plan):
     return plan.gemms * (1 if plan.backend == "int8" else 2)
 
 
-def capped_split_bound(A, B, plan):
-    """|C - AB| allowed by a scheme-I split capturing plan.bits_captured bits below each row's
-    2^tau: every entry is cut by at most 2^(tau - bits - 1), so each of the k products by at most
-    2^(tau_a + tau_b - bits) (1 + 2^-bits); then the final rounding (float64, then the output)."""
-    a, bt = A.contiguous(), B.t().contiguous()
-    tau_a, tau_b = _ops.row_stats(a)[0].tolist(), _ops.row_stats(bt)[0].tolist()
-    k, bits = A.shape[1], plan.bits_captured
-    return np.array([[k * Fraction(2) ** (ta + tb - bits) * (1 + Fraction(1, 2 ** bits))
-                      for tb in tau_b] for ta in tau_a], dtype=object)
-
-
 def assert_meets_plan(C, A, B, plan, reference):
-    """The accuracy the plan stands for: correctly rounded when exact, the predicted componentwise
-    error plus the final rounding when there is a prediction, the rigorous bound of what a capped
-    split keeps otherwise."""
+    """The accuracy the plan stands for: correctly rounded when exact or rounding="nearest", the
+    predicted componentwise error plus the final rounding otherwise (every automatic plan has a
+    finite prediction or is exact)."""
     u = unit_roundoff(A.dtype)
-    if plan.exact:
+    if plan.exact or plan.rounding == "nearest":
         assert_bitwise_equal(C.cpu(), accuracy.round_exact(reference.exact, A.dtype))
-    elif plan.predicted_error is not None and math.isfinite(plan.predicted_error):
-        assert reference.max_error(C) <= plan.predicted_error + u, (plan, reference.max_error(C))
     else:
-        assert plan.capped and not plan.fast, plan  # all pairs: only the split's cut is missing
-        bound = capped_split_bound(A.cpu(), B.cpu(), plan)
-        for (i, j), exact in np.ndenumerate(reference.exact):
-            error = abs(Fraction(C[i, j].item()) - exact)
-            assert error <= bound[i, j] + 2 * u * (abs(exact) + bound[i, j]), (i, j, plan)
+        assert plan.predicted_error is not None and math.isfinite(plan.predicted_error), plan
+        assert reference.max_error(C) <= plan.predicted_error + u, (plan, reference.max_error(C))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -574,7 +558,7 @@ def assert_meets_plan(C, A, B, plan, reference):
 def test_auto_picks_crt_for_phi_half_data(dtype, k):
     A, B = phi_pair(2, k, 3, 0.5, seed=110 + k, dtype=dtype)
     plan = ozaki.plan(A, B)
-    assert plan.backend == "crt" and not plan.capped and plan.reason == "error bound"
+    assert plan.backend == "crt" and plan.reason == "error bound"
     assert plan.gemms == plan.moduli
     assert moduli.smallest_moduli(k) <= plan.moduli <= moduli.MAX_MODULI
     assert plan.bits_captured == moduli.scale_bits(plan.moduli, k)[0]
@@ -590,7 +574,7 @@ def test_crt_default_no_worse_than_native(device, dtype, phi, k):
     A, B = phi_pair(8, k, 8, phi, seed=120 + k + int(10 * phi), dtype=dtype)
     reference = ExactProduct(A, B)
     plan = ozaki.plan(A, B)
-    assert plan.backend == "crt" and not plan.capped
+    assert plan.backend == "crt" and plan.reason == "error bound"
     assert plan.predicted_error <= unit_roundoff(dtype)
     gemm, A, B = GEMMS[dtype], A.to(device), B.to(device)
     C = gemm(A, B)
@@ -602,7 +586,7 @@ def test_crt_default_no_worse_than_native(device, dtype, phi, k):
     assert ours <= plan.predicted_error + unit_roundoff(dtype), (plan, ours)
 
 
-def capped_crt_pair(case, dtype):
+def crt_unreachable_pair(case, dtype):
     if case == "phi 4":
         return phi_pair(8, 300, 6, 4.0, seed=130, dtype=dtype)
     # rows of A alternating entries of order 1 and 2^-100, columns of B the other way round:
@@ -616,21 +600,34 @@ def capped_crt_pair(case, dtype):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ["phi 4", "rows mixing 1 and 2^-100"])
-def test_auto_falls_back_to_scheme_one_when_crt_is_capped(device, dtype, case):
-    A, B = capped_crt_pair(case, dtype)
-    crt_plan = ozaki.plan(A, B, backend="crt")
-    assert crt_plan.capped and crt_plan.moduli == moduli.MAX_MODULI
+def test_scheme_one_keeps_the_promise_where_no_moduli_count_meets_it(device, dtype, case):
+    A, B = crt_unreachable_pair(case, dtype)
+    a, bt = A.contiguous(), B.t().contiguous()
+    norms = (_ops.row_norm_scales(a, _ops.row_stats(a)[0]),
+             _ops.row_norm_scales(bt, _ops.row_stats(bt)[0]))
+    magnitude = _ops.crt_magnitude(a, bt, _ops.row_stats(a), _ops.row_stats(bt), *norms,
+                                   _ops.row_stats(a)[1] > 0, _ops.row_stats(bt)[1] > 0).item()
+    assert planner.crt_plan(A.shape[1], dtype, magnitude) is None
     plan = ozaki.plan(A, B)
     candidates = [ozaki.plan(A, B, backend=digits) for digits in ("int8", "fp16")]
-    assert plan == min(candidates, key=scheme_one_cost)  # the cheaper, INT8 on a tie
+    cheaper = min(candidates, key=scheme_one_cost)  # the cheaper, INT8 on a tie
+    assert plan.reason.startswith(cheaper.reason + "; not scheme II: ")
+    assert (plan.backend, plan.slices, plan.fast, plan.rounding) == (
+        cheaper.backend, cheaper.slices, cheaper.fast, cheaper.rounding)
+    # backend="crt" names scheme II, and gets INT8 scheme I where scheme II cannot keep its promise
+    crt_named = ozaki.plan(A, B, backend="crt")
+    int8 = ozaki.plan(A, B, backend="int8")
+    assert crt_named.backend == "int8" and crt_named.slices == int8.slices
+    assert crt_named.reason.startswith(int8.reason + "; not scheme II: ")
     gemm = GEMMS[dtype]
     C = gemm(A.to(device), B.to(device))
     assert_bitwise_equal(C, gemm(A.to(device), B.to(device), backend=plan.backend,
-                                 slices=plan.slices, fast=plan.fast))
+                                 slices=plan.slices, fast=plan.fast, rounding=plan.rounding))
+    assert_bitwise_equal(gemm(A.to(device), B.to(device), backend="crt"),
+                         gemm(A.to(device), B.to(device), backend="int8"))
     reference = ExactProduct(A, B)
     assert_meets_plan(C, A, B, plan, reference)
-    if case == "phi 4":
-        assert reference.max_error(C) <= reference.native_error()
+    assert reference.max_error(C) <= reference.native_error()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -657,7 +654,7 @@ def test_requested_moduli(device, dtype, count):
         plan = ozaki.plan(A, B, backend=backend, moduli=count)
         assert (plan.backend, plan.moduli, plan.gemms, plan.reason) == ("crt", count, count,
                                                                        "requested")
-        assert not plan.capped and plan.bits_captured == moduli.scale_bits(count, 65)[0]
+        assert plan.bits_captured == moduli.scale_bits(count, 65)[0]
         assert f"{count} moduli" in str(plan)
     C = GEMMS[dtype](A, B, moduli=count)
     assert_bitwise_equal(C, GEMMS[dtype](A, B, backend="crt", moduli=count))
@@ -842,7 +839,7 @@ def test_crt_needs_k_below_2_to_the_17(device, dtype):
     # one term less, scheme II runs, and auto picks it for such data
     A, B = A[:, 1:], B[1:]
     plan = ozaki.plan(A.to(device), B.to(device))
-    assert plan.backend == "crt" and not plan.capped
+    assert plan.backend == "crt" and plan.reason == "error bound"
     assert plan.moduli >= moduli.smallest_moduli(moduli.MAX_INNER)
     assert plan.predicted_error <= unit_roundoff(dtype)
     C = gemm(A.to(device), B.to(device), backend="crt")

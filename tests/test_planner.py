@@ -10,7 +10,7 @@ import torch
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
 from ozaki import _ops, accuracy, planner
-from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for, full_split_cap, pair_count
+from ozaki.slicing import MAX_SLICES, SIGNIFICAND_BITS, digit_bits_for, pair_count
 
 # Pairs of k around every change of beta (the digit width drops by one at each power of 4).
 K_ACROSS_BETA = [16, 17, 64, 65, 256, 257, 1024, 1025, 4096, 4097]
@@ -78,33 +78,38 @@ def test_unresolvable_estimate_falls_back_to_the_full_split():
     B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
     plan = ozaki.plan(A, B)
     assert not plan.fast and plan.slices == plan.full_split_slices and plan.exact
-    assert plan.reason == "exact (estimate unresolved)"
+    assert plan.reason == ("exact (estimate unresolved); not scheme II: its estimate cannot "
+                           "resolve every entry")
     exact = accuracy.exact_matmul(A, B)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
 
 
-def test_fast_mode_with_an_unresolvable_estimate_says_so():
+def test_fast_mode_with_an_unresolvable_estimate_rounds_every_entry_from_the_exact_product():
+    # fast mode drops pairs that the estimate cannot bound: the plan is the correctly rounded one
     A = torch.tensor([[1.0, 2.0 ** -30, 0.3], [0.7, 0.1, 0.9]], dtype=torch.float64)
     B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
     plan = ozaki.plan(A, B, fast=True)
-    assert plan.fast and plan.slices == plan.full_split_slices and not plan.capped
-    assert plan.reason == "full split, fast (estimate unresolved)"
+    assert plan.fast and plan.rounding == "nearest"
+    assert plan.reason.startswith("exact: no truncated split can be shown to meet the error bound "
+                                  "in fast mode")
+    exact = accuracy.round_exact(accuracy.exact_matmul(A, B))
+    assert_bitwise_equal(ozaki.dgemm(A, B, fast=True), exact)
 
 
-def test_all_pairs_when_only_all_pairs_meets_the_target_within_the_cap():
+def test_all_pairs_when_only_all_pairs_meets_the_target():
     k, dtype = 1024, torch.float64
-    beta, cap = digit_bits_for(k), full_split_cap(k, dtype)
+    beta = digit_bits_for(k)
 
     def need(fast, magnitude):
         return planner._smallest(lambda s: planner.meets_target(
-            s, fast, k, beta, SIGNIFICAND_BITS[dtype], Fraction(magnitude)), cap)
+            s, fast, k, beta, SIGNIFICAND_BITS[dtype], Fraction(magnitude)), MAX_SLICES)
 
-    # the largest magnitude that fast mode cannot reach within the cap while all pairs can
-    magnitude = next(2.0 ** -e for e in range(200) if need(True, 2.0 ** -e) is None)
+    # the largest magnitude that fast mode cannot reach within MAX_SLICES while all pairs can
+    magnitude = next(2.0 ** -e for e in range(400) if need(True, 2.0 ** -e) is None)
     assert need(False, magnitude) is not None
-    plan = planner.auto_plan(k, dtype, 300, magnitude, None)  # rows spanning 300 bits: no exact split
+    plan = planner.auto_plan(k, dtype, 400, magnitude, None)  # rows spanning 400 bits: no exact split
     assert (plan.slices, plan.fast) == (need(False, magnitude), False)
-    assert plan.reason == "error bound" and not plan.capped
+    assert plan.reason == "error bound" and plan.rounding is None
 
 
 def test_nearest_with_slices_given_is_fast_unless_asked_otherwise():

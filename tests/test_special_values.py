@@ -7,6 +7,7 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda
+from ozaki.slicing import MAX_SLICES
 from ozaki import accuracy
 
 nan, inf = float("nan"), float("inf")
@@ -57,7 +58,7 @@ def test_extreme_exponents_are_exact_up_to_rounding(device):
     A = torch.tensor([[1.7e308, -1.6e308], [3e-320, 5e-324], [1e300, -1e290], [1e200, 1e200]],
                      dtype=torch.float64)
     B = torch.tensor([[0.5, 1e-300], [0.25, 1e-290]], dtype=torch.float64)
-    assert not ozaki.plan(A, B).capped
+    assert ozaki.plan(A, B).rounding is None  # planned without the exact fallback
     exact = accuracy.exact_matmul(A, B)
     C = ozaki.dgemm(A.to(device), B.to(device)).cpu()
     # (entry (1, 1) underflows to 0: its componentwise error is 1 for every float64 answer)
@@ -75,25 +76,28 @@ def test_wide_exponent_range_inputs(device):
     A = accuracy.exponent_range_matrix(6, 40, -8, 8, generator=g)
     B = accuracy.exponent_range_matrix(40, 5, -8, 8, generator=g)
     exact = accuracy.exact_matmul(A, B)
-    assert not ozaki.plan(A, B).capped
+    assert ozaki.plan(A, B).rounding is None  # planned without the exact fallback
     C = ozaki.dgemm(A.to(device), B.to(device)).cpu()
     native = A @ B
     assert accuracy.componentwise_error(C, exact, A, B) <= accuracy.componentwise_error(native, exact, A, B)
 
 
-def test_rows_spanning_more_than_the_cap():
+def test_rows_spanning_more_than_the_split_reaches():
     # a row holding 1e300 and 1e-300 spans ~2000 bits; the planner needs only the bits that
     # matter at the scale of |A||B| (docs/accuracy.md)
     A = torch.tensor([[1e300, 1e-300]], dtype=torch.float64)
     B = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
     p = ozaki.plan(A, B, backend="fp16")
-    assert not p.capped and p.slices < p.full_split_slices
+    assert p.rounding is None and p.reason == "error bound" and p.slices < p.full_split_slices
     assert ozaki.dgemm(A, B, backend="fp16").item() == 1e300
     # when the only products meet a side far below its maximum the estimate cannot bound the
-    # truncation: the plan falls back to the full split, capped, and says so
+    # truncation and the full split needs more than MAX_SLICES slices: every entry is rounded once
+    # from the exact product, and the plan says why
     A = torch.tensor([[1.0, 1e-300]], dtype=torch.float64)
     B = torch.tensor([[1e-300], [1.0]], dtype=torch.float64)
-    p = ozaki.plan(A, B, backend="fp16")
-    assert p.capped and p.slices < p.full_split_slices and not p.fast
-    assert "the full split would need" in str(p)
-    assert ozaki.dgemm(A, B, backend="fp16", rounding="nearest").item() == 2e-300
+    for backend in ("auto", "fp16", "int8", "crt"):
+        p = ozaki.plan(A, B, backend=backend)
+        assert p.rounding == "nearest" and p.full_split_slices > MAX_SLICES
+        assert f"the full split needs {p.full_split_slices} slices, over {MAX_SLICES}" in p.reason
+        assert "rounded once from the exact product" in str(p)
+        assert ozaki.dgemm(A, B, backend=backend).item() == 2e-300

@@ -18,7 +18,7 @@ the NaN, +Inf and -Inf terms, which add up).
 
 import torch
 
-from .. import _ops
+from .. import _ops, fixed_counts
 from .. import moduli as crt
 from ..product import Estimates, _masked_min, _plan_for, _row_operands, _row_stats, real_product
 
@@ -64,14 +64,7 @@ def norm_scales_from_sums(square_sums, tau):
 
 def norm_scale_factor(tau, codes):
     """c 2^(tau - 7) for norm scale codes (csrc/crt.h magnitude_factor): exact doubles."""
-    significand, exponent = crt.scale_parts(codes)
-    return significand.double() * power_of_two(tau.long() + exponent - 7)
-
-
-def power_of_two(exponent):
-    """2.0 ** exponent, exactly, from the bit pattern (normal range): torch.ldexp multiplies by
-    torch.pow(2, e), which is not exact on every device (one ulp off on an H200)."""
-    return ((exponent.long() + 1023) << 52).view(torch.float64)
+    return crt.norm_scale_factor(tau.long() - 7, codes)
 
 
 class InnerEstimates(Estimates):
@@ -220,10 +213,12 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
     plan, inputs = _plan_for(est, dtype, **options)
+    if plan.warning is not None:
+        fixed_counts.warn(plan.warning)
     if plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:
-        nearest = options["rounding"] == "nearest"
+        nearest = plan.rounding == "nearest"
         C, undecided = _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group,
                                        total_k)
         if nearest and bool(undecided.any()):

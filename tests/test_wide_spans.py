@@ -1,0 +1,234 @@
+"""Rows of wide span (docs/accuracy.md, "Rows of wide span"): products whose rows put tens to
+hundreds of binades side by side (units rescaled by 1e20, powers of two between 2^-90 and 2^90,
+polynomial rows, one huge entry meeting one tiny one) keep the promise of every call: no default
+or automatic call is less accurate than native, against exact integer references, with the same
+bits on the CPU and CUDA; a count the caller fixed warns where it is far below that."""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
+from ozaki import accuracy
+from ozaki.fixed_counts import AccuracyWarning
+
+GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
+AUTOMATIC_BACKENDS = ("auto", "crt", "int8", "fp16")
+
+
+def rescaled_units(dtype, decades, size=64, seed=0):
+    """(A D, D^-1 B): A, B standard normal, D = diag(logspace(-decades, decades, size))."""
+    g = seeded(seed)
+    A = torch.randn(size, size, generator=g, dtype=torch.float64)
+    B = torch.randn(size, size, generator=g, dtype=torch.float64)
+    D = torch.logspace(-decades, decades, size, dtype=torch.float64)
+    return (A * D).to(dtype), (B / D[:, None]).to(dtype)
+
+
+def powers_of_two(both_sides, seed):
+    """A's columns scaled by random powers of two 2^-90 .. 2^90, and B's rows by their inverses
+    when both_sides (the product is A @ B in other units), else B as drawn."""
+    g = seeded(seed)
+    A = torch.randn(40, 48, generator=g, dtype=torch.float64)
+    B = torch.randn(48, 32, generator=g, dtype=torch.float64)
+    exponents = torch.randint(-90, 91, (48,), generator=g).double()
+    A = A * torch.exp2(exponents)
+    if both_sides:
+        B = B * torch.exp2(-exponents)[:, None]
+    return A, B
+
+
+def vandermonde(seed):
+    """Rows x_i^l, l = 0 .. 29, for x_i from 1e-3 to 1e3 with random signs (each row spans up to
+    90 decades), times coefficients c_l of order 1e-3^l (a Taylor-like series: at x = 1e3 every
+    term is of order 1, 270 decades below the row's and column's largest entries together)."""
+    g = seeded(seed)
+    signs = torch.where(torch.rand(24, generator=g) < 0.5, -1.0, 1.0).double()
+    x = signs * torch.logspace(-3, 3, 24, dtype=torch.float64)
+    powers = torch.arange(30, dtype=torch.float64)
+    V = x[:, None] ** powers[None, :]
+    coefficients = torch.randn(30, 16, generator=g, dtype=torch.float64) * 1e-3 ** powers[:, None]
+    return V, coefficients
+
+
+def huge_meets_tiny(seed):
+    """One entry 2^70 times larger in every row of A, meeting the one entry 2^70 times smaller of
+    every column of B: every term of C is of order 1, 2^-64 of the rows' scales."""
+    g = seeded(seed)
+    A = torch.randn(40, 50, generator=g, dtype=torch.float64)
+    B = torch.randn(50, 30, generator=g, dtype=torch.float64)
+    A[:, 17] *= 2.0 ** 70
+    B[17, :] *= 2.0 ** -70
+    return A, B
+
+
+CASES = {
+    "1e20 beside 1e-20": lambda: (torch.tensor([[1e20, 1e-20]], dtype=torch.float64),
+                                  torch.tensor([[1e-20], [1e20]], dtype=torch.float64)),
+    "units rescaled by 1e20": lambda: rescaled_units(torch.float64, 20),
+    "columns times 2^-90 .. 2^90": lambda: powers_of_two(False, seed=1),
+    "units in powers of two 2^-90 .. 2^90": lambda: powers_of_two(True, seed=2),
+    "Vandermonde rows": lambda: vandermonde(seed=3),
+    "huge meets tiny": lambda: huge_meets_tiny(seed=4),
+    "float32, units rescaled by 1e12": lambda: rescaled_units(torch.float32, 12, size=48, seed=5),
+}
+
+
+def assert_no_worse_than_twice_native(C, A, B, exact):
+    ours = accuracy.componentwise_error(C.cpu(), exact, A, B)
+    native = accuracy.componentwise_error(A @ B, exact, A, B)
+    assert ours <= 2 * native, (ours, native)
+    return ours
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("backend", AUTOMATIC_BACKENDS)
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_automatic_calls_are_no_worse_than_native(device, backend, case):
+    A, B = CASES[case]()
+    gemm = GEMMS[A.dtype]
+    exact = accuracy.exact_matmul(A, B)
+    C = gemm(A.to(device), B.to(device), backend=backend)
+    assert_no_worse_than_twice_native(C, A, B, exact)
+    if device == "cuda":
+        assert_bitwise_equal(C, gemm(A, B, backend=backend))
+    plan = ozaki.plan(A, B, backend=backend)
+    assert "capped" not in str(plan) and plan.warning is None
+    assert plan.exact or plan.rounding == "nearest" or plan.predicted_error <= 2.0 ** -24, plan
+
+
+def test_the_reported_cases_give_the_exact_values():
+    A, B = CASES["1e20 beside 1e-20"]()
+    for backend in AUTOMATIC_BACKENDS:
+        assert ozaki.dgemm(A, B, backend=backend).item() == 2.0
+    A, B = CASES["units rescaled by 1e20"]()
+    C = ozaki.dgemm(A, B)
+    assert (C - accuracy.round_exact(accuracy.exact_matmul(A, B))).abs().max() <= 1e-15
+
+
+def test_the_plan_says_which_path_and_why():
+    # rows within the largest split: all pairs of it, the exact product
+    A, B = CASES["units rescaled by 1e20"]()
+    plan = ozaki.plan(A, B)
+    assert plan.exact and plan.rounding is None and "(the exact product, rounded once)" in str(plan)
+    assert plan.reason == ("exact (estimate unresolved); not scheme II: its estimate cannot "
+                           "resolve every entry")
+    # rows spanning 1000 bits: the correctly rounded plan, entry by entry where it must
+    A = torch.tensor([[1.0, 2.0 ** -1000], [0.5, 3.0]], dtype=torch.float64)
+    B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    plan = ozaki.plan(A, B)
+    assert plan.rounding == "nearest" and plan.full_split_slices > 40
+    assert plan.reason.startswith("exact: no truncated split can be shown to meet the error bound "
+                                  f"and the full split needs {plan.full_split_slices} slices")
+    assert (f"the entries of rows or columns spanning more than the {plan.bits_captured} bits of "
+            "its slices that these leave undecided are computed exactly") in str(plan)
+    assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(accuracy.exact_matmul(A, B)))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_complex_batched_and_drop_in_calls(device):
+    A, B = rescaled_units(torch.float64, 20, size=24, seed=6)
+    A2, B2 = rescaled_units(torch.float64, 15, size=24, seed=7)
+    # complex: both parts are exact dot products of length 2k
+    Z = torch.complex(A, A2).to(device)
+    W = torch.complex(B, B2).to(device)
+    product = ozaki.matmul(Z, W).cpu()
+    rows = torch.cat([torch.cat([A, -A2], 1), torch.cat([A2, A], 1)])
+    cols = torch.cat([B, B2])
+    exact = accuracy.exact_matmul(rows, cols)
+    stacked = torch.cat([product.real, product.imag])
+    native = Z.cpu() @ W.cpu()
+    ours = accuracy.componentwise_error(stacked, exact, rows, cols)
+    theirs = accuracy.componentwise_error(torch.cat([native.real, native.imag]), exact, rows, cols)
+    assert ours <= 2 * theirs, (ours, theirs)
+    # batched: one plan for the batch, every element no worse than native
+    batch_a, batch_b = torch.stack([A, A2]), torch.stack([B, B2])
+    C = ozaki.matmul(batch_a.to(device), batch_b.to(device)).cpu()
+    for e in range(2):
+        assert_no_worse_than_twice_native(C[e], batch_a[e], batch_b[e],
+                                          accuracy.exact_matmul(batch_a[e], batch_b[e]))
+        assert_bitwise_equal(C[e], ozaki.dgemm(batch_a[e], batch_b[e]))  # exact: plan-independent
+    # the drop-in mode reroutes @ to the same product
+    with ozaki.enable():
+        dropped_in = (A.to(device) @ B.to(device)).cpu()
+    assert_bitwise_equal(dropped_in, ozaki.dgemm(A, B))
+    assert_no_worse_than_twice_native(dropped_in, A, B, accuracy.exact_matmul(A, B))
+
+
+# ---- fixed counts -------------------------------------------------------------------------------
+
+
+def recorded_warnings(call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return [w for w in caught if issubclass(w.category, AccuracyWarning)]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("options,option", [({"moduli": 16}, "moduli=16"),
+                                            ({"backend": "int8", "slices": 12}, "slices=12"),
+                                            ({"backend": "fp16", "slices": 9}, "slices=9")])
+def test_a_fixed_count_far_below_native_warns_once_and_keeps_its_bound(device, options, option):
+    A, B = CASES["units rescaled by 1e20"]()
+    plan = ozaki.plan(A.to(device), B.to(device), **options)
+    assert plan.warning is not None and option in plan.warning
+    assert "omit" in plan.warning and "rounding='nearest'" in plan.warning
+    assert plan.predicted_error > 16 * plan.native_level
+    assert "Warning: " + plan.warning in str(plan)
+    caught = recorded_warnings(lambda: ozaki.dgemm(A.to(device), B.to(device), **options))
+    assert [str(w.message) for w in caught] == [plan.warning]
+    # the count is the caller's: the documented bound, relative to the rows' scales
+    C = ozaki.dgemm(A.to(device), B.to(device), **options).cpu()
+    exact = accuracy.exact_matmul(A, B)
+    scale = accuracy.exact_matmul(A.abs(), B.abs())
+    error = accuracy.componentwise_error(C, exact, A, B, magnitudes=scale)
+    assert error > 16 * accuracy.componentwise_error(A @ B, exact, A, B, magnitudes=scale)
+
+
+def test_batched_and_complex_calls_warn_once():
+    A, B = CASES["units rescaled by 1e20"]()
+    narrow_a, narrow_b = torch.randn(64, 64, dtype=torch.float64), torch.randn(64, 64, dtype=torch.float64)
+    # only element 5 of 9 is wide: the check samples the element holding the widest row
+    batch_a = torch.stack([narrow_a] * 5 + [A] + [narrow_a] * 3)
+    batch_b = torch.stack([narrow_b] * 9)
+    batch_b[5] = B
+    caught = recorded_warnings(lambda: ozaki.matmul(batch_a, batch_b, moduli=15))
+    assert len(caught) == 1 and "moduli=15" in str(caught[0].message)
+    Z = torch.complex(A, A)
+    caught = recorded_warnings(lambda: ozaki.matmul(Z, torch.complex(B, B), moduli=15))
+    assert len(caught) == 1
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_fixed_count_that_meets_native_does_not_warn(device, dtype):
+    g = seeded(8)
+    A = accuracy.phi_matrix(40, 300, 0.5, generator=g, dtype=dtype).to(device)
+    B = accuracy.phi_matrix(300, 30, 0.5, generator=g, dtype=dtype).to(device)
+    automatic = ozaki.plan(A, B)
+    assert automatic.backend == "crt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        plan = ozaki.plan(A, B, moduli=automatic.moduli)
+        GEMMS[dtype](A, B, moduli=automatic.moduli)
+        GEMMS[dtype](A, B, backend="int8", slices=ozaki.plan(A, B, backend="int8").slices)
+    assert plan.warning is None and plan.predicted_error <= 16 * plan.native_level
+    # the sampled entries' |A||B| is at least the planner's lower bound of it (to float64's
+    # rounding of the sample's sums), so the prediction is at most the planner's
+    assert plan.predicted_error <= automatic.predicted_error * (1 + 1e-9)
+
+
+def test_too_few_moduli_for_ordinary_data_warn_and_name_the_planned_count():
+    A, B = torch.randn(30, 200, dtype=torch.float64), torch.randn(200, 20, dtype=torch.float64)
+    planned = ozaki.plan(A, B).moduli
+    plan = ozaki.plan(A, B, moduli=6)
+    assert plan.warning is not None and np.isfinite(plan.predicted_error)
+    # the count the planner takes from the sample's |A||B|, at most the one of its lower bound
+    suggested = int(re.search(r"moduli=(\d+) here", plan.warning).group(1))
+    assert 6 < suggested <= planned
+    assert ozaki.plan(A, B, moduli=suggested).warning is None
