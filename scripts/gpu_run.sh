@@ -2,13 +2,14 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
-# all = tests + bench + study + batched + profile. The study step writes study.csv (the accuracy
+# all = tests + bench + study + batched + profile + wide. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
-# profile.log/json (where the crt time goes, scripts/crt_profile.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
+# profile.log/json (where the crt time goes, scripts/crt_profile.py); wide writes wide_spans.log/json
+# (what rows of wide span and the fixed-count check cost, scripts/wide_span_bench.py); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
 # blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
 # kernels (not in all) writes crt_kernels.log: scheme II's element-wise passes alone against their memory floor, and
 # GPU == host bits of the reconstruction (scripts/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
@@ -68,6 +69,11 @@ fi
 if wants profile; then
   echo "== crt profile"
   python3 scripts/crt_profile.py --out "$OUT" 2>&1 | tee "$OUT/profile.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if wants wide; then
+  echo "== rows of wide span"
+  python3 scripts/wide_span_bench.py --out "$OUT" 2>&1 | tee "$OUT/wide_spans.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,distributed,* ]]; then
