@@ -15,11 +15,16 @@ float64 from the rows scaled by 2^-tau (exact): sums of nonnegative terms, withi
 of the exact value, which does not matter to a warning threshold.
 """
 
+import dataclasses
+import math
 import warnings
+from fractions import Fraction
 
 import torch
 
-from .moduli import times_two_to_the
+from .moduli import norm_scale_factor, times_two_to_the
+from .moduli import predicted_error as moduli_predicted_error
+from .planner import auto_plan, crt_plan, predicted_error
 
 SAMPLED_ROWS = 32
 SAMPLED_ELEMENTS = 4
@@ -38,14 +43,15 @@ def _spaced(count, length, device):
 
 
 def _sampled(span, usable, count):
-    """Indices (sorted, unique) of the `count` usable rows of widest span (ties: the first) and of
-    `count` evenly spaced rows; every row when there are at most 2 * count."""
+    """Indices of the `count` usable rows of widest span (ties: the first) and of `count` evenly
+    spaced rows (a row may come twice: it only repeats entries); every row when there are at most
+    2 * count. No device-to-host read."""
     rows = span.numel()
     if rows <= 2 * count:
         return torch.arange(rows, device=span.device)
     key = torch.where(usable, span.long(), -1)
     widest = torch.sort(key, descending=True, stable=True).indices[:count]
-    return torch.unique(torch.cat([widest, _spaced(count, rows, span.device)]))
+    return torch.cat([widest, _spaced(count, rows, span.device)])
 
 
 def _scaled_abs(rows, tau):
@@ -75,7 +81,7 @@ def sample_product(a, bt, stats_a, stats_b, usable_a, usable_b, combine_sum):
     if elements > SAMPLED_ELEMENTS + 2:
         widest = [torch.where(use, span.long(), -1).flatten().argmax().reshape(1) // span.shape[1]
                   for span, use in ((span_a, use_a), (span_b, use_b))]
-        picked = torch.unique(torch.cat(widest + [_spaced(SAMPLED_ELEMENTS, elements, a.device)]))
+        picked = torch.cat(widest + [_spaced(SAMPLED_ELEMENTS, elements, a.device)])
     rows = _sampled(torch.where(use_a[picked], span_a[picked], -1).amax(0), use_a[picked].any(0),
                     SAMPLED_ROWS)
     cols = _sampled(torch.where(use_b[picked], span_b[picked], -1).amax(0), use_b[picked].any(0),
@@ -108,3 +114,73 @@ def warning_text(option: str, count: int, suggested) -> str:
 
 def warn(text: str):
     warnings.warn(text, AccuracyWarning, stacklevel=3)
+
+
+def power_of_two_floor(x: float) -> float:
+    """The largest power of two <= x (x positive; inf stays inf): the check's |A||B| comes from
+    float64 sums whose order, and so last bits, differ between devices; its power of two does
+    not, except within k u of a power of two."""
+    return x if x == math.inf else math.ldexp(0.5, math.frexp(x)[1])
+
+
+class _HostScalar:
+    """A 0-d float64 device value on its way to the host: copied without a wait where the device
+    is a GPU, read by value() (which waits for that copy alone)."""
+
+    def __init__(self, value):
+        if value.device.type == "cuda":
+            self._host = torch.empty((), dtype=torch.float64, pin_memory=True)
+            self._host.copy_(value.reshape(()), non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        else:
+            self._host, self._copied = value.reshape(()), None
+
+    def value(self) -> float:
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host.item()
+
+
+class Check:
+    """The check of a plan whose count the caller fixed. Started before the product and finished
+    after it is launched, so the host never waits before launching it.
+
+    est: the operands' Estimates (ozaki/product.py); norms: scheme II's norm scale codes of a's and
+    bt's rows (None for scheme I)."""
+
+    def __init__(self, plan, est, dtype, norms=None):
+        self.plan, self.est, self.dtype = plan, est, dtype
+        sample = est.fixed_count_sample()
+        values = sample.magnitudes
+        if norms is not None:  # (|A||B|)_ij c_i c_j: times c 2^tau of the rows (exact factors)
+            rows, cols = values.shape[1:]
+            factor_a = norm_scale_factor(est.stats_a[0][sample.rows_a], norms[0][sample.rows_a])
+            factor_b = norm_scale_factor(est.stats_b[0][sample.rows_b], norms[1][sample.rows_b])
+            values = values * factor_a.view(-1, rows, 1) * factor_b.view(-1, 1, cols)
+        smallest = smallest_positive(values).double().reshape(1)
+        self._smallest = _HostScalar(-est.combine_max(-smallest))
+
+    def finished(self):
+        """The plan with its predicted error over the sample and, where that is far above native's
+        level, the AccuracyWarning's text and the count the planner would take."""
+        plan, k = self.plan, self.est.k
+        magnitude = power_of_two_floor(self._smallest.value())
+        if plan.backend == "crt":
+            level = 0.0 if magnitude == math.inf else float(
+                moduli_predicted_error(plan.moduli, k) / Fraction(magnitude))
+        else:
+            level = predicted_error(plan.slices, plan.fast, k, plan.beta, magnitude)
+        plan = dataclasses.replace(plan, predicted_error=level)
+        if level <= FAR_ABOVE_NATIVE * plan.native_level:
+            return plan
+        if plan.backend == "crt":
+            automatic = crt_plan(k, self.dtype, magnitude)
+            option, count = "moduli", plan.moduli
+            suggested = automatic.moduli if automatic is not None else None
+        else:
+            automatic = auto_plan(k, self.dtype, self.est.max_span(), magnitude, plan.fast,
+                                  plan.backend)
+            option, count = "slices", plan.slices
+            suggested = automatic.slices if automatic.rounding is None else None
+        return dataclasses.replace(plan, warning=warning_text(option, count, suggested))

@@ -4,13 +4,12 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import math
-from fractions import Fraction
 
 import torch
 
 from . import _ops, fixed_counts
 from . import moduli as crt
-from .planner import auto_plan, crt_plan, nearest_plan, predicted_error, requested_plan
+from .planner import auto_plan, crt_plan, nearest_plan, requested_plan
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
 ROUNDING_MODES = (None, "nearest")
@@ -186,12 +185,6 @@ class Estimates:
                                            _usable_rows(self.stats_a), _usable_rows(self.stats_b),
                                            self.combine_sum)
 
-    def smallest(self, values) -> float:
-        """The smallest positive entry of values over everything that shares the plan (inf when
-        there is none)."""
-        local = fixed_counts.smallest_positive(values).double().reshape(1)
-        return -self.combine_max(-local).item()
-
     def local_max_span(self):
         """The largest bit span of any row of A or column of B (row_stats), a 0-d tensor."""
         spans = torch.cat([self.stats_a[1], self.stats_b[1], self.stats_a[1].new_zeros(1)])
@@ -244,45 +237,18 @@ def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
         return nearest_plan(k, dtype, est.max_span(), slices, fast, digits,
                             reason or "correctly rounded")
     if slices is not None:
-        plan = requested_plan(k, dtype, est.max_span(), slices, True if fast is None else fast,
+        return requested_plan(k, dtype, est.max_span(), slices, True if fast is None else fast,
                               digits)
-        return _checked_scheme_one_count(plan, est, dtype)
     span, smallest = est.span_and_magnitude()
     return auto_plan(k, dtype, span, smallest, fast, digits)
 
 
-def _checked_scheme_one_count(plan, est, dtype):
-    """A requested slice count with its predicted error over the fixed-count sample and, where
-    that is far above native's level, the AccuracyWarning text (ozaki/fixed_counts.py)."""
-    magnitude = est.smallest(est.fixed_count_sample().magnitudes)
-    level = predicted_error(plan.slices, plan.fast, est.k, plan.beta, magnitude)
-    if level <= fixed_counts.FAR_ABOVE_NATIVE * plan.native_level:
-        return dataclasses.replace(plan, predicted_error=level)
-    automatic = auto_plan(est.k, dtype, est.max_span(), magnitude, plan.fast, plan.backend)
-    suggested = automatic.slices if automatic.rounding is None else None
-    return dataclasses.replace(plan, predicted_error=level, warning=fixed_counts.warning_text(
-        "slices", plan.slices, suggested))
-
-
-def _checked_moduli_count(plan, inputs, dtype):
-    """A requested moduli count with its predicted error over the fixed-count sample and, where
-    that is far above native's level, the AccuracyWarning text (ozaki/fixed_counts.py)."""
-    est = inputs.est
-    sample = est.fixed_count_sample()
-    # (|A||B|)_ij c_i c_j: the sample's magnitudes times c 2^tau of their rows (exact)
-    factor_a = crt.norm_scale_factor(est.stats_a[0][sample.rows_a], inputs.norm_a[sample.rows_a])
-    factor_b = crt.norm_scale_factor(est.stats_b[0][sample.rows_b], inputs.norm_b[sample.rows_b])
-    rows, cols = sample.magnitudes.shape[1:]
-    magnitude = est.smallest(sample.magnitudes * factor_a.view(-1, rows, 1)
-                             * factor_b.view(-1, 1, cols))
-    level = float(crt.predicted_error(plan.moduli, est.k) / Fraction(magnitude)) if (
-        magnitude != math.inf) else 0.0
-    if level <= fixed_counts.FAR_ABOVE_NATIVE * plan.native_level:
-        return dataclasses.replace(plan, predicted_error=level)
-    automatic = crt_plan(est.k, dtype, magnitude)
-    suggested = automatic.moduli if automatic is not None else None
-    return dataclasses.replace(plan, predicted_error=level, warning=fixed_counts.warning_text(
-        "moduli", plan.moduli, suggested))
+def _fixed_count_check(plan, est, inputs, dtype):
+    """The started fixed_counts.Check of a plan whose count the caller fixed; None for others."""
+    if plan.reason != "requested" or plan.rounding is not None:
+        return None
+    norms = (inputs.norm_a, inputs.norm_b) if plan.backend == "crt" else None
+    return fixed_counts.Check(plan, est, dtype, norms)
 
 
 class _CrtInputs:
@@ -323,8 +289,6 @@ def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
     inputs = _CrtInputs(est)
     magnitude = None if moduli is not None else inputs.magnitude()
     plan = crt_plan(k, dtype, magnitude, moduli)
-    if moduli is not None:
-        return _checked_moduli_count(plan, inputs, dtype), inputs
     if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
         fallback = (_fastest_scheme_one(est, dtype) if backend == "auto"
                     else _scheme_one_plan(est, dtype, None, None, None, "int8"))
@@ -362,8 +326,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
                     backend="auto", moduli=None):
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
-    if plan.warning is not None:
-        fixed_counts.warn(plan.warning)
+    check = _fixed_count_check(plan, est, inputs, dtype)
     if plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
@@ -372,7 +335,18 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
                              int8=plan.backend == "int8")
-    return C, plan
+    return C, _finished(check, plan)
+
+
+def _finished(check, plan):
+    """The plan once its fixed-count check (if any) is read, after the product is launched; warns
+    (AccuracyWarning) where the check says so."""
+    if check is None:
+        return plan
+    plan = check.finished()
+    if plan.warning is not None:
+        fixed_counts.warn(plan.warning)
+    return plan
 
 
 def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="auto", moduli=None):
@@ -404,4 +378,6 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
                          "product has nothing to split")
     a, bt = _row_operands(A, B)
     est = _estimates(a, bt, slices, fast, rounding, backend)
-    return _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)[0]
+    plan, inputs = _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)
+    check = _fixed_count_check(plan, est, inputs, A.dtype)
+    return plan if check is None else check.finished()

@@ -18,9 +18,10 @@ the NaN, +Inf and -Inf terms, which add up).
 
 import torch
 
-from .. import _ops, fixed_counts
+from .. import _ops
 from .. import moduli as crt
-from ..product import Estimates, _masked_min, _plan_for, _row_operands, _row_stats, real_product
+from ..product import (Estimates, _finished, _fixed_count_check, _masked_min, _plan_for,
+                       _row_operands, _row_stats, real_product)
 
 #: Memory for one chunk of summed level sums or residue products when OZAKI_WORKSPACE_MB is unset.
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -74,6 +75,9 @@ class InnerEstimates(Estimates):
     def __init__(self, a, bt, stats_a, stats_b, group, total_k):
         super().__init__(a, bt, stats_a, stats_b)
         self.group, self.k = group, total_k
+
+    def combine_sum(self, values):
+        return self.group.sum(values)
 
     def scheme_one_bound(self):
         bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b, self.k)
@@ -213,8 +217,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
     plan, inputs = _plan_for(est, dtype, **options)
-    if plan.warning is not None:
-        fixed_counts.warn(plan.warning)
+    check = _fixed_count_check(plan, est, inputs, dtype)
     if plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:
@@ -224,4 +227,4 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
         if nearest and bool(undecided.any()):
             _round_undecided(C, undecided, a, bt, dtype, group)
     _patch_nonfinite(C, a, bt, stats_a, stats_b, group)
-    return C, plan
+    return C, _finished(check, plan)
