@@ -10,7 +10,7 @@
 # products against native and a loop, scripts/batched_bench.py); profile writes
 # profile.log/json (where the crt time goes, scripts/crt_profile.py); wide writes wide_spans.log/json
 # (what rows of wide span and the fixed-count check cost, scripts/wide_span_bench.py; WIDE_SIZES
-# overrides the sizes of its fixed-count comparison); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
+# overrides the sizes of its fixed-count comparison, WIDE_PARTS its parts); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
 # blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
 # kernels (not in all) writes crt_kernels.log: scheme II's element-wise passes alone against their memory floor, and
 # GPU == host bits of the reconstruction (scripts/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
@@ -74,7 +74,7 @@ if wants profile; then
 fi
 if wants wide; then
   echo "== rows of wide span"
-  python3 scripts/wide_span_bench.py --out "$OUT" ${WIDE_SIZES:+--sizes $WIDE_SIZES} 2>&1 | tee "$OUT/wide_spans.log"
+  python3 scripts/wide_span_bench.py --out "$OUT" ${WIDE_SIZES:+--sizes $WIDE_SIZES} ${WIDE_PARTS:+--parts $WIDE_PARTS} 2>&1 | tee "$OUT/wide_spans.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,distributed,* ]]; then

@@ -1,6 +1,7 @@
 """What rows of wide span cost, on the GPU (docs/benchmarks.md, "Rows of wide span").
 
     python scripts/wide_span_bench.py [--out DIR] [--repeats N] [--sizes N ...] [--device cpu]
+                                      [--parts wide fixed]
 
 For each wide-span case of tests/test_wide_spans.py, at sizes up to 4096: native, the default
 call (ozaki.dgemm / sgemm) and rounding="nearest", their times and the plan the default took,
@@ -104,7 +105,7 @@ def wide_rows(repeats, g, large):
 
 def fixed_count_rows(repeats, g, sizes):
     """The fixed-count call with its check and bypassed, phi = 0.5, in the same process."""
-    checked = product._checked_moduli_count
+    checked = product._fixed_count_check
     rows = []
     for n in sizes:
         for dtype, count in ((torch.float64, 15), (torch.float32, 7)):
@@ -112,10 +113,10 @@ def fixed_count_rows(repeats, g, sizes):
             B = accuracy.phi_matrix(n, n, 0.5, generator=g, dtype=dtype).to(DEVICE)
             gemm = GEMMS[dtype]
             times = {}
-            for label, check in (("checked", checked), ("bypassed", lambda plan, inputs, d: plan)):
-                product._checked_moduli_count = check
+            for label, check in (("checked", checked), ("bypassed", lambda *_: None)):
+                product._fixed_count_check = check
                 times[label], _ = median_ms(lambda: gemm(A, B, moduli=count), repeats)
-            product._checked_moduli_count = checked
+            product._fixed_count_check = checked
             default_ms, _ = median_ms(lambda: gemm(A, B), repeats)
             row = {"n": n, "dtype": str(dtype), "moduli": count, "checked_ms": times["checked"],
                    "bypassed_ms": times["bypassed"], "default_ms": default_ms}
@@ -137,6 +138,8 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384],
                         help="sizes of the phi = 0.5 fixed-count comparison")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--parts", nargs="+", choices=("wide", "fixed"), default=("wide", "fixed"),
+                        help="wide: the wide-span cases; fixed: the fixed-count check's cost")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -144,8 +147,9 @@ def main():
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
     print(name, "torch", torch.__version__, flush=True)
     result = {"device": name, "torch": torch.__version__,
-              "wide": wide_rows(args.repeats, g, args.device == "cuda"),
-              "fixed_counts": fixed_count_rows(args.repeats, g, args.sizes)}
+              "wide": wide_rows(args.repeats, g, args.device == "cuda") if "wide" in args.parts else [],
+              "fixed_counts": (fixed_count_rows(args.repeats, g, args.sizes)
+                               if "fixed" in args.parts else [])}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "wide_spans.json"), "w") as f:
         json.dump(result, f, indent=1)
