@@ -138,6 +138,27 @@ inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Ten
   return shape;
 }
 
+// The arguments of ozaki::sampled_magnitudes: two 2-D operands, their row exponents and int64
+// vectors of row indices (their values are checked by the kernels).
+inline void check_sampled_magnitudes_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                               const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                               const at::Tensor& rows_a, const at::Tensor& rows_b,
+                                               const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  TORCH_CHECK(a.scalar_type() == bt.scalar_type() && a.size(1) == bt.size(1), op,
+              ": a and bt must have the same dtype and number of columns, got ", a.scalar_type(),
+              " ", a.sizes(), " and ", bt.scalar_type(), " ", bt.sizes());
+  check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
+  check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
+  for (const auto& [t, name] :
+       {std::pair<const at::Tensor*, const char*>{&rows_a, "rows_a"}, {&rows_b, "rows_b"}}) {
+    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(), op, ": ",
+                name, " must be a contiguous 1-D int64 tensor, got ", t->sizes(), " ",
+                t->scalar_type());
+  }
+}
+
 // The arguments of ozaki::gemm_slices (k is checked by the caller once the product is not empty).
 inline ProductShape check_gemm_slices_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,

@@ -27,6 +27,12 @@ TORCH_LIBRARY(ozaki, m) {
   // total_k > 0: the grid comes from that inner dimension instead of a's (a k-shard of a larger
   // product; the shards' results add up exactly to the whole product's, docs/distributed.md).
   m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, int total_k=0) -> Tensor");
+  // The fixed-count check's sample (ozaki/fixed_counts.py): float64 (rows_a.size(0),
+  // rows_b.size(0)), entry (r, c) = sum_l |a_il| 2^-tau_a_i |bt_jl| 2^-tau_b_j for i = rows_a[r],
+  // j = rows_b[c] (int64 indices of rows of the 2-D a (rows, k) and bt), summed in the one order of
+  // csrc/scheme.h (sampled_lane_sum): the same bits on every device. Non-finite entries count as 0.
+  m.def("sampled_magnitudes(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor rows_a, "
+        "Tensor rows_b) -> Tensor");
   // C = a @ bt.T by Ozaki scheme I with FP16 slices (int8 = false) or INT8 slices (int8 = true);
   // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt
   // (flattened when batched). nearest: correctly rounded result. (m, n) or (batch, m, n).

@@ -228,6 +228,27 @@ OZAKI_HD void magnitude_digits(double a, int tau, int r, double* high, double* l
   *low = low_units * pow2(-r);
 }
 
+// ---- Fixed-count check (ozaki/fixed_counts.py) ----------------------------------------------------
+
+// ozaki::sampled_magnitudes sums sum_l |a_l| 2^-tau_a |b_l| 2^-tau_b in one fixed order on every
+// device: lane t adds the terms l = t, t + kSampleLanes, t + 2 kSampleLanes, ... in turn
+// (sampled_lane_sum), then the lanes are added pairwise, lane t += lane t + s for s = kSampleLanes / 2
+// down to 1. Non-finite entries count as 0. Every operation is one IEEE float64 rounding, so the
+// CPU and the GPU give the same bits.
+constexpr int kSampleLanes = 128;
+
+template <typename T>
+OZAKI_HD double sampled_lane_sum(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k,
+                                 int lane) {
+  double sum = 0.0;
+  for (int64_t l = lane; l < k; l += kSampleLanes) {
+    const double x = abs_value(scaled_entry(static_cast<double>(a_row[l]), tau_a));
+    const double y = abs_value(scaled_entry(static_cast<double>(b_row[l]), tau_b));
+    sum += x * y;
+  }
+  return sum;
+}
+
 // ---- Sum (docs/algorithm.md, "Sum") --------------------------------------------------------------
 
 // Where the exact product P(p, q) of A-slice p and B-slice q (0-based) lives in the workspace:

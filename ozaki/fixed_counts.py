@@ -5,14 +5,15 @@ A fixed count keeps its documented bound, which is relative to the rows' scales:
 for scheme I, the rows' 2-norm bounds for scheme II. Entries of the product far below those scales
 (rows of wide span, huge entries meeting tiny ones) can lose most of their digits. The check
 predicts the count's error relative to (|A||B|)_ij over a sample of rows of A and columns of B,
-exactly as the planner predicts it from its estimate, and the call warns (AccuracyWarning) when the
+as the planner predicts it from its estimate, and the call warns (AccuracyWarning) when the
 prediction is far above native's level.
 
 The sample: per operand, the SAMPLED_ROWS rows with the widest bit spans and SAMPLED_ROWS evenly
 spaced ones (all rows of smaller operands), and, in a batch, the elements holding the widest row
-of A and the widest column of B and SAMPLED_ELEMENTS evenly spaced ones. Their |A||B| is computed in
-float64 from the rows scaled by 2^-tau (exact): sums of nonnegative terms, within a factor 1 + k u
-of the exact value, which does not matter to a warning threshold.
+of A and the widest column of B and SAMPLED_ELEMENTS evenly spaced ones. Their |A||B| comes from
+ozaki::sampled_magnitudes: float64 sums of nonnegative terms (within a factor 1 + k u of the exact
+value) in one summation order, so every device reports the same figure. On a GPU the check runs
+on a side stream after the product is launched, and the call waits for the check alone.
 """
 
 import dataclasses
@@ -22,7 +23,8 @@ from fractions import Fraction
 
 import torch
 
-from .moduli import norm_scale_factor, times_two_to_the
+from . import _ops
+from .moduli import norm_scale_factor
 from .moduli import predicted_error as moduli_predicted_error
 from .planner import auto_plan, crt_plan, predicted_error
 
@@ -54,45 +56,49 @@ def _sampled(span, usable, count):
     return torch.cat([widest, _spaced(count, rows, span.device)])
 
 
-def _scaled_abs(rows, tau):
-    """|rows| 2^-tau (one tau per row) in float64, exactly (tau ranges over [-1074, 1024))."""
-    return times_two_to_the(rows.double().abs(), -tau.long()[..., None])
-
-
 class Sample:
-    """The sampled entries of a product: `magnitudes` (elements, rows, columns) holds
-    (|A||B|)_ij 2^-(tau_i + tau_j) (inf where the row or column is not usable: zero, NaN or Inf),
-    `rows_a` and `rows_b` the flattened row indices of a and bt (elements * rows and
-    elements * columns) that the entries belong to."""
+    """The sampled entries of a product: `magnitudes` (rows, columns) holds
+    (|A||B|)_ij 2^-(tau_i + tau_j) (inf where the row or column is not usable, zero, NaN or Inf, or
+    where they belong to different elements of a batch), `rows_a` and `rows_b` the flattened row
+    indices of a and bt that the entries belong to."""
 
     def __init__(self, magnitudes, rows_a, rows_b):
         self.magnitudes, self.rows_a, self.rows_b = magnitudes, rows_a, rows_b
 
 
+def _sampled_elements(span_a, use_a, span_b, use_b):
+    """The batch elements the check looks at (an element may come twice)."""
+    elements = span_a.shape[0]
+    if elements <= SAMPLED_ELEMENTS + 2:
+        return torch.arange(elements, device=span_a.device)
+    widest = [torch.where(use, span.long(), -1).flatten().argmax().reshape(1) // span.shape[1]
+              for span, use in ((span_a, use_a), (span_b, use_b))]
+    return torch.cat(widest + [_spaced(SAMPLED_ELEMENTS, elements, span_a.device)])
+
+
 def sample_product(a, bt, stats_a, stats_b, usable_a, usable_b, combine_sum):
     """The Sample of a @ bt^T for a (m, k), bt (n, k) or batches (E, m, k), (E, n, k);
     combine_sum adds the magnitudes of k-shards up (identity on one device)."""
-    batched = a.dim() == 3
-    a3, b3 = (a, bt) if batched else (a[None], bt[None])
-    elements, m, n = a3.shape[0], a3.shape[1], b3.shape[1]
+    k = a.shape[-1]
+    m, n = a.shape[-2], bt.shape[-2]
+    elements = a.shape[0] if a.dim() == 3 else 1
     span_a, span_b = stats_a[1].view(elements, m), stats_b[1].view(elements, n)
     use_a, use_b = usable_a.view(elements, m), usable_b.view(elements, n)
-    picked = torch.arange(elements, device=a.device)
-    if elements > SAMPLED_ELEMENTS + 2:
-        widest = [torch.where(use, span.long(), -1).flatten().argmax().reshape(1) // span.shape[1]
-                  for span, use in ((span_a, use_a), (span_b, use_b))]
-        picked = torch.cat(widest + [_spaced(SAMPLED_ELEMENTS, elements, a.device)])
-    rows = _sampled(torch.where(use_a[picked], span_a[picked], -1).amax(0), use_a[picked].any(0),
-                    SAMPLED_ROWS)
-    cols = _sampled(torch.where(use_b[picked], span_b[picked], -1).amax(0), use_b[picked].any(0),
-                    SAMPLED_ROWS)
-    rows_a = (picked[:, None] * m + rows[None, :]).flatten()
-    rows_b = (picked[:, None] * n + cols[None, :]).flatten()
-    a_s = _scaled_abs(a3.reshape(elements * m, -1)[rows_a], stats_a[0][rows_a])
-    b_s = _scaled_abs(b3.reshape(elements * n, -1)[rows_b], stats_b[0][rows_b])
-    shape_a, shape_b = (picked.numel(), rows.numel(), -1), (picked.numel(), cols.numel(), -1)
-    magnitudes = combine_sum(torch.bmm(a_s.view(shape_a), b_s.view(shape_b).mT))
-    unused = ~usable_a[rows_a].view(shape_a[:2])[..., None] | ~usable_b[rows_b].view(shape_b[:2])[:, None, :]
+    if elements == 1:
+        rows_a, rows_b = _sampled(stats_a[1], usable_a, SAMPLED_ROWS), _sampled(stats_b[1], usable_b, SAMPLED_ROWS)
+    else:
+        picked = _sampled_elements(span_a, use_a, span_b, use_b)
+        rows = _sampled(torch.where(use_a[picked], span_a[picked], -1).amax(0),
+                        use_a[picked].any(0), SAMPLED_ROWS)
+        cols = _sampled(torch.where(use_b[picked], span_b[picked], -1).amax(0),
+                        use_b[picked].any(0), SAMPLED_ROWS)
+        rows_a = (picked[:, None] * m + rows[None, :]).flatten()
+        rows_b = (picked[:, None] * n + cols[None, :]).flatten()
+    magnitudes = combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt.reshape(-1, k),
+                                                     stats_a[0], stats_b[0], rows_a, rows_b))
+    unused = ~usable_a[rows_a][:, None] | ~usable_b[rows_b][None, :]
+    if elements > 1:
+        unused |= (rows_a // m)[:, None] != (rows_b // n)[None, :]
     return Sample(magnitudes.masked_fill(unused, float("inf")), rows_a, rows_b)
 
 
@@ -116,13 +122,6 @@ def warn(text: str):
     warnings.warn(text, AccuracyWarning, stacklevel=3)
 
 
-def power_of_two_floor(x: float) -> float:
-    """The largest power of two <= x (x positive; inf stays inf): the check's |A||B| comes from
-    float64 sums whose order, and so last bits, differ between devices; its power of two does
-    not, except within k u of a power of two."""
-    return x if x == math.inf else math.ldexp(0.5, math.frexp(x)[1])
-
-
 class _HostScalar:
     """A 0-d float64 device value on its way to the host: copied without a wait where the device
     is a GPU, read by value() (which waits for that copy alone)."""
@@ -142,30 +141,48 @@ class _HostScalar:
         return self._host.item()
 
 
+def _side_stream(device, streams={}):
+    """One CUDA stream per device for the checks, created on first use."""
+    if device not in streams:
+        streams[device] = torch.cuda.Stream(device)
+    return streams[device]
+
+
 class Check:
-    """The check of a plan whose count the caller fixed. Started before the product and finished
-    after it is launched, so the host never waits before launching it.
+    """The check of a plan whose count the caller fixed.
 
     est: the operands' Estimates (ozaki/product.py); norms: scheme II's norm scale codes of a's and
-    bt's rows (None for scheme I)."""
+    bt's rows (None for scheme I); ready: None, or a CUDA event after which the inputs are ready:
+    the check then runs on a side stream that waits for it, so it overlaps the product launched
+    before it and finished() waits for the check alone."""
 
-    def __init__(self, plan, est, dtype, norms=None):
+    def __init__(self, plan, est, dtype, norms=None, ready=None):
         self.plan, self.est, self.dtype = plan, est, dtype
+        if ready is None:
+            self._smallest = _HostScalar(self._smallest_magnitude(norms))
+            return
+        stream = _side_stream(est.a.device)
+        stream.wait_event(ready)
+        with torch.cuda.stream(stream):
+            self._smallest = _HostScalar(self._smallest_magnitude(norms))
+
+    def _smallest_magnitude(self, norms):
+        """The smallest positive sampled (|A||B|)_ij 2^-(tau_i + tau_j) (scheme I) or
+        (|A||B|)_ij c_i c_j (scheme II), over everything that shares the plan (1-element)."""
+        est = self.est
         sample = est.fixed_count_sample()
         values = sample.magnitudes
-        if norms is not None:  # (|A||B|)_ij c_i c_j: times c 2^tau of the rows (exact factors)
-            rows, cols = values.shape[1:]
+        if norms is not None:  # times c 2^tau of the rows (exact factors)
             factor_a = norm_scale_factor(est.stats_a[0][sample.rows_a], norms[0][sample.rows_a])
             factor_b = norm_scale_factor(est.stats_b[0][sample.rows_b], norms[1][sample.rows_b])
-            values = values * factor_a.view(-1, rows, 1) * factor_b.view(-1, 1, cols)
-        smallest = smallest_positive(values).double().reshape(1)
-        self._smallest = _HostScalar(-est.combine_max(-smallest))
+            values = values * factor_a[:, None] * factor_b[None, :]
+        return -est.combine_max(-smallest_positive(values).double().reshape(1))
 
     def finished(self):
         """The plan with its predicted error over the sample and, where that is far above native's
         level, the AccuracyWarning's text and the count the planner would take."""
         plan, k = self.plan, self.est.k
-        magnitude = power_of_two_floor(self._smallest.value())
+        magnitude = self._smallest.value()
         if plan.backend == "crt":
             level = 0.0 if magnitude == math.inf else float(
                 moduli_predicted_error(plan.moduli, k) / Fraction(magnitude))

@@ -73,6 +73,11 @@ def _magnitude_product_fake(a, bt, tau_a, tau_b, total_k=0):
     return a.new_empty(_product_shape(a, bt), dtype=torch.float64)
 
 
+@torch.library.register_fake("ozaki::sampled_magnitudes")
+def _sampled_magnitudes_fake(a, bt, tau_a, tau_b, rows_a, rows_b):
+    return a.new_empty((rows_a.shape[0], rows_b.shape[0]), dtype=torch.float64)
+
+
 @torch.library.register_fake("ozaki::gemm_slices")
 def _gemm_slices_fake(a, bt, tau_a, tau_b, span_a, span_b, nonfinite_a, nonfinite_b, slices, fast,
                       nearest, int8, workspace_bytes):

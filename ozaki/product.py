@@ -175,6 +175,9 @@ class Estimates:
         device: the values themselves). Minima are maxima of the negated values."""
         return values
 
+    #: Whether other ranks share the plan (ozaki/distributed): their checks run in step.
+    shared = False
+
     def combine_sum(self, values):
         """Sums over the parts of the inner dimension (one device: the values themselves)."""
         return values
@@ -243,12 +246,27 @@ def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
     return auto_plan(k, dtype, span, smallest, fast, digits)
 
 
-def _fixed_count_check(plan, est, inputs, dtype):
+def _count_fixed(plan):
+    """Whether the caller fixed the plan's count (and so its accuracy: fixed_counts.Check)."""
+    return plan.reason == "requested" and plan.rounding is None
+
+
+def _check_inputs_ready(plan, est):
+    """For a fixed count on a GPU: a CUDA event recorded now, before the product is launched,
+    after which a side stream may check it (fixed_counts.Check); None otherwise."""
+    if not _count_fixed(plan) or est.a.device.type != "cuda" or est.shared:
+        return None
+    ready = torch.cuda.Event()
+    ready.record()
+    return ready
+
+
+def _fixed_count_check(plan, est, inputs, dtype, ready=None):
     """The started fixed_counts.Check of a plan whose count the caller fixed; None for others."""
-    if plan.reason != "requested" or plan.rounding is not None:
+    if not _count_fixed(plan):
         return None
     norms = (inputs.norm_a, inputs.norm_b) if plan.backend == "crt" else None
-    return fixed_counts.Check(plan, est, dtype, norms)
+    return fixed_counts.Check(plan, est, dtype, norms, ready)
 
 
 class _CrtInputs:
@@ -326,7 +344,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
                     backend="auto", moduli=None):
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
-    check = _fixed_count_check(plan, est, inputs, dtype)
+    ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
@@ -335,7 +353,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
                              int8=plan.backend == "int8")
-    return C, _finished(check, plan)
+    return C, _finished(_fixed_count_check(plan, est, inputs, dtype, ready), plan)
 
 
 def _finished(check, plan):

@@ -64,6 +64,12 @@ def crt_magnitude_args(device, batch=None):
     return (a, bt, sa[0], sb[0], norm_a, norm_b, usable_a, usable_b)
 
 
+def sampled_args(device):
+    a, bt, sa, sb, *_ = row_operands(device)
+    rows = torch.tensor([4, 0, 0, 2], device=device)
+    return (a, bt, sa[0], sb[0], rows, torch.tensor([1, 3], device=device))
+
+
 def int8_args(device):
     g = seeded(2)
     return (torch.randint(-128, 128, (5, 40), generator=g, dtype=torch.int8).to(device),
@@ -105,6 +111,7 @@ OPCHECK_CASES = {
     "split_rows": (OPS.split_rows, lambda d: (row_operands(d)[0], row_operands(d)[2][0], 3)),
     "magnitude_product": (OPS.magnitude_product, magnitude_args),
     "magnitude_product-batched": (OPS.magnitude_product, lambda d: magnitude_args(d, 2)),
+    "sampled_magnitudes": (OPS.sampled_magnitudes, sampled_args),
     "gemm_slices-fp16": (OPS.gemm_slices, slices_args),
     "gemm_slices-fp16-nearest": (OPS.gemm_slices, lambda d: slices_args(d, nearest=True)),
     "gemm_slices-int8": (OPS.gemm_slices, lambda d: slices_args(d, int8=True)),

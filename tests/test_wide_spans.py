@@ -4,6 +4,7 @@ polynomial rows, one huge entry meeting one tiny one) keep the promise of every 
 or automatic call is less accurate than native, against exact integer references, with the same
 bits on the CPU and CUDA; a count the caller fixed warns where it is far below that."""
 
+import math
 import re
 import warnings
 
@@ -233,3 +234,63 @@ def test_too_few_moduli_for_ordinary_data_warn_and_name_the_planned_count():
     suggested = int(re.search(r"moduli=(\d+) here", plan.warning).group(1))
     assert 6 < suggested <= planned
     assert ozaki.plan(A, B, moduli=suggested).warning is None
+
+
+# ---- the check's sample -------------------------------------------------------------------------
+
+
+def sampled_reference(a, bt, tau_a, tau_b, rows_a, rows_b, lanes=128):
+    """ozaki::sampled_magnitudes in Python floats: lane t adds the terms l = t, t + 128, ... in
+    turn, then the lanes are added pairwise (csrc/scheme.h, sampled_lane_sum)."""
+    out = torch.empty(len(rows_a), len(rows_b), dtype=torch.float64)
+    for r, i in enumerate(rows_a.tolist()):
+        for c, j in enumerate(rows_b.tolist()):
+            x = [abs(v) * 2.0 ** -tau_a[i] if math.isfinite(v) else 0.0 for v in a[i].tolist()]
+            y = [abs(v) * 2.0 ** -tau_b[j] if math.isfinite(v) else 0.0 for v in bt[j].tolist()]
+            sums = []
+            for t in range(lanes):
+                s = 0.0
+                for l in range(t, len(x), lanes):
+                    s += x[l] * y[l]
+                sums.append(s)
+            stride = lanes // 2
+            while stride:
+                for t in range(stride):
+                    sums[t] = sums[t] + sums[t + stride]
+                stride //= 2
+            out[r, c] = sums[0]
+    return out
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sampled_magnitudes_sum_in_one_order_on_every_device(device, dtype):
+    g = seeded(9)
+    a = accuracy.phi_matrix(7, 700, 2.0, generator=g, dtype=dtype)
+    bt = accuracy.phi_matrix(5, 700, 2.0, generator=g, dtype=dtype)
+    a[2, 3], a[3, :] = float("inf"), 0.0  # non-finite entries count as 0; a zero row sums to 0
+    bt[1] *= 2.0 ** -1000 if dtype == torch.float64 else 2.0 ** -100
+    tau_a, tau_b = ozaki._ops.row_stats(a)[0], ozaki._ops.row_stats(bt)[0]
+    rows_a, rows_b = torch.tensor([6, 2, 3, 0, 2]), torch.tensor([1, 4, 0])
+    expected = sampled_reference(a, bt, tau_a.tolist(), tau_b.tolist(), rows_a, rows_b)
+    got = ozaki._ops.sampled_magnitudes(a.to(device), bt.to(device), tau_a.to(device),
+                                        tau_b.to(device), rows_a.to(device), rows_b.to(device))
+    assert_bitwise_equal(got.cpu(), expected)
+    assert (got[2] == 0).all() and (got > 0).sum() == 12
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_sampled_magnitudes_errors(device):
+    a = torch.randn(4, 8, dtype=torch.float64, device=device)
+    tau = ozaki._ops.row_stats(a)[0]
+    rows = torch.tensor([0, 3], device=device)
+    with pytest.raises(RuntimeError, match="rows_a must be a contiguous 1-D int64 tensor"):
+        ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows.int(), rows)
+    with pytest.raises(RuntimeError, match="a and bt must have the same dtype and number of columns"):
+        ozaki._ops.sampled_magnitudes(a, a[:, :4].contiguous(), tau, tau, rows, rows)
+    if device == "cpu":
+        with pytest.raises(RuntimeError, match=r"rows_b\[1\] = 4 is not a row of bt \(4 rows\)"):
+            ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows, torch.tensor([0, 4]))
+    else:  # the GPU cannot stop on a value: the entry is NaN
+        out = ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows, torch.tensor([0, 4], device=device))
+        assert out[:, 1].isnan().all() and out[:, 0].isfinite().all()

@@ -1,5 +1,6 @@
-// CPU kernel of ozaki::magnitude_product: an exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)
-// in float64, from which the automatic slice count is planned (docs/accuracy.md).
+// CPU kernels of ozaki::magnitude_product: an exact lower bound of (|A||B|)_ij
+// 2^-(tau_a_i + tau_b_j) in float64, from which the automatic slice count is planned
+// (docs/accuracy.md); and of ozaki::sampled_magnitudes, the fixed-count check's sample.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -51,8 +52,57 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
   return high_high.add_(cross.mul_(pow2(-grid_bits)));
 }
 
+// Entry (r, c): the lanes of csrc/scheme.h's order, then their pairwise sum, as the CUDA kernel
+// adds them.
+template <typename T>
+double sampled_magnitude(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k) {
+  double lanes[kSampleLanes];
+  for (int t = 0; t < kSampleLanes; ++t) lanes[t] = sampled_lane_sum(a_row, tau_a, b_row, tau_b, k, t);
+  for (int stride = kSampleLanes / 2; stride > 0; stride /= 2) {
+    for (int t = 0; t < stride; ++t) lanes[t] = lanes[t] + lanes[t + stride];
+  }
+  return lanes[0];
+}
+
+at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
+                              const at::Tensor& tau_b, const at::Tensor& rows_a,
+                              const at::Tensor& rows_b) {
+  constexpr const char* op = "ozaki::sampled_magnitudes";
+  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, rows_a, rows_b, op);
+  const int64_t count_a = rows_a.size(0), count_b = rows_b.size(0), k = a.size(1);
+  const int64_t* index_a = rows_a.const_data_ptr<int64_t>();
+  const int64_t* index_b = rows_b.const_data_ptr<int64_t>();
+  for (int64_t r = 0; r < count_a; ++r) {
+    TORCH_CHECK(index_a[r] >= 0 && index_a[r] < a.size(0), op, ": rows_a[", r, "] = ", index_a[r],
+                " is not a row of a (", a.size(0), " rows)");
+  }
+  for (int64_t c = 0; c < count_b; ++c) {
+    TORCH_CHECK(index_b[c] >= 0 && index_b[c] < bt.size(0), op, ": rows_b[", c, "] = ",
+                index_b[c], " is not a row of bt (", bt.size(0), " rows)");
+  }
+  at::Tensor out = at::empty({count_a, count_b}, a.options().dtype(at::kDouble));
+  double* out_data = out.mutable_data_ptr<double>();
+  const int* tau_a_data = tau_a.const_data_ptr<int>();
+  const int* tau_b_data = tau_b.const_data_ptr<int>();
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const scalar_t* a_data = a.const_data_ptr<scalar_t>();
+    const scalar_t* b_data = bt.const_data_ptr<scalar_t>();
+    at::parallel_for(0, count_a * count_b, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pair = begin; pair < end; ++pair) {
+        const int64_t i = index_a[pair / count_b], j = index_b[pair % count_b];
+        out_data[pair] = sampled_magnitude(a_data + i * k, tau_a_data[i], b_data + j * k,
+                                           tau_b_data[j], k);
+      }
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) { m.impl("magnitude_product", &magnitude_product); }
+TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
+  m.impl("magnitude_product", &magnitude_product);
+  m.impl("sampled_magnitudes", &sampled_magnitudes);
+}
 
 }  // namespace ozaki::cpu

@@ -72,6 +72,8 @@ class InnerEstimates(Estimates):
     """The planner's inputs of a k-shard, computed from the shards' exact partial sums (the whole
     rows' stats are given, so the spans need no reduction)."""
 
+    shared = True
+
     def __init__(self, a, bt, stats_a, stats_b, group, total_k):
         super().__init__(a, bt, stats_a, stats_b)
         self.group, self.k = group, total_k
@@ -217,7 +219,6 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
     plan, inputs = _plan_for(est, dtype, **options)
-    check = _fixed_count_check(plan, est, inputs, dtype)
     if plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:
@@ -227,4 +228,4 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
         if nearest and bool(undecided.any()):
             _round_undecided(C, undecided, a, bt, dtype, group)
     _patch_nonfinite(C, a, bt, stats_a, stats_b, group)
-    return C, _finished(check, plan)
+    return C, _finished(_fixed_count_check(plan, est, inputs, dtype), plan)

@@ -13,6 +13,8 @@ from ..product import Estimates, _row_operands, _row_stats, planned_product
 class ReducedEstimates(Estimates):
     """Estimates of one rank's rows (or columns), combined over the ranks of `group`."""
 
+    shared = True
+
     def __init__(self, a, bt, stats_a, stats_b, group):
         super().__init__(a, bt, stats_a, stats_b)
         self.group = group
