@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,12 +139,14 @@ inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Ten
   return shape;
 }
 
-// The arguments of ozaki::sampled_magnitudes: two 2-D operands, their row exponents and int64
-// vectors of row indices (their values are checked by the kernels).
-inline void check_sampled_magnitudes_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                               const at::Tensor& tau_a, const at::Tensor& tau_b,
-                                               const at::Tensor& rows_a, const at::Tensor& rows_b,
-                                               const char* op) {
+// The arguments of ozaki::sampled_magnitudes: two 2-D operands, their row exponents and usable
+// flags, int64 vectors of row indices (their values are checked by the kernels), the rows per
+// element and optional norm scale codes (both or neither).
+inline void check_sampled_magnitudes_arguments(
+    const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,
+    const at::Tensor& usable_a, const at::Tensor& usable_b, const at::Tensor& rows_a,
+    const at::Tensor& rows_b, int64_t m, int64_t n, const std::optional<at::Tensor>& norm_a,
+    const std::optional<at::Tensor>& norm_b, const char* op) {
   check_matrix(a, op, "a");
   check_matrix(bt, op, "bt");
   TORCH_CHECK(a.scalar_type() == bt.scalar_type() && a.size(1) == bt.size(1), op,
@@ -151,12 +154,33 @@ inline void check_sampled_magnitudes_arguments(const at::Tensor& a, const at::Te
               " ", a.sizes(), " and ", bt.scalar_type(), " ", bt.sizes());
   check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
   check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
+  check_row_vector(usable_a, a.size(0), at::kBool, op, "usable_a");
+  check_row_vector(usable_b, bt.size(0), at::kBool, op, "usable_b");
   for (const auto& [t, name] :
        {std::pair<const at::Tensor*, const char*>{&rows_a, "rows_a"}, {&rows_b, "rows_b"}}) {
     TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(), op, ": ",
                 name, " must be a contiguous 1-D int64 tensor, got ", t->sizes(), " ",
                 t->scalar_type());
   }
+  TORCH_CHECK(m >= 1 && n >= 1, op, ": m and n (rows per element) must be at least 1, got ", m,
+              " and ", n);
+  TORCH_CHECK(norm_a.has_value() == norm_b.has_value(), op,
+              ": norm_a and norm_b must be given together");
+  if (norm_a.has_value()) {
+    check_row_vector(*norm_a, a.size(0), at::kInt, op, "norm_a");
+    check_row_vector(*norm_b, bt.size(0), at::kInt, op, "norm_b");
+  }
+}
+
+// The SampledRows (csrc/crt.h) of a checked ozaki::sampled_magnitudes call.
+inline SampledRows sampled_rows(const at::Tensor& tau_a, const at::Tensor& tau_b,
+                                const at::Tensor& usable_a, const at::Tensor& usable_b, int64_t m,
+                                int64_t n, const std::optional<at::Tensor>& norm_a,
+                                const std::optional<at::Tensor>& norm_b) {
+  return {tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
+          usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
+          norm_a.has_value() ? norm_a->const_data_ptr<int>() : nullptr,
+          norm_b.has_value() ? norm_b->const_data_ptr<int>() : nullptr, m, n};
 }
 
 // The arguments of ozaki::gemm_slices (k is checked by the caller once the product is not empty).

@@ -408,13 +408,38 @@ OZAKI_HD int crt_row_scale_code(int norm_code, int tau, int span, int t) {
   return (exact ? whole * (1 << kScaleFractionBits) : norm_code) + t * (1 << kScaleFractionBits);
 }
 
-// c 2^(tau - 7) for the norm scale c of a row (its code): the digit products L_ij of
-// magnitude_digit times factor_i * factor_j bound (|A||B|)_ij c_i c_j from below. Exact: c's
-// significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code),
-// so the factors and the products of the INT32 digit products by both are exact doubles.
-OZAKI_HD double magnitude_factor(int tau, int scale_code) {
+// c 2^shift for the norm scale c of a row (its code) and shift near -log2(c): exact, as c's
+// significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code).
+OZAKI_HD double norm_scale_times_two_to_the(int shift, int scale_code) {
   const RowScale c = row_scale(scale_code);
-  return static_cast<double>(c.significand) * pow2(tau + c.exponent - kCrtMagnitudeBits);
+  return static_cast<double>(c.significand) * pow2(shift + c.exponent);
+}
+
+// c 2^(tau - 7) for the norm scale c of a row (its code): the digit products L_ij of
+// magnitude_digit times factor_i * factor_j bound (|A||B|)_ij c_i c_j from below. Exact, and so
+// are the products of the INT32 digit products by both factors.
+OZAKI_HD double magnitude_factor(int tau, int scale_code) {
+  return norm_scale_times_two_to_the(tau - kCrtMagnitudeBits, scale_code);
+}
+
+// What ozaki::sampled_magnitudes holds at rows i of a and j of bt: the sum of their lanes
+// (sampled_lane_sum, added pairwise) as is, or times c_i 2^tau_i c_j 2^tau_j when the rows' norm
+// scale codes are given (scheme II's (|A||B|)_ij c_i c_j); +Inf for rows that are not usable
+// (zero or holding NaN/Inf) and for rows of different elements of a batch.
+struct SampledRows {
+  const int* tau_a;
+  const int* tau_b;
+  const bool* usable_a;
+  const bool* usable_b;
+  const int* norm_a;  // nullptr: no norm factors
+  const int* norm_b;
+  int64_t m, n;  // rows per element of a and bt
+};
+OZAKI_HD double sampled_entry(double lanes_sum, int64_t i, int64_t j, const SampledRows& rows) {
+  if (!rows.usable_a[i] || !rows.usable_b[j] || i / rows.m != j / rows.n) return infinity();
+  if (rows.norm_a == nullptr) return lanes_sum;
+  return lanes_sum * norm_scale_times_two_to_the(rows.tau_a[i], rows.norm_a[i]) *
+         norm_scale_times_two_to_the(rows.tau_b[j], rows.norm_b[j]);
 }
 
 // floor(|a| 2^-tau 2^7): a lower bound of |a| 2^-tau on the grid 2^-7, at most 127.

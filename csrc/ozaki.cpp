@@ -29,10 +29,14 @@ TORCH_LIBRARY(ozaki, m) {
   m.def("magnitude_product(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, int total_k=0) -> Tensor");
   // The fixed-count check's sample (ozaki/fixed_counts.py): float64 (rows_a.size(0),
   // rows_b.size(0)), entry (r, c) = sum_l |a_il| 2^-tau_a_i |bt_jl| 2^-tau_b_j for i = rows_a[r],
-  // j = rows_b[c] (int64 indices of rows of the 2-D a (rows, k) and bt), summed in the one order of
-  // csrc/scheme.h (sampled_lane_sum): the same bits on every device. Non-finite entries count as 0.
-  m.def("sampled_magnitudes(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor rows_a, "
-        "Tensor rows_b) -> Tensor");
+  // j = rows_b[c] (int64 indices of rows of the flattened a (rows, k) and bt), summed in the one
+  // order of csrc/scheme.h (sampled_lane_sum): the same bits on every device. Non-finite entries
+  // count as 0. With norm scale codes, times c_i 2^tau_i c_j 2^tau_j; +Inf where a row is not
+  // usable or rows i and j belong to different elements (of m and n rows) of a batch
+  // (csrc/crt.h, sampled_entry).
+  m.def("sampled_magnitudes(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor usable_a, "
+        "Tensor usable_b, Tensor rows_a, Tensor rows_b, int m, int n, Tensor? norm_a, "
+        "Tensor? norm_b) -> Tensor");
   // C = a @ bt.T by Ozaki scheme I with FP16 slices (int8 = false) or INT8 slices (int8 = true);
   // bt holds B's columns as rows and tau_*, span_*, nonfinite_* are the row_stats of a and bt
   // (flattened when batched). nearest: correctly rounded result. (m, n) or (batch, m, n).

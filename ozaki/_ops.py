@@ -52,10 +52,14 @@ def magnitude_product(a, bt, stats_a, stats_b, total_k: int = 0) -> torch.Tensor
     return torch.ops.ozaki.magnitude_product(a, bt, stats_a[0], stats_b[0], total_k)
 
 
-def sampled_magnitudes(a, bt, tau_a, tau_b, rows_a, rows_b) -> torch.Tensor:
+def sampled_magnitudes(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m, n,
+                       norm_a=None, norm_b=None) -> torch.Tensor:
     """float64 (len(rows_a), len(rows_b)): sum_l |a_il| 2^-tau_a_i |bt_jl| 2^-tau_b_j for the rows
-    i = rows_a[r] of the 2-D a and j = rows_b[c] of bt, in one summation order on every device."""
-    return torch.ops.ozaki.sampled_magnitudes(a, bt, tau_a, tau_b, rows_a, rows_b)
+    i = rows_a[r] of the flattened a and j = rows_b[c] of bt, in one summation order on every
+    device; times c_i 2^tau_i c_j 2^tau_j with norm scale codes; +inf for rows not usable or of
+    different elements (m and n rows each) of a batch."""
+    return torch.ops.ozaki.sampled_magnitudes(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a,
+                                              rows_b, m, n, norm_a, norm_b)
 
 
 def gemm_slices(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool = False,

@@ -24,7 +24,6 @@ from fractions import Fraction
 import torch
 
 from . import _ops
-from .moduli import norm_scale_factor
 from .moduli import predicted_error as moduli_predicted_error
 from .planner import auto_plan, crt_plan, predicted_error
 
@@ -56,16 +55,6 @@ def _sampled(span, usable, count):
     return torch.cat([widest, _spaced(count, rows, span.device)])
 
 
-class Sample:
-    """The sampled entries of a product: `magnitudes` (rows, columns) holds
-    (|A||B|)_ij 2^-(tau_i + tau_j) (inf where the row or column is not usable, zero, NaN or Inf, or
-    where they belong to different elements of a batch), `rows_a` and `rows_b` the flattened row
-    indices of a and bt that the entries belong to."""
-
-    def __init__(self, magnitudes, rows_a, rows_b):
-        self.magnitudes, self.rows_a, self.rows_b = magnitudes, rows_a, rows_b
-
-
 def _sampled_elements(span_a, use_a, span_b, use_b):
     """The batch elements the check looks at (an element may come twice)."""
     elements = span_a.shape[0]
@@ -76,30 +65,35 @@ def _sampled_elements(span_a, use_a, span_b, use_b):
     return torch.cat(widest + [_spaced(SAMPLED_ELEMENTS, elements, span_a.device)])
 
 
-def sample_product(a, bt, stats_a, stats_b, usable_a, usable_b, combine_sum):
-    """The Sample of a @ bt^T for a (m, k), bt (n, k) or batches (E, m, k), (E, n, k);
-    combine_sum adds the magnitudes of k-shards up (identity on one device)."""
-    k = a.shape[-1]
-    m, n = a.shape[-2], bt.shape[-2]
+def _rows_of_elements(picked, span, usable):
+    """The flattened rows of the picked elements of an operand (span and usable viewed
+    (elements, rows)) that the check looks at: the same rows in each, chosen by their widest span
+    over those elements."""
+    rows = _sampled(torch.where(usable[picked], span[picked], -1).amax(0), usable[picked].any(0),
+                    SAMPLED_ROWS)
+    return (picked[:, None] * span.shape[1] + rows[None, :]).flatten()
+
+
+def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combine_sum):
+    """The sampled (|A||B|)_ij 2^-(tau_i + tau_j) (norms None: scheme I) or (|A||B|)_ij c_i c_j
+    (norms: the norm scale codes of a's and bt's rows, scheme II) of a @ bt^T, for a (m, k),
+    bt (n, k) or batches (E, m, k), (E, n, k); +inf where not usable. combine_sum adds k-shards'
+    values up (identity on one device)."""
+    k, m, n = a.shape[-1], a.shape[-2], bt.shape[-2]
     elements = a.shape[0] if a.dim() == 3 else 1
-    span_a, span_b = stats_a[1].view(elements, m), stats_b[1].view(elements, n)
-    use_a, use_b = usable_a.view(elements, m), usable_b.view(elements, n)
     if elements == 1:
-        rows_a, rows_b = _sampled(stats_a[1], usable_a, SAMPLED_ROWS), _sampled(stats_b[1], usable_b, SAMPLED_ROWS)
-    else:
+        rows_a = _sampled(stats_a[1], usable_a, SAMPLED_ROWS)
+        rows_b = _sampled(stats_b[1], usable_b, SAMPLED_ROWS)
+    else:  # the same elements for both operands
+        span_a, use_a = stats_a[1].view(elements, m), usable_a.view(elements, m)
+        span_b, use_b = stats_b[1].view(elements, n), usable_b.view(elements, n)
         picked = _sampled_elements(span_a, use_a, span_b, use_b)
-        rows = _sampled(torch.where(use_a[picked], span_a[picked], -1).amax(0),
-                        use_a[picked].any(0), SAMPLED_ROWS)
-        cols = _sampled(torch.where(use_b[picked], span_b[picked], -1).amax(0),
-                        use_b[picked].any(0), SAMPLED_ROWS)
-        rows_a = (picked[:, None] * m + rows[None, :]).flatten()
-        rows_b = (picked[:, None] * n + cols[None, :]).flatten()
-    magnitudes = combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt.reshape(-1, k),
-                                                     stats_a[0], stats_b[0], rows_a, rows_b))
-    unused = ~usable_a[rows_a][:, None] | ~usable_b[rows_b][None, :]
-    if elements > 1:
-        unused |= (rows_a // m)[:, None] != (rows_b // n)[None, :]
-    return Sample(magnitudes.masked_fill(unused, float("inf")), rows_a, rows_b)
+        rows_a = _rows_of_elements(picked, span_a, use_a)
+        rows_b = _rows_of_elements(picked, span_b, use_b)
+    norm_a, norm_b = norms if norms is not None else (None, None)
+    return combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt.reshape(-1, k), stats_a[0],
+                                               stats_b[0], usable_a, usable_b, rows_a, rows_b,
+                                               m, n, norm_a, norm_b))
 
 
 def smallest_positive(values) -> torch.Tensor:
@@ -169,14 +163,8 @@ class Check:
     def _smallest_magnitude(self, norms):
         """The smallest positive sampled (|A||B|)_ij 2^-(tau_i + tau_j) (scheme I) or
         (|A||B|)_ij c_i c_j (scheme II), over everything that shares the plan (1-element)."""
-        est = self.est
-        sample = est.fixed_count_sample()
-        values = sample.magnitudes
-        if norms is not None:  # times c 2^tau of the rows (exact factors)
-            factor_a = norm_scale_factor(est.stats_a[0][sample.rows_a], norms[0][sample.rows_a])
-            factor_b = norm_scale_factor(est.stats_b[0][sample.rows_b], norms[1][sample.rows_b])
-            values = values * factor_a[:, None] * factor_b[None, :]
-        return -est.combine_max(-smallest_positive(values).double().reshape(1))
+        smallest = smallest_positive(self.est.fixed_count_sample(norms)).reshape(1)
+        return smallest if not self.est.shared else -self.est.combine_max(-smallest)
 
     def finished(self):
         """The plan with its predicted error over the sample and, where that is far above native's

@@ -74,7 +74,8 @@ def _magnitude_product_fake(a, bt, tau_a, tau_b, total_k=0):
 
 
 @torch.library.register_fake("ozaki::sampled_magnitudes")
-def _sampled_magnitudes_fake(a, bt, tau_a, tau_b, rows_a, rows_b):
+def _sampled_magnitudes_fake(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m, n,
+                             norm_a=None, norm_b=None):
     return a.new_empty((rows_a.shape[0], rows_b.shape[0]), dtype=torch.float64)
 
 

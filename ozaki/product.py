@@ -182,11 +182,12 @@ class Estimates:
         """Sums over the parts of the inner dimension (one device: the values themselves)."""
         return values
 
-    def fixed_count_sample(self) -> fixed_counts.Sample:
-        """The sampled (|A||B|)_ij 2^-(tau_i + tau_j) that a fixed count's check reads."""
-        return fixed_counts.sample_product(self.a, self.bt, self.stats_a, self.stats_b,
-                                           _usable_rows(self.stats_a), _usable_rows(self.stats_b),
-                                           self.combine_sum)
+    def fixed_count_sample(self, norms=None):
+        """The sampled magnitudes that a fixed count's check reads (fixed_counts.sample_magnitudes;
+        norms: scheme II's norm scale codes of a's and bt's rows)."""
+        return fixed_counts.sample_magnitudes(self.a, self.bt, self.stats_a, self.stats_b,
+                                              _usable_rows(self.stats_a),
+                                              _usable_rows(self.stats_b), norms, self.combine_sum)
 
     def local_max_span(self):
         """The largest bit span of any row of A or column of B (row_stats), a 0-d tensor."""

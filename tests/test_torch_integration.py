@@ -64,10 +64,12 @@ def crt_magnitude_args(device, batch=None):
     return (a, bt, sa[0], sb[0], norm_a, norm_b, usable_a, usable_b)
 
 
-def sampled_args(device):
-    a, bt, sa, sb, *_ = row_operands(device)
-    rows = torch.tensor([4, 0, 0, 2], device=device)
-    return (a, bt, sa[0], sb[0], rows, torch.tensor([1, 3], device=device))
+def sampled_args(device, norms=False):
+    a, bt, sa, sb, norm_a, norm_b, usable_a, usable_b = row_operands(device, batch=2)
+    rows = torch.tensor([4, 0, 0, 7], device=device)
+    return (a.reshape(-1, a.shape[-1]), bt.reshape(-1, bt.shape[-1]), sa[0], sb[0], usable_a,
+            usable_b, rows, torch.tensor([1, 6], device=device), a.shape[1], bt.shape[1],
+            norm_a if norms else None, norm_b if norms else None)
 
 
 def int8_args(device):
@@ -112,6 +114,7 @@ OPCHECK_CASES = {
     "magnitude_product": (OPS.magnitude_product, magnitude_args),
     "magnitude_product-batched": (OPS.magnitude_product, lambda d: magnitude_args(d, 2)),
     "sampled_magnitudes": (OPS.sampled_magnitudes, sampled_args),
+    "sampled_magnitudes-norms": (OPS.sampled_magnitudes, lambda d: sampled_args(d, norms=True)),
     "gemm_slices-fp16": (OPS.gemm_slices, slices_args),
     "gemm_slices-fp16-nearest": (OPS.gemm_slices, lambda d: slices_args(d, nearest=True)),
     "gemm_slices-int8": (OPS.gemm_slices, lambda d: slices_args(d, int8=True)),

@@ -7,13 +7,14 @@ bits on the CPU and CUDA; a count the caller fixed warns where it is far below t
 import math
 import re
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 
 import ozaki
-from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
+from helpers import assert_bitwise_equal, cpu_and_cuda, scale_of, seeded
 from ozaki import accuracy
 from ozaki.fixed_counts import AccuracyWarning
 
@@ -239,12 +240,17 @@ def test_too_few_moduli_for_ordinary_data_warn_and_name_the_planned_count():
 # ---- the check's sample -------------------------------------------------------------------------
 
 
-def sampled_reference(a, bt, tau_a, tau_b, rows_a, rows_b, lanes=128):
+def sampled_reference(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m, n,
+                      norms=None, lanes=128):
     """ozaki::sampled_magnitudes in Python floats: lane t adds the terms l = t, t + 128, ... in
-    turn, then the lanes are added pairwise (csrc/scheme.h, sampled_lane_sum)."""
+    turn, then the lanes are added pairwise (csrc/scheme.h, sampled_lane_sum), then the norm
+    factors c 2^tau (scale_of of tests/helpers.py) or +inf (csrc/crt.h, sampled_entry)."""
     out = torch.empty(len(rows_a), len(rows_b), dtype=torch.float64)
     for r, i in enumerate(rows_a.tolist()):
         for c, j in enumerate(rows_b.tolist()):
+            if not (usable_a[i] and usable_b[j]) or i // m != j // n:
+                out[r, c] = math.inf
+                continue
             x = [abs(v) * 2.0 ** -tau_a[i] if math.isfinite(v) else 0.0 for v in a[i].tolist()]
             y = [abs(v) * 2.0 ** -tau_b[j] if math.isfinite(v) else 0.0 for v in bt[j].tolist()]
             sums = []
@@ -258,39 +264,62 @@ def sampled_reference(a, bt, tau_a, tau_b, rows_a, rows_b, lanes=128):
                 for t in range(stride):
                     sums[t] = sums[t] + sums[t + stride]
                 stride //= 2
-            out[r, c] = sums[0]
+            value = sums[0]
+            if norms is not None:
+                value = (value * float(scale_of(norms[0][i]) * Fraction(2) ** tau_a[i])
+                         * float(scale_of(norms[1][j]) * Fraction(2) ** tau_b[j]))
+            out[r, c] = value
     return out
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sampled_magnitudes_sum_in_one_order_on_every_device(device, dtype):
+@pytest.mark.parametrize("with_norms", [False, True], ids=["scheme I", "scheme II"])
+def test_sampled_magnitudes_sum_in_one_order_on_every_device(device, dtype, with_norms):
     g = seeded(9)
-    a = accuracy.phi_matrix(7, 700, 2.0, generator=g, dtype=dtype)
-    bt = accuracy.phi_matrix(5, 700, 2.0, generator=g, dtype=dtype)
-    a[2, 3], a[3, :] = float("inf"), 0.0  # non-finite entries count as 0; a zero row sums to 0
-    bt[1] *= 2.0 ** -1000 if dtype == torch.float64 else 2.0 ** -100
-    tau_a, tau_b = ozaki._ops.row_stats(a)[0], ozaki._ops.row_stats(bt)[0]
-    rows_a, rows_b = torch.tensor([6, 2, 3, 0, 2]), torch.tensor([1, 4, 0])
-    expected = sampled_reference(a, bt, tau_a.tolist(), tau_b.tolist(), rows_a, rows_b)
-    got = ozaki._ops.sampled_magnitudes(a.to(device), bt.to(device), tau_a.to(device),
-                                        tau_b.to(device), rows_a.to(device), rows_b.to(device))
+    a = accuracy.phi_matrix(8, 700, 2.0, generator=g, dtype=dtype)  # two elements of 4 rows
+    bt = accuracy.phi_matrix(6, 700, 2.0, generator=g, dtype=dtype)  # two elements of 3 rows
+    a[1, 3], a[2, :] = float("inf"), 0.0  # a row holding Inf and a zero row: not usable
+    bt[4] *= 2.0 ** -1000 if dtype == torch.float64 else 2.0 ** -100
+    stats_a, stats_b = ozaki._ops.row_stats(a), ozaki._ops.row_stats(bt)
+    usable_a, usable_b = (stats_a[1] > 0) & ~stats_a[2], (stats_b[1] > 0) & ~stats_b[2]
+    norms = ((ozaki._ops.row_norm_scales(a, stats_a[0]), ozaki._ops.row_norm_scales(bt, stats_b[0]))
+             if with_norms else None)
+    rows_a, rows_b = torch.tensor([6, 2, 3, 0, 1, 3]), torch.tensor([4, 5, 0, 1])
+    expected = sampled_reference(a, bt, stats_a[0].tolist(), stats_b[0].tolist(),
+                                 usable_a.tolist(), usable_b.tolist(), rows_a, rows_b, 4, 3,
+                                 None if norms is None else [x.tolist() for x in norms])
+    on_device = [t.to(device) for t in (a, bt, stats_a[0], stats_b[0], usable_a, usable_b,
+                                        rows_a, rows_b)]
+    got = ozaki._ops.sampled_magnitudes(*on_device, 4, 3,
+                                        *([None, None] if norms is None else
+                                          [x.to(device) for x in norms]))
     assert_bitwise_equal(got.cpu(), expected)
-    assert (got[2] == 0).all() and (got > 0).sum() == 12
+    # rows 2 (zero) and 1 (Inf) and pairs across the two elements are +inf, the rest positive
+    finite = torch.isfinite(expected)
+    assert finite.sum() == 8 and (expected[finite] > 0).all()
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_sampled_magnitudes_errors(device):
     a = torch.randn(4, 8, dtype=torch.float64, device=device)
     tau = ozaki._ops.row_stats(a)[0]
+    usable = torch.ones(4, dtype=torch.bool, device=device)
     rows = torch.tensor([0, 3], device=device)
+    call = ozaki._ops.sampled_magnitudes
     with pytest.raises(RuntimeError, match="rows_a must be a contiguous 1-D int64 tensor"):
-        ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows.int(), rows)
+        call(a, a, tau, tau, usable, usable, rows.int(), rows, 4, 4)
     with pytest.raises(RuntimeError, match="a and bt must have the same dtype and number of columns"):
-        ozaki._ops.sampled_magnitudes(a, a[:, :4].contiguous(), tau, tau, rows, rows)
+        call(a, a[:, :4].contiguous(), tau, tau, usable, usable, rows, rows, 4, 4)
+    with pytest.raises(RuntimeError, match="usable_a must be a contiguous 1-D Bool tensor of length 4"):
+        call(a, a, tau, tau, usable.int(), usable, rows, rows, 4, 4)
+    with pytest.raises(RuntimeError, match="m and n \\(rows per element\\) must be at least 1, got 0"):
+        call(a, a, tau, tau, usable, usable, rows, rows, 0, 4)
+    with pytest.raises(RuntimeError, match="norm_a and norm_b must be given together"):
+        call(a, a, tau, tau, usable, usable, rows, rows, 4, 4, tau, None)
     if device == "cpu":
         with pytest.raises(RuntimeError, match=r"rows_b\[1\] = 4 is not a row of bt \(4 rows\)"):
-            ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows, torch.tensor([0, 4]))
+            call(a, a, tau, tau, usable, usable, rows, torch.tensor([0, 4]), 4, 4)
     else:  # the GPU cannot stop on a value: the entry is NaN
-        out = ozaki._ops.sampled_magnitudes(a, a, tau, tau, rows, torch.tensor([0, 4], device=device))
+        out = call(a, a, tau, tau, usable, usable, rows, torch.tensor([0, 4], device=device), 4, 4)
         assert out[:, 1].isnan().all() and out[:, 0].isfinite().all()

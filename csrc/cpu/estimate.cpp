@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <utility>
 
 #include "../checks.h"
@@ -65,10 +66,14 @@ double sampled_magnitude(const T* a_row, int tau_a, const T* b_row, int tau_b, i
 }
 
 at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                              const at::Tensor& tau_b, const at::Tensor& rows_a,
-                              const at::Tensor& rows_b) {
+                              const at::Tensor& tau_b, const at::Tensor& usable_a,
+                              const at::Tensor& usable_b, const at::Tensor& rows_a,
+                              const at::Tensor& rows_b, int64_t m, int64_t n,
+                              const std::optional<at::Tensor>& norm_a,
+                              const std::optional<at::Tensor>& norm_b) {
   constexpr const char* op = "ozaki::sampled_magnitudes";
-  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, rows_a, rows_b, op);
+  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m,
+                                     n, norm_a, norm_b, op);
   const int64_t count_a = rows_a.size(0), count_b = rows_b.size(0), k = a.size(1);
   const int64_t* index_a = rows_a.const_data_ptr<int64_t>();
   const int64_t* index_b = rows_b.const_data_ptr<int64_t>();
@@ -80,18 +85,18 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
     TORCH_CHECK(index_b[c] >= 0 && index_b[c] < bt.size(0), op, ": rows_b[", c, "] = ",
                 index_b[c], " is not a row of bt (", bt.size(0), " rows)");
   }
+  const SampledRows rows = sampled_rows(tau_a, tau_b, usable_a, usable_b, m, n, norm_a, norm_b);
   at::Tensor out = at::empty({count_a, count_b}, a.options().dtype(at::kDouble));
   double* out_data = out.mutable_data_ptr<double>();
-  const int* tau_a_data = tau_a.const_data_ptr<int>();
-  const int* tau_b_data = tau_b.const_data_ptr<int>();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const scalar_t* a_data = a.const_data_ptr<scalar_t>();
     const scalar_t* b_data = bt.const_data_ptr<scalar_t>();
     at::parallel_for(0, count_a * count_b, 1, [&](int64_t begin, int64_t end) {
       for (int64_t pair = begin; pair < end; ++pair) {
         const int64_t i = index_a[pair / count_b], j = index_b[pair % count_b];
-        out_data[pair] = sampled_magnitude(a_data + i * k, tau_a_data[i], b_data + j * k,
-                                           tau_b_data[j], k);
+        const double sum = sampled_magnitude(a_data + i * k, rows.tau_a[i], b_data + j * k,
+                                             rows.tau_b[j], k);
+        out_data[pair] = sampled_entry(sum, i, j, rows);
       }
     });
   });

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <utility>
 
 #include "../checks.h"
@@ -90,13 +91,13 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
 }
 
 // One block of kSampleLanes threads per entry (r, c) of ozaki::sampled_magnitudes: thread t sums
-// lane t, then the lanes are added pairwise in csrc/scheme.h's order (the CPU kernel's). An index
-// outside its operand gives NaN.
+// lane t, then the lanes are added pairwise in csrc/scheme.h's order (the CPU kernel's) and the
+// sum goes through sampled_entry. An index outside its operand gives NaN.
 template <typename T>
 __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, const T* bt,
-                                          int64_t rows_b_total, int64_t k, const int* tau_a,
-                                          const int* tau_b, const int64_t* rows_a,
-                                          const int64_t* rows_b, int64_t count_b, double* out) {
+                                          int64_t rows_b_total, int64_t k, SampledRows rows,
+                                          const int64_t* rows_a, const int64_t* rows_b,
+                                          int64_t count_b, double* out) {
   __shared__ double lanes[kSampleLanes];
   const int64_t pair = blockIdx.x;
   const int64_t i = rows_a[pair / count_b], j = rows_b[pair % count_b];
@@ -105,35 +106,40 @@ __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, cons
     return;
   }
   const int t = threadIdx.x;
-  lanes[t] = sampled_lane_sum(a + i * k, tau_a[i], bt + j * k, tau_b[j], k, t);
+  lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], bt + j * k, rows.tau_b[j], k, t);
   __syncthreads();
   for (int stride = kSampleLanes / 2; stride > 0; stride /= 2) {
     if (t < stride) lanes[t] = lanes[t] + lanes[t + stride];
     __syncthreads();
   }
-  if (t == 0) out[pair] = lanes[0];
+  if (t == 0) out[pair] = sampled_entry(lanes[0], i, j, rows);
 }
 
 at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
-                              const at::Tensor& tau_b, const at::Tensor& rows_a,
-                              const at::Tensor& rows_b) {
+                              const at::Tensor& tau_b, const at::Tensor& usable_a,
+                              const at::Tensor& usable_b, const at::Tensor& rows_a,
+                              const at::Tensor& rows_b, int64_t m, int64_t n,
+                              const std::optional<at::Tensor>& norm_a,
+                              const std::optional<at::Tensor>& norm_b) {
   constexpr const char* op = "ozaki::sampled_magnitudes";
-  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, rows_a, rows_b, op);
-  check_same_device(a, {&bt, &tau_a, &tau_b, &rows_a, &rows_b}, op);
+  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m,
+                                     n, norm_a, norm_b, op);
+  check_same_device(a, {&bt, &tau_a, &tau_b, &usable_a, &usable_b, &rows_a, &rows_b}, op);
+  if (norm_a.has_value()) check_same_device(a, {&*norm_a, &*norm_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   const int64_t count_a = rows_a.size(0), count_b = rows_b.size(0);
   at::Tensor out = at::empty({count_a, count_b}, a.options().dtype(at::kDouble));
   if (count_a == 0 || count_b == 0) return out;
   TORCH_CHECK(count_a * count_b < (int64_t(1) << 31), op, ": at most 2^31 - 1 entries, got ",
               count_a, " x ", count_b);
+  const SampledRows rows = sampled_rows(tau_a, tau_b, usable_a, usable_b, m, n, norm_a, norm_b);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     sampled_magnitudes_kernel<scalar_t>
         <<<static_cast<unsigned>(count_a * count_b), kSampleLanes, 0,
            at::cuda::getCurrentCUDAStream()>>>(
             a.const_data_ptr<scalar_t>(), a.size(0), bt.const_data_ptr<scalar_t>(), bt.size(0),
-            a.size(1), tau_a.const_data_ptr<int>(), tau_b.const_data_ptr<int>(),
-            rows_a.const_data_ptr<int64_t>(), rows_b.const_data_ptr<int64_t>(), count_b,
-            out.mutable_data_ptr<double>());
+            a.size(1), rows, rows_a.const_data_ptr<int64_t>(), rows_b.const_data_ptr<int64_t>(),
+            count_b, out.mutable_data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;
