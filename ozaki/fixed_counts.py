@@ -18,6 +18,8 @@ on a side stream after the product is launched, and the call waits for the check
 
 import dataclasses
 import math
+import os
+import sys
 import warnings
 from fractions import Fraction
 
@@ -113,7 +115,13 @@ def warning_text(option: str, count: int, suggested) -> str:
 
 
 def warn(text: str):
-    warnings.warn(text, AccuracyWarning, stacklevel=3)
+    """Issues the AccuracyWarning at the caller's line: the first frame outside ozaki and torch
+    (the product runs inside a torch operator), so the default filter shows it once per line."""
+    inside = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, AccuracyWarning, stacklevel=level)
 
 
 class _HostScalar:

@@ -122,12 +122,14 @@ def exact_fallback_plan(k: int, dtype: torch.dtype, max_span: int, fast,
     is the exact product rounded once. Entries its slices leave undecided are computed exactly from
     the inputs (docs/accuracy.md, "Rows of wide span")."""
     plan = nearest_plan(k, dtype, max_span, None, fast, digits)
-    full = plan.full_split_slices
-    why = "in fast mode" if fast else f"and the full split needs {full} slices, over {MAX_SLICES}"
+    if fast:
+        why, undecided = "in fast mode", "the entries its pairs leave undecided"
+    else:
+        why = f"and the full split needs {plan.full_split_slices} slices, over {MAX_SLICES}"
+        undecided = (f"the entries of rows or columns spanning more than the {plan.bits_captured} "
+                     "bits of its slices that these leave undecided")
     reason = (f"exact: no truncated split can be shown to meet the error bound {why} (rows span "
-              f"up to {max_span} bits); the entries of rows or columns spanning more than the "
-              f"{plan.bits_captured} bits of its slices that these leave undecided are computed "
-              "exactly from the inputs")
+              f"up to {max_span} bits); {undecided} are computed exactly from the inputs")
     return dataclasses.replace(plan, reason=reason)
 
 
