@@ -147,6 +147,7 @@ def test_complex_batched_and_drop_in_calls(device):
     ours = accuracy.componentwise_error(stacked, exact, rows, cols)
     theirs = accuracy.componentwise_error(torch.cat([native.real, native.imag]), exact, rows, cols)
     assert ours <= 2 * theirs, (ours, theirs)
+    assert_bitwise_equal(product, ozaki.matmul(Z.cpu(), W.cpu()))
     # batched: one plan for the batch, every element no worse than native
     batch_a, batch_b = torch.stack([A, A2]), torch.stack([B, B2])
     C = ozaki.matmul(batch_a.to(device), batch_b.to(device)).cpu()
