@@ -47,7 +47,7 @@ import mpmath
 import numpy as np
 import torch
 
-from .moduli import times_two_to_the
+from .moduli import power_of_two
 
 __all__ = [
     "exact_matmul",
@@ -675,6 +675,13 @@ _LN_2_LOW = 1.90821492927058770002e-10
 _TAYLOR_DEGREE = 14
 
 
+def _times_two_to_the(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """x 2^exponent (integer-valued exponents, |exponent| <= 2044) in two exact halves, so that the
+    exponent may leave the normal range of one factor."""
+    half = torch.div(exponent.long(), 2, rounding_mode="floor")
+    return x * power_of_two(half) * power_of_two(exponent.long() - half)
+
+
 def _portable_exp(x: torch.Tensor) -> torch.Tensor:
     """exp(x) in float64 from basic IEEE operations only, so that a seed gives the same inputs on
     every machine: torch.exp's vectorised CPU kernels differ in the last bit between instruction
@@ -687,7 +694,7 @@ def _portable_exp(x: torch.Tensor) -> torch.Tensor:
     polynomial = torch.ones_like(t)
     for degree in range(_TAYLOR_DEGREE, 0, -1):
         polynomial = polynomial * t * (1.0 / degree) + 1.0
-    return times_two_to_the(polynomial, n.clamp(-2044, 2044))
+    return _times_two_to_the(polynomial, n.clamp(-2044, 2044))
 
 
 def phi_matrix(

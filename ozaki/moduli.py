@@ -46,21 +46,6 @@ def power_of_two(exponent):
     return ((exponent.long() + 1023) << 52).view(torch.float64)
 
 
-def times_two_to_the(x, exponent):
-    """x 2^exponent (float64; integer-valued exponents with |exponent| <= 2044), in two exact
-    halves so that the exponent may leave the normal range of one factor: rounded only where the
-    result is subnormal."""
-    half = torch.div(exponent.long(), 2, rounding_mode="floor")
-    return x * power_of_two(half) * power_of_two(exponent.long() - half)
-
-
-def norm_scale_factor(tau, codes):
-    """c 2^tau for rows with exponents tau and norm scale codes `codes` (int tensors), as exact
-    doubles (tau + log2(c) lies within a few dozen of 0: csrc/crt.h, norm_scale_code)."""
-    significand, exponent = scale_parts(codes)
-    return significand.double() * power_of_two(tau.long() + exponent)
-
-
 def scale_value(code: int):
     """The exact Fraction c = (16 + f) 2^(e - 4) of scale code 16 e + f."""
     fraction = 1 << SCALE_FRACTION_BITS

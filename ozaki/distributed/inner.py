@@ -65,7 +65,8 @@ def norm_scales_from_sums(square_sums, tau):
 
 def norm_scale_factor(tau, codes):
     """c 2^(tau - 7) for norm scale codes (csrc/crt.h magnitude_factor): exact doubles."""
-    return crt.norm_scale_factor(tau.long() - 7, codes)
+    significand, exponent = crt.scale_parts(codes)
+    return significand.double() * crt.power_of_two(tau.long() + exponent - 7)
 
 
 class InnerEstimates(Estimates):
