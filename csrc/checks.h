@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "crt.h"
+#include "crt_exact.h"
 #include "scheme.h"
 
 namespace ozaki {
@@ -245,6 +246,24 @@ inline ProductShape check_gemm_crt_arguments(const at::Tensor& a, const at::Tens
   check_moduli(moduli, op);
   check_operand_vector(scale_a, shape, true, at::kInt, op, "scale_a");
   check_operand_vector(scale_b, shape, false, at::kInt, op, "scale_b");
+  check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
+  check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
+  return shape;
+}
+
+// The arguments of ozaki::gemm_crt_exact: gemm_crt's, with int32 row exponents and
+// 1 <= moduli <= 32.
+inline ProductShape check_gemm_crt_exact_arguments(const at::Tensor& a, const at::Tensor& bt,
+                                                   const at::Tensor& exponent_a,
+                                                   const at::Tensor& exponent_b,
+                                                   const at::Tensor& nonfinite_a,
+                                                   const at::Tensor& nonfinite_b, int64_t moduli,
+                                                   const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
+  TORCH_CHECK(moduli >= 1 && moduli <= kExactMaxModuli, op, ": moduli must be in [1, ",
+              kExactMaxModuli, "], got ", moduli);
+  check_operand_vector(exponent_a, shape, true, at::kInt, op, "exponent_a");
+  check_operand_vector(exponent_b, shape, false, at::kInt, op, "exponent_b");
   check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
   check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
   return shape;

@@ -113,6 +113,14 @@ OZAKI_HD RowScale row_scale(int code) {
   return {fraction + (code & (fraction - 1)), (code >> kScaleFractionBits) - kScaleFractionBits};
 }
 
+// RN(m 2^-d) for 0 < d < 64, ties to even.
+OZAKI_HD uint64_t shift_right_to_nearest(uint64_t m, int d) {
+  const uint64_t kept = m >> d;
+  const uint64_t rest = m & ((uint64_t(1) << d) - 1);
+  const uint64_t half = uint64_t(1) << (d - 1);
+  return kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
+}
+
 // RN(a * c) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
 // |a| c <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot).
 OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
@@ -128,11 +136,7 @@ OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
   } else if (t <= -64) {
     magnitude = 0;  // below 2^-6 of one unit (significand < 2^58)
   } else {
-    const int d = -t;
-    const uint64_t kept = significand >> d;
-    const uint64_t rest = significand & ((uint64_t(1) << d) - 1);
-    const uint64_t half = uint64_t(1) << (d - 1);
-    magnitude = kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
+    magnitude = shift_right_to_nearest(significand, -t);
   }
   return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }

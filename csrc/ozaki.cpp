@@ -68,6 +68,13 @@ TORCH_LIBRARY(ozaki, m) {
   m.def(
       "gemm_crt(Tensor a, Tensor bt, Tensor scale_a, Tensor scale_b, Tensor nonfinite_a, "
       "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
+  // C = a @ bt.T, correctly rounded: rows of a scaled by 2^exponent_a_i and of bt by 2^exponent_b_j
+  // (exponents that make every entry an integer; others are rounded to integers first), their
+  // product rebuilt exactly from INT8 residues of the first `moduli` (up to 32) moduli and rounded
+  // once. The exponents must keep |A'B'| below P / 2. (m, n) or (batch, m, n).
+  m.def(
+      "gemm_crt_exact(Tensor a, Tensor bt, Tensor exponent_a, Tensor exponent_b, "
+      "Tensor nonfinite_a, Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
   // ---- k-sharded products (docs/distributed.md): a rank holds columns [k0, k0 + k) of A's rows and
   // the same rows of B; tau/span/scale are the whole rows' (the same on every rank). Each operator
   // below returns integers (or values on a fixed grid) whose sum over the shards is exact in any

@@ -104,6 +104,20 @@ def gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli: int, workspace: 
                                     workspace)
 
 
+def integer_exponents(stats):
+    """Per row, the exponent E that makes every entry of the row an integer: minus the exponent
+    of its lowest set bit (row_stats: tau - span), int32; 0 for a zero row."""
+    return (stats[1] - stats[0]).int()
+
+
+def gemm_crt_exact(a, bt, stats_a, stats_b, moduli: int, workspace: int = 0):
+    """a @ bt.T by exact scheme II, correctly rounded: rows scaled by 2^E to integers
+    (integer_exponents), their product rebuilt exactly from `moduli` INT8 residue products."""
+    return torch.ops.ozaki.gemm_crt_exact(a, bt, integer_exponents(stats_a),
+                                          integer_exponents(stats_b), stats_a[2], stats_b[2],
+                                          moduli, workspace)
+
+
 # ---- k-sharded products (csrc/ozaki.cpp; ozaki/distributed/inner.py) -----------------------------
 
 def slice_levels(a, bt, tau_a, tau_b, slices: int, fast: bool, int8: bool, total_k: int,

@@ -110,6 +110,12 @@ def _gemm_crt_fake(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, wo
     return a.new_empty(_product_shape(a, bt))
 
 
+@torch.library.register_fake("ozaki::gemm_crt_exact")
+def _gemm_crt_exact_fake(a, bt, exponent_a, exponent_b, nonfinite_a, nonfinite_b, moduli,
+                         workspace_bytes):
+    return a.new_empty(_product_shape(a, bt))
+
+
 @torch.library.register_fake("ozaki::int8_matmul")
 def _int8_matmul_fake(a, bt):
     return a.new_empty(_product_shape(a, bt), dtype=torch.int32)

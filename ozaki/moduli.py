@@ -26,6 +26,24 @@ RECONSTRUCTION_MARGIN_BITS = 30
 SCALE_FRACTION_BITS = 4
 
 
+#: Moduli of exact scheme II (csrc/crt_exact.h, kExactModuli): MODULI, then the primes from 191
+#: down to 71.
+EXACT_MODULI = MODULI + (191, 181, 179, 173, 167, 163, 157, 151, 149, 139, 137, 131, 127, 113,
+                         109, 107, 103, 101, 97, 89, 83, 79, 73, 71)
+MAX_EXACT_MODULI = len(EXACT_MODULI)
+
+
+def exact_moduli(bound: Fraction):
+    """Fewest exact-scheme-II moduli whose product P recovers every integer of magnitude up to
+    `bound` (P / 2 - P 2^-30 >= bound, the reconstruction's margin); None when 40 cannot."""
+    product = 1
+    for count, p in enumerate(EXACT_MODULI, start=1):
+        product *= p
+        if Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS) >= bound:
+            return count
+    return None
+
+
 def times_power_of_two(codes, t: int):
     """The codes of the scales c 2^t for scale codes `codes` (an int tensor): 16 t added, int32."""
     return (codes + (t << SCALE_FRACTION_BITS)).int()

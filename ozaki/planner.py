@@ -231,3 +231,18 @@ def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digit
                      exact=exact, rounding=rounding, reason=reason,
                      predicted_error=level,
                      native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype], backend=digits)
+
+
+def exact_crt_plan(k: int, dtype: torch.dtype, bound: Fraction, rounding, reason: str):
+    """Exact scheme II (docs/accuracy.md, "Exact scheme II"): rows scaled by powers of two to
+    integers, so nothing is truncated, and the fewest moduli whose product recovers every
+    |A'B'|_ij <= bound; the product is computed exactly and rounded once. None when 32 moduli
+    cannot hold the bound (the caller plans another exact path)."""
+    count = crt.exact_moduli(bound)
+    if count is None:
+        return None
+    bits = math.ceil(math.log2(bound) / 2) if bound > 1 else 0
+    return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=bits,
+                     full_split_slices=None, exact=True, rounding=rounding, reason=reason,
+                     predicted_error=0.0, native_level=math.sqrt(k) * 2.0 ** -SIGNIFICAND_BITS[dtype],
+                     backend="crt", moduli=count)

@@ -4,12 +4,13 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import torch
 
 from . import _ops, fixed_counts
 from . import moduli as crt
-from .planner import auto_plan, crt_plan, nearest_plan, requested_plan
+from .planner import auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
 ROUNDING_MODES = (None, "nearest")
@@ -115,9 +116,9 @@ def _row_stats_and_norms(x):
 
 
 def _scheme_two_considered(k, slices, fast, rounding, backend):
-    """Whether _plan_for looks at scheme II for these options (it then needs the rows' norm
-    scales)."""
-    return (rounding is None and backend in ("auto", "crt") and slices is None and fast is None
+    """Whether _plan_for looks at scheme II (truncated, or exact for rounding="nearest") for these
+    options (it then needs the rows' norm scales)."""
+    return (backend in ("auto", "crt") and slices is None and fast is None
             and k <= crt.MAX_INNER)
 
 
@@ -221,6 +222,31 @@ class Estimates:
         return (_ops.row_norm_scales(_flat_rows(self.a), self.stats_a[0]),
                 _ops.row_norm_scales(_flat_rows(self.bt), self.stats_b[0]))
 
+    def exact_norm_bound(self, norm_a, norm_b) -> Fraction:
+        """Exact scheme II: an upper bound of every |A'B'|_ij, A' and B' the rows scaled to
+        integers (_ops.integer_exponents), from the rows' norm scales by Cauchy-Schwarz."""
+        local = torch.stack([_largest_integer_norm(self.stats_a, norm_a),
+                             _largest_integer_norm(self.stats_b, norm_b)])
+        bound_a, bound_b = self.combine_max(local).tolist()
+        # each float64 2^q / g is within a rounding of the exact ratio
+        return Fraction(bound_a) * Fraction(bound_b) * (1 + Fraction(1, 1 << 50)) ** 2
+
+    def exact_entry_bound(self) -> Fraction:
+        """Exact scheme II: an upper bound of every |A'B'|_ij, tighter than exact_norm_bound
+        where rows put huge and tiny entries side by side (units rescaled by 1e20): with
+        |A'_il| < 2^u_l for every row i and |B'_lj| < 2^v_l for every column j (the largest
+        exponents of column l of A' and row l of B'), |A'B'|_ij < sum_l 2^(u_l + v_l)."""
+        u = _column_exponents(self.a, self.stats_a)
+        v = _column_exponents(self.bt, self.stats_b)
+        u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
+        # per element of a batch; exponents are clamped to 900 so that the sum stays finite (a
+        # bound that large rules exact scheme II out)
+        exponents = (u + v).view(-1, self.k)
+        terms = crt.power_of_two(exponents.clamp(-1000, 900)).masked_fill(exponents < -2000, 0.0)
+        bound = terms.sum(dim=1).amax().item()
+        # the float64 sum of k terms errs by under k 2^-53 relative
+        return Fraction(bound) * (1 + Fraction(self.k, 1 << 52))
+
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
         (c: the norm scales)."""
@@ -232,6 +258,45 @@ class Estimates:
         negated, span = self.combine_max(local).tolist()
         self._max_span = int(span)
         return -negated
+
+
+def _largest_integer_norm(stats, codes):
+    """max over usable rows of 2^E ||row||_2 <= 2^E / c (E: the exponent that makes the row's
+    entries integers, c: its norm scale, ||row||_2 c <= 1) as the float64 2^(E - e) / g for
+    c = g 2^e; 0 when no row is usable. Exponents are clamped to +-1000: a bound that large rules
+    exact scheme II out anyway, and a smaller one only grows."""
+    usable = _usable_rows(stats)
+    if not bool(usable.numel()):
+        return torch.zeros((), dtype=torch.float64, device=codes.device)
+    significand, exponent = crt.scale_parts(codes)
+    q = _ops.integer_exponents(stats).long() - exponent
+    ratio = crt.power_of_two(q.clamp(-1000, 1000)) / significand.double()
+    return ratio.masked_fill(~usable, 0.0).amax()
+
+
+#: Entries that _column_exponents reads at once (its temporaries take 12 bytes per entry).
+_BOUND_CHUNK_ENTRIES = 1 << 26
+
+
+def _column_exponents(x, stats):
+    """Per element of a batch and column l of its rows (scaled to integers by
+    _ops.integer_exponents): the largest exponent e with |x'_il| < 2^e over the usable rows i, as
+    int64 (batch * k,); -10000 where the column holds no nonzero entry of a usable row. Rows are
+    read in chunks, so the temporaries stay small."""
+    k = x.shape[-1]
+    rows = x.reshape(-1, x.shape[-2], k)
+    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1)
+    usable = _usable_rows(stats).view(rows.shape[0], -1)
+    chunk = max(1, _BOUND_CHUNK_ENTRIES // max(k, 1))
+    out = torch.full((rows.shape[0], k), -10000, dtype=torch.int64, device=x.device)
+    for e in range(rows.shape[0]):
+        for i0 in range(0, rows.shape[1], chunk):
+            part = rows[e, i0:i0 + chunk]
+            _, exponent = torch.frexp(part)
+            exponent = exponent.long() + exponents[e, i0:i0 + chunk, None]
+            keep = (part != 0) & usable[e, i0:i0 + chunk, None]
+            out[e] = torch.maximum(out[e], exponent.masked_fill(~keep, -10000).amax(dim=0))
+    return out.flatten()
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
@@ -287,15 +352,27 @@ class _CrtInputs:
                 _ops.crt_row_scales(self.norm_b, self.est.stats_b, t_b))
 
 
-def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
+def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None,
+              exact_scheme_two=True):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
-    crt_inputs is set when the plan is scheme II. est: the operands' Estimates."""
+    crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
+    whether exact scheme II may run (k-sharded products have no operator for it)."""
     k = est.k
-    if rounding == "nearest":  # the exact INT8 split is the cheapest correctly rounded path
+    considered = _scheme_two_considered(k, slices, fast, rounding, backend)
+    if rounding == "nearest":
         digits = "fp16" if backend == "fp16" else "int8"
-        reason = ("correctly rounded (INT8 scheme I: scheme II truncates)" if backend == "crt"
-                  else "correctly rounded")
-        return _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason), None
+        plan = _scheme_one_plan(est, dtype, slices, fast, rounding, digits, "correctly rounded")
+        if not (considered and exact_scheme_two):
+            return plan, None
+        inputs = _CrtInputs(est)
+        exact = _exact_crt_plan(est, dtype, inputs, "nearest", "correctly rounded")
+        if exact is not None and exact.gemms < _int8_cost(plan):
+            return exact, inputs
+        if backend == "crt":
+            why = (f"exact scheme II needs more than {crt.MAX_EXACT_MODULI} moduli" if exact is None
+                   else "cheaper than exact scheme II")
+            plan = dataclasses.replace(plan, reason=f"correctly rounded (INT8 scheme I: {why})")
+        return plan, None
     if backend in ("fp16", "int8"):
         return _scheme_one_plan(est, dtype, slices, fast, None, backend), None
     if backend == "auto" and (slices is not None or fast is not None):
@@ -308,17 +385,45 @@ def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None):
     inputs = _CrtInputs(est)
     magnitude = None if moduli is not None else inputs.magnitude()
     plan = crt_plan(k, dtype, magnitude, moduli)
+    if moduli is not None:
+        return plan, inputs
+    exact = _exact_crt_plan(est, dtype, inputs, None, "exact") if exact_scheme_two else None
+    if exact is not None and (plan is None or exact.gemms < plan.gemms):
+        # the truncated plan cannot meet the bound or costs more: the exact product, unless the
+        # exact INT8 split (short rows) is cheaper still
+        exact_int8 = _exact_int8_plan(est, dtype) if backend == "auto" else None
+        if exact_int8 is not None and exact_int8.gemms <= exact.gemms:
+            return exact_int8, None
+        why = ("its estimate cannot resolve every entry" if magnitude == 0
+               else f"{crt.MAX_MODULI} moduli cannot meet the error bound" if plan is None
+               else f"the truncated plan needs {plan.moduli} moduli")
+        return dataclasses.replace(exact, reason=f"exact scheme II: {why}"), inputs
     if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
         fallback = (_fastest_scheme_one(est, dtype) if backend == "auto"
                     else _scheme_one_plan(est, dtype, None, None, None, "int8"))
         why = ("its estimate cannot resolve every entry" if magnitude == 0
                else f"{crt.MAX_MODULI} moduli cannot meet the error bound")
         return dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: {why}"), None
-    if backend == "auto" and moduli is None:
-        exact = _exact_int8_plan(est, dtype)
-        if exact.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
-            return exact, None
+    if backend == "auto":
+        exact_int8 = _exact_int8_plan(est, dtype)
+        if exact_int8.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
+            return exact_int8, None
     return plan, inputs
+
+
+def _int8_cost(plan):
+    """A plan's GEMMs in INT8-GEMM units (an FP16 GEMM counts two: the H100 runs INT8 about twice
+    as fast)."""
+    return plan.gemms * (2 if plan.backend == "fp16" else 1)
+
+
+def _exact_crt_plan(est, dtype, inputs, rounding, reason):
+    """Exact scheme II's plan (rows scaled to integers, enough moduli for the exact product), or
+    None when 32 moduli cannot hold it."""
+    bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
+    if crt.exact_moduli(bound) is None:  # Cauchy-Schwarz is loose for rows of wide span
+        bound = min(bound, est.exact_entry_bound())
+    return exact_crt_plan(est.k, dtype, bound, rounding, reason)
 
 
 def _exact_int8_plan(est, dtype):
@@ -338,7 +443,7 @@ def _fastest_scheme_one(est, dtype):
     kinds = ("int8", "fp16") if digit_bits_for(k) >= 1 else ("int8",)
     span, smallest = est.span_and_magnitude()  # shared by both
     plans = [auto_plan(k, dtype, span, smallest, None, digits) for digits in kinds]
-    return min(plans, key=lambda p: p.gemms * (1 if p.backend == "int8" else 2))
+    return min(plans, key=_int8_cost)
 
 
 def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None, rounding=None,
@@ -346,7 +451,9 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
     ready = _check_inputs_ready(plan, est)
-    if plan.backend == "crt":
+    if plan.backend == "crt" and plan.exact:
+        C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes())
+    elif plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
                           _ops.workspace_bytes())

@@ -71,7 +71,8 @@ class SlicePlan:
     bits_captured: int       # scheme I: bits below each row's leading power of two the slices
                              # hold; scheme II: bits of each scaled row's 2-norm bound (t_a)
     full_split_slices: Optional[int]  # slices the exact (zero-remainder) split needs
-    exact: bool              # all pairs of the full split: the sum is the exact product
+    exact: bool              # the product is computed exactly and rounded once: all pairs of the
+                             # full split, or exact scheme II (rows scaled to integers)
     rounding: Optional[str]  # "nearest": every entry rounded once from the exact product (asked
                              # for, or the default's exact fallback); else None
     reason: str              # why this plan: "error bound", "exact", "requested",
@@ -86,7 +87,8 @@ class SlicePlan:
 
     def __str__(self):
         if self.backend == "crt":
-            text = (f"crt: {self.moduli} moduli ({self.gemms} INT8 GEMMs), rows scaled to "
+            scaling = "to exact integers with" if self.exact else "to"
+            text = (f"crt: {self.moduli} moduli ({self.gemms} INT8 GEMMs), rows scaled {scaling} "
                     f"{self.bits_captured}-bit norms; {self.reason}")
         else:
             mode = "fast" if self.fast else "all pairs"

@@ -2,9 +2,9 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
-# all = tests + bench + study + batched + profile + wide. The study step writes study.csv (the accuracy
+# all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
@@ -14,6 +14,8 @@
 # blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
 # kernels (not in all) writes crt_kernels.log: scheme II's element-wise passes alone against their memory floor, and
 # GPU == host bits of the reconstruction (scripts/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
+# exact writes exact_crt.log/json (exact scheme II against native: scripts/exact_crt_bench.py; EXACT_SIZES
+# and EXACT_DRAWS override its sizes and draws);
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
 # ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py).
 set -uo pipefail
@@ -75,6 +77,11 @@ fi
 if wants wide; then
   echo "== rows of wide span"
   python3 scripts/wide_span_bench.py --out "$OUT" ${WIDE_SIZES:+--sizes $WIDE_SIZES} ${WIDE_PARTS:+--parts $WIDE_PARTS} 2>&1 | tee "$OUT/wide_spans.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if wants exact; then
+  echo "== exact scheme II"
+  python3 scripts/exact_crt_bench.py --out "$OUT" ${EXACT_SIZES:+--sizes $EXACT_SIZES} ${EXACT_DRAWS:+--draws $EXACT_DRAWS} 2>&1 | tee "$OUT/exact_crt.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,distributed,* ]]; then

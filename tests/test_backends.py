@@ -558,12 +558,17 @@ def assert_meets_plan(C, A, B, plan, reference):
 def test_auto_picks_crt_for_phi_half_data(dtype, k):
     A, B = phi_pair(2, k, 3, 0.5, seed=110 + k, dtype=dtype)
     plan = ozaki.plan(A, B)
-    assert plan.backend == "crt" and plan.reason == "error bound"
-    assert plan.gemms == plan.moduli
+    assert plan.backend == "crt" and plan.gemms == plan.moduli
+    assert plan == ozaki.plan(A, B, backend="crt")
+    truncated = planner.crt_plan(k, dtype, product_magnitude(A, B))
+    if plan.exact:  # exact scheme II needs fewer moduli than the truncated plan (short rows)
+        assert plan.moduli < truncated.moduli
+        assert plan.reason == f"exact scheme II: the truncated plan needs {truncated.moduli} moduli"
+        plan = truncated
+    assert plan.reason == "error bound"
     assert moduli.smallest_moduli(k) <= plan.moduli <= moduli.MAX_MODULI
     assert plan.bits_captured == moduli.scale_bits(plan.moduli, k)[0]
     assert plan.predicted_error <= unit_roundoff(dtype)
-    assert plan == ozaki.plan(A, B, backend="crt")
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -600,34 +605,31 @@ def crt_unreachable_pair(case, dtype):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ["phi 4", "rows mixing 1 and 2^-100"])
-def test_scheme_one_keeps_the_promise_where_no_moduli_count_meets_it(device, dtype, case):
+def test_exact_scheme_two_keeps_the_promise_where_no_moduli_count_meets_it(device, dtype, case):
     A, B = crt_unreachable_pair(case, dtype)
-    a, bt = A.contiguous(), B.t().contiguous()
-    norms = (_ops.row_norm_scales(a, _ops.row_stats(a)[0]),
-             _ops.row_norm_scales(bt, _ops.row_stats(bt)[0]))
-    magnitude = _ops.crt_magnitude(a, bt, _ops.row_stats(a), _ops.row_stats(bt), *norms,
-                                   _ops.row_stats(a)[1] > 0, _ops.row_stats(bt)[1] > 0).item()
-    assert planner.crt_plan(A.shape[1], dtype, magnitude) is None
+    assert planner.crt_plan(A.shape[1], dtype, product_magnitude(A, B)) is None
     plan = ozaki.plan(A, B)
-    candidates = [ozaki.plan(A, B, backend=digits) for digits in ("int8", "fp16")]
-    cheaper = min(candidates, key=scheme_one_cost)  # the cheaper, INT8 on a tie
-    assert plan.reason.startswith(cheaper.reason + "; not scheme II: ")
-    assert (plan.backend, plan.slices, plan.fast, plan.rounding) == (
-        cheaper.backend, cheaper.slices, cheaper.fast, cheaper.rounding)
-    # backend="crt" names scheme II, and gets INT8 scheme I where scheme II cannot keep its promise
-    crt_named = ozaki.plan(A, B, backend="crt")
-    int8 = ozaki.plan(A, B, backend="int8")
-    assert crt_named.backend == "int8" and crt_named.slices == int8.slices
-    assert crt_named.reason.startswith(int8.reason + "; not scheme II: ")
+    assert plan.backend == "crt" and plan.exact and plan.rounding is None
+    assert plan.reason.startswith("exact scheme II: ")
+    # backend="crt" takes it too; the scheme-I backends keep their own plans
+    assert ozaki.plan(A, B, backend="crt") == plan
+    assert ozaki.plan(A, B, backend="int8").backend == "int8"
     gemm = GEMMS[dtype]
     C = gemm(A.to(device), B.to(device))
-    assert_bitwise_equal(C, gemm(A.to(device), B.to(device), backend=plan.backend,
-                                 slices=plan.slices, fast=plan.fast, rounding=plan.rounding))
-    assert_bitwise_equal(gemm(A.to(device), B.to(device), backend="crt"),
-                         gemm(A.to(device), B.to(device), backend="int8"))
+    assert_bitwise_equal(C, gemm(A.to(device), B.to(device), rounding="nearest"))
+    assert_bitwise_equal(gemm(A.to(device), B.to(device), backend="crt"), C)
     reference = ExactProduct(A, B)
     assert_meets_plan(C, A, B, plan, reference)
     assert reference.max_error(C) <= reference.native_error()
+
+
+def product_magnitude(A, B):
+    """ozaki::crt_magnitude of A @ B (scheme II's estimate) as a float."""
+    a, bt = A.contiguous(), B.t().contiguous()
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    norms = (_ops.row_norm_scales(a, stats_a[0]), _ops.row_norm_scales(bt, stats_b[0]))
+    return _ops.crt_magnitude(a, bt, stats_a, stats_b, *norms, stats_a[1] > 0,
+                              stats_b[1] > 0).item()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -638,11 +640,11 @@ def test_scheme_one_options_under_auto_run_fp16_and_nearest_runs_int8(dtype):
         plan = ozaki.plan(A, B, **options)
         assert plan.backend == "fp16" and plan == ozaki.plan(A, B, backend="fp16", **options)
         assert_bitwise_equal(gemm(A, B, **options), gemm(A, B, backend="fp16", **options))
-    expected_backend = {"auto": "int8", "int8": "int8", "crt": "int8", "fp16": "fp16"}
+    expected_backend = {"auto": "crt", "int8": "int8", "crt": "crt", "fp16": "fp16"}
     for backend, digits in expected_backend.items():
         plan = ozaki.plan(A, B, backend=backend, rounding="nearest")
-        assert plan.backend == digits and plan.rounding == "nearest" and plan.moduli is None
-    assert "scheme II truncates" in ozaki.plan(A, B, backend="crt", rounding="nearest").reason
+        assert plan.backend == digits and plan.rounding == "nearest"
+        assert (plan.moduli is None) == (digits != "crt") and (plan.exact or digits != "crt")
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

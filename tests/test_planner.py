@@ -71,15 +71,17 @@ def test_small_integers_are_multiplied_exactly():
     assert torch.equal(ozaki.dgemm(A, B, backend="fp16"), A @ B)
 
 
-def test_unresolvable_estimate_falls_back_to_the_full_split():
+def test_unresolvable_estimate_falls_back_to_an_exact_plan():
     # Row 0 of A and column 0 of B only meet where one side is 2^-30 of its maximum: the estimate
     # cannot see the product, so the plan must not rely on it.
     A = torch.tensor([[1.0, 2.0 ** -30, 0.3], [0.7, 0.1, 0.9]], dtype=torch.float64)
     B = torch.tensor([[2.0 ** -30, 0.4], [1.0, 0.2], [0.0, 0.6]], dtype=torch.float64)
     plan = ozaki.plan(A, B)
-    assert not plan.fast and plan.slices == plan.full_split_slices and plan.exact
-    assert plan.reason == ("exact (estimate unresolved); not scheme II: its estimate cannot "
-                           "resolve every entry")
+    assert plan.backend == "crt" and plan.exact
+    assert plan.reason == "exact scheme II: its estimate cannot resolve every entry"
+    scheme_one = ozaki.plan(A, B, backend="fp16")
+    assert not scheme_one.fast and scheme_one.slices == scheme_one.full_split_slices
+    assert scheme_one.exact and scheme_one.reason == "exact (estimate unresolved)"
     exact = accuracy.exact_matmul(A, B)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
 

@@ -236,10 +236,10 @@ def test_backends_give_their_own_modes(backends_run):
     assert [(r["mode"], r["backend"], r["slices"], r["moduli"]) for r in case] == (
         [("native", "", "", "")]
         + [("moduli", "crt", "", "6"), ("moduli", "crt", "", "14")]
-        + [("auto", "crt", "", case[3]["moduli"]), ("nearest", "crt", case[4]["slices"], "")]
+        + [("auto", "crt", "", case[3]["moduli"]), ("nearest", "crt", "", case[4]["moduli"])]
         + [("fast", "int8", s, "") for s in "12"] + [("all-pairs", "int8", s, "") for s in "12"]
         + [("auto", "int8", case[9]["slices"], ""), ("nearest", "int8", case[10]["slices"], "")])
-    assert [r["plan_backend"] for r in case] == ["", "crt", "crt", "crt", "int8"] + ["int8"] * 6
+    assert [r["plan_backend"] for r in case] == ["", "crt", "crt", "crt", "crt"] + ["int8"] * 6
     assert [r["gemms"] for r in case[1:3]] == ["6", "14"]  # one INT8 GEMM per modulus
     assert {r["rounded_share"] for r in rows if r["mode"] == "nearest"} == {"1.0"}
 

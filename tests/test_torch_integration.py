@@ -54,6 +54,11 @@ def crt_args(device, batch=None, count=8):
             sa[2], sb[2], count, 0)
 
 
+def crt_exact_args(device, batch=None, count=24):
+    a, bt, sa, sb, *_ = row_operands(device, batch)
+    return (a, bt, _ops.integer_exponents(sa), _ops.integer_exponents(sb), sa[2], sb[2], count, 0)
+
+
 def magnitude_args(device, batch=None):
     a, bt, sa, sb, *_ = row_operands(device, batch)
     return (a, bt, sa[0], sb[0])
@@ -132,6 +137,8 @@ OPCHECK_CASES = {
     "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
     "gemm_crt": (OPS.gemm_crt, crt_args),
     "gemm_crt-batched": (OPS.gemm_crt, lambda d: crt_args(d, 3)),
+    "gemm_crt_exact": (OPS.gemm_crt_exact, crt_exact_args),
+    "gemm_crt_exact-batched": (OPS.gemm_crt_exact, lambda d: crt_exact_args(d, 3)),
     "int8_matmul": (OPS.int8_matmul, int8_args),
     "magnitude_product-total_k": (OPS.magnitude_product,
                                   lambda d: (*magnitude_args(d), 2 * magnitude_args(d)[0].shape[1])),

@@ -113,12 +113,12 @@ def test_the_reported_cases_give_the_exact_values():
 
 
 def test_the_plan_says_which_path_and_why():
-    # rows within the largest split: all pairs of it, the exact product
+    # rows within reach of 40 moduli: exact scheme II
     A, B = CASES["units rescaled by 1e20"]()
     plan = ozaki.plan(A, B)
-    assert plan.exact and plan.rounding is None and "(the exact product, rounded once)" in str(plan)
-    assert plan.reason == ("exact (estimate unresolved); not scheme II: its estimate cannot "
-                           "resolve every entry")
+    assert plan.backend == "crt" and plan.exact and plan.rounding is None
+    assert "(the exact product, rounded once)" in str(plan)
+    assert plan.reason == "exact scheme II: its estimate cannot resolve every entry"
     # rows spanning 1000 bits: the correctly rounded plan, entry by entry where it must
     A = torch.tensor([[1.0, 2.0 ** -1000], [0.5, 3.0]], dtype=torch.float64)
     B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=torch.float64)

@@ -7,10 +7,13 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <array>
 #include <limits>
+#include <vector>
 
 #include "../checks.h"
 #include "../crt.h"
+#include "../crt_exact.h"
 #include "../row_stats_output.h"
 #include "../workspace.h"
 #include "rows.h"
@@ -185,31 +188,44 @@ void residue_rows(const T* a, int64_t k, int64_t first, int64_t count, const int
   });
 }
 
-// The exact residue products of the 2-D a @ bt.T, chunk by chunk within the workspace budget:
-// finish(products, i0, rows, j0, cols) gets the chunk of rows [i0, i0 + rows) and columns
-// [j0, j0 + cols), modulus i's entry (r, c) at products[(i * rows + r) * cols + c] (float64
-// holding integers below 2^31).
-template <int N, typename T, typename Finish>
-void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
-                            const int* scale_b, int64_t budget, Finish finish) {
+// The exact residue products of the 2-D a @ bt.T for `moduli` moduli, chunk by chunk within the
+// workspace budget: residues(data, first, count, weighted, out) writes rows [first, first + count)
+// of a or bt (weighted: bt's), modulus i's row r at out[(i * count + r) * k]; finish(products, i0,
+// rows, j0, cols) gets the chunk of rows [i0, i0 + rows) and columns [j0, j0 + cols), modulus i's
+// entry (r, c) at products[(i * rows + r) * cols + c] (float64 holding integers below 2^31).
+template <typename T, typename Residues, typename Finish>
+void residue_product_chunks(const at::Tensor& a, const at::Tensor& bt, int moduli,
+                            Residues residues, int64_t budget, Finish finish) {
   const int64_t m = a.size(0), k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
-  const WorkspaceShape shape{k, N, N, 8, 8, 1};
+  const WorkspaceShape shape{k, moduli, moduli, 8, 8, 1};
   const ChunkPlan plan = plan_chunks(m, n, shape, budget);
   const auto f64 = a.options().dtype(at::kDouble);
   for (int64_t j0 = 0; j0 < n; j0 += plan.cols) {
     const int64_t cols = std::min(plan.cols, n - j0);
-    at::Tensor b_res = at::empty({N, cols, k}, f64);
-    residue_rows<N, true>(b_data, k, j0, cols, scale_b, b_res.mutable_data_ptr<double>());
+    at::Tensor b_res = at::empty({moduli, cols, k}, f64);
+    residues(b_data, j0, cols, true, b_res.mutable_data_ptr<double>());
     for (int64_t i0 = 0; i0 < m; i0 += plan.rows) {
       const int64_t rows = std::min(plan.rows, m - i0);
-      at::Tensor a_res = at::empty({N, rows, k}, f64);
-      residue_rows<N, false>(a_data, k, i0, rows, scale_a, a_res.mutable_data_ptr<double>());
+      at::Tensor a_res = at::empty({moduli, rows, k}, f64);
+      residues(a_data, i0, rows, false, a_res.mutable_data_ptr<double>());
       const at::Tensor products = at::bmm(a_res, b_res.transpose(1, 2)).contiguous();  // exact
       finish(products.const_data_ptr<double>(), i0, rows, j0, cols);
     }
   }
+}
+
+// residue_product_chunks' residues for scheme II with N moduli and the rows' scale codes.
+template <int N, typename T>
+auto truncated_residues(int64_t k, const int* scale_a, const int* scale_b) {
+  return [=](const T* data, int64_t first, int64_t count, bool weighted, double* out) {
+    if (weighted) {
+      residue_rows<N, true>(data, k, first, count, scale_b, out);
+    } else {
+      residue_rows<N, false>(data, k, first, count, scale_a, out);
+    }
+  };
 }
 
 // C_ij rebuilt from its N residue products, modulus i's at entry[i * plane], and rounded once to
@@ -245,7 +261,8 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale
       }
     });
   };
-  residue_product_chunks<N, T>(a, bt, scale_a, scale_b, budget, round_chunk);
+  residue_product_chunks<T>(a, bt, N, truncated_residues<N, T>(k, scale_a, scale_b), budget,
+                            round_chunk);
 }
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
@@ -271,6 +288,99 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
             budget, out_e);
       }
     });
+  });
+  return out;
+}
+
+// ---- gemm_crt_exact -----------------------------------------------------------------------------
+
+// The table of W 2^s mod p (csrc/crt_exact.h, exact_table_entry) for A (weighted = false) or B.
+std::vector<uint8_t> exact_power_table(const ExactCrt& crt, bool weighted) {
+  std::vector<uint8_t> table(crt.moduli * kExactTableShifts);
+  for (int index = 0; index < static_cast<int>(table.size()); ++index) {
+    table[index] = exact_table_entry(crt, weighted, index);
+  }
+  return table;
+}
+
+// residue_product_chunks' residues for exact scheme II: rows scaled by 2^exponent.
+template <typename T>
+auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, const ExactCrt& crt) {
+  return [=, &crt, tables = std::array<std::vector<uint8_t>, 2>{exact_power_table(crt, false),
+                                                                  exact_power_table(crt, true)}](
+             const T* data, int64_t first, int64_t count, bool weighted, double* out) {
+    const int* exponent = weighted ? exponent_b : exponent_a;
+    const uint8_t* table = tables[weighted].data();
+    at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t l = 0; l < k; ++l) {
+          const ExactEntry x = exact_entry(static_cast<double>(data[(first + r) * k + l]),
+                                           exponent[first + r]);
+          for (int i = 0; i < crt.moduli; ++i) {
+            const uint32_t power = x.s < kExactTableShifts
+                                       ? table[i * kExactTableShifts + x.s]
+                                       : weighted_power_of_two(x.s, weighted, crt.modulus[i]);
+            out[(i * count + r) * k + l] = exact_residue(x, power, crt.modulus[i]);
+          }
+        }
+      }
+    });
+  };
+}
+
+template <typename T>
+void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int* exponent_a,
+                            const int* exponent_b, const bool* nonfinite_a,
+                            const bool* nonfinite_b, const ExactCrt& crt, int64_t budget,
+                            at::Tensor& out) {
+  const int64_t k = a.size(1), n = bt.size(0);
+  const T* a_data = a.const_data_ptr<T>();
+  const T* b_data = bt.const_data_ptr<T>();
+  T* out_data = out.mutable_data_ptr<T>();
+  const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t gi = i0 + i, gj = j0 + j;
+          if (nonfinite_a[gi] || nonfinite_b[gj]) {
+            out_data[gi * n + gj] = static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k));
+            continue;
+          }
+          const double* entry = p + i * cols + j;
+          const auto load = [&](int modulus) {
+            return static_cast<int32_t>(entry[modulus * rows * cols]);
+          };
+          out_data[gi * n + gj] = static_cast<T>(exact_reconstruct(
+              crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>()));
+        }
+      }
+    });
+  };
+  residue_product_chunks<T>(a, bt, crt.moduli, exact_residues<T>(k, exponent_a, exponent_b, crt),
+                            budget, round_chunk);
+}
+
+at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
+                          const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
+                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_crt_exact";
+  const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
+                                                            nonfinite_a, nonfinite_b, moduli, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
+  check_crt_inner(k, op);
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  const ExactCrt crt = exact_crt(static_cast<int>(moduli));
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    for (int64_t e = 0; e < shape.batch; ++e) {  // each element gets its own 2-D product's bits
+      at::Tensor out_e = batch_element(out, shape.batched, e);
+      gemm_crt_exact_element<scalar_t>(
+          batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
+          exponent_a.const_data_ptr<int>() + e * m, exponent_b.const_data_ptr<int>() + e * n,
+          nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
+          crt, budget, out_e);
+    }
   });
   return out;
 }
@@ -301,8 +411,11 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
           }
         });
       };
-      residue_product_chunks<N, scalar_t>(a, bt, scale_a.const_data_ptr<int>(),
-                                          scale_b.const_data_ptr<int>(), budget, copy_chunk);
+      residue_product_chunks<scalar_t>(
+          a, bt, N,
+          truncated_residues<N, scalar_t>(shape.k, scale_a.const_data_ptr<int>(),
+                                          scale_b.const_data_ptr<int>()),
+          budget, copy_chunk);
     });
   });
   return out;
@@ -344,6 +457,7 @@ TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
+  m.impl("gemm_crt_exact", &gemm_crt_exact);
   m.impl("crt_residue_products", &crt_residue_products);
   m.impl("crt_round", &crt_round);
 }

@@ -19,6 +19,7 @@
 
 #include "../checks.h"
 #include "../crt.h"
+#include "../crt_exact.h"
 #include "../row_stats_output.h"
 #include "../workspace.h"
 #include "batch.cuh"
@@ -304,7 +305,7 @@ struct CrtOperands {
   const T* a;
   const T* bt;
   int64_t k;
-  const int* scale_a;
+  const int* scale_a;  // the rows' scale codes (gemm_crt) or exponents (gemm_crt_exact)
   const int* scale_b;
   const bool* nonfinite_a;
   const bool* nonfinite_b;
@@ -445,16 +446,20 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
   }
 }
 
-// The exact INT32 residue GEMMs of the product (or batch of products) chunk by chunk within the
-// workspace budget: finish(products, ld, chunk, stream) consumes each chunk's results (modulus
-// i's of element e in the plane products + (e * N + i) * chunk.rows * ld, row r at + r * ld)
-// before the next chunk's GEMMs overwrite them on the same stream.
-template <int N, typename T, typename Finish>
-void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget,
-                            const at::TensorOptions& options, Finish finish) {
+// The exact INT32 residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk
+// by chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
+// residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
+// finish(products, ld, chunk, stream) consumes each chunk's results (modulus i's of element e in
+// the plane products + (e * moduli + i) * chunk.rows * ld, row r at + r * ld) before the next
+// chunk's GEMMs overwrite them on the same stream.
+template <typename T, typename Residues, typename Finish>
+void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int moduli,
+                            int64_t budget, const at::TensorOptions& options, Residues residues,
+                            Finish finish) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
+  const int64_t N = moduli;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
-  const WorkspaceShape shape{k_stride, N, N, 1, 4, kResultAlign};
+  const WorkspaceShape shape{k_stride, moduli, N, 1, 4, kResultAlign};
   BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true);
   // cuBLAS takes int sizes.
   constexpr int64_t kMaxSide = int64_t(1) << 30;
@@ -476,25 +481,20 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const bool single_row_chunk = chunk_rows >= m;
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
-    if (single_row_chunk) {
-      launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m, m, elements, m}, k_stride, in.scale_a, a_res,
-                         stream);
-    }
+    if (single_row_chunk) residues(in.a, RowBlocks{e0 * m, m, elements, m}, a_res, false, stream);
     for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
       const int64_t cols = std::min(chunk_cols, n - j0);
-      launch_residues<N, true>(in.bt, in.k, RowBlocks{e0 * n + j0, cols, elements, n}, k_stride,
-                         in.scale_b, b_res, stream);
+      residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
       for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
         const int64_t rows = std::min(chunk_rows, m - i0);
         if (!single_row_chunk) {
-          launch_residues<N, false>(in.a, in.k, RowBlocks{e0 * m + i0, rows, elements, m}, k_stride,
-                             in.scale_a, a_res, stream);
+          residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
         }
         // Element e's residues and results of every modulus follow element e - 1's. One call per
-        // modulus: a single strided-batched call over the moduli ran 11-19% slower on the H100
+        // modulus: a single strided-batched call over the moduli ran slower on the H100
         // (docs/benchmarks.md).
         const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
-        for (int i = 0; i < N; ++i) {
+        for (int64_t i = 0; i < N; ++i) {
           exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,
                                   cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
         }
@@ -503,6 +503,20 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
       }
     }
   }
+}
+
+// residue_product_chunks' residues for scheme II with N moduli and the rows' scale codes.
+template <int N, typename T>
+auto truncated_residues(const CrtOperands<T>& in) {
+  const int64_t k_stride = round_up(in.k, kInnerAlign);
+  return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
+             cudaStream_t stream) {
+    if (weighted) {
+      launch_residues<N, true>(data, in.k, blocks, k_stride, in.scale_b, out, stream);
+    } else {
+      launch_residues<N, false>(data, in.k, blocks, k_stride, in.scale_a, out, stream);
+    }
+  };
 }
 
 // gemm_crt's chunks: each rebuilt and rounded into out.
@@ -516,7 +530,7 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
     reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  residue_product_chunks<N>(in, product, budget, options, round_chunk);
+  residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk);
 }
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
@@ -540,6 +554,146 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
       gemm_crt_chunks<decltype(count)::value, scalar_t>(in, shape, budget,
                                                         out.mutable_data_ptr<scalar_t>(), a.options());
     });
+  });
+  return out;
+}
+
+// ---- gemm_crt_exact --------------------------------------------------------------------------
+
+// The tables W 2^s mod p of exact_table_entry: A's (unweighted) at table, B's at table + entries.
+__global__ void exact_table_kernel(ExactCrt crt, uint8_t* table) {
+  const int entries = crt.moduli * kExactTableShifts;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < 2 * entries; t += gridDim.x * blockDim.x) {
+    table[t] = exact_table_entry(crt, t >= entries, t % entries);
+  }
+}
+
+// residues_kernel for exact scheme II: rows scaled by 2^exponent, the moduli a run-time count
+// (loops unrolled to kExactMaxModuli, so crt's fields are constant-bank operands). Each block
+// first copies its table of W 2^s mod p into shared memory.
+template <typename T>
+__global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
+                                      const int* exponent, ExactCrt crt, const uint8_t* table,
+                                      bool weighted, bool aligned, int8_t* out) {
+  __shared__ uint8_t powers[kExactMaxModuli * kExactTableShifts];
+  for (int t = threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x) powers[t] = table[t];
+  __syncthreads();
+  const int64_t groups_per_row = k_stride / kResidueGroup;
+  for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
+    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
+    const int64_t r = block_row - e * blocks.count;
+    const int64_t row = blocks.row(e, r);
+    const int row_exponent = exponent[row];
+    const T* entries = a + row * k;
+    int8_t* row_out = out + (e * crt.moduli * blocks.count + r) * k_stride;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kResidueGroup;
+      double x[kResidueGroup];
+      if (aligned) {
+        load_group<true>(entries, l0, k, x);
+      } else {
+        load_group<false>(entries, l0, k, x);
+      }
+      ExactEntry parts[kResidueGroup];
+#pragma unroll
+      for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
+#pragma unroll
+      for (int i = 0; i < kExactMaxModuli; ++i) {
+        if (i >= crt.moduli) break;
+        __align__(8) int8_t residues[kResidueGroup];
+#pragma unroll
+        for (int c = 0; c < kResidueGroup; ++c) {
+          const int s = parts[c].s;
+          const uint32_t power = s < kExactTableShifts
+                                     ? powers[i * kExactTableShifts + s]
+                                     : weighted_power_of_two(s, weighted, crt.modulus[i]);
+          residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, crt.modulus[i]));
+        }
+        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+            *reinterpret_cast<const uint2*>(residues);
+      }
+    }
+  }
+}
+
+// residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
+template <typename T>
+auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t* tables) {
+  const int64_t k_stride = round_up(in.k, kInnerAlign);
+  return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
+             cudaStream_t stream) {
+    if (blocks.total() == 0) return;
+    const dim3 grid = row_grid(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
+    const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+    exact_residues_kernel<T><<<grid, kResidueThreads, 0, stream>>>(
+        data, in.k, blocks, k_stride, weighted ? in.scale_b : in.scale_a, crt,
+        tables + (weighted ? crt.moduli * kExactTableShifts : 0), weighted, aligned, out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+}
+
+// reconstruct_kernel for exact scheme II: one entry per thread, rows along grid y, columns along
+// x and the threads; in.scale_a and in.scale_b hold the rows' exponents.
+template <typename T>
+__global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
+                                         CrtOperands<T> in, ExactCrt crt, T* out) {
+  const int64_t plane = chunk.rows * ld;
+  for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
+    const int64_t e = element_of(row, chunk.rows, chunk.elements);
+    const int64_t i = row - e * chunk.rows;
+    const int64_t gi = chunk.a_row(e, i);
+    const bool row_nonfinite = in.nonfinite_a[gi];
+    const int64_t exponent_a = in.scale_a[gi];
+    const int32_t* row_products = products + e * crt.moduli * plane + i * ld;
+    for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < chunk.cols;
+         j += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t gj = chunk.b_row(e, j);
+      double value;
+      if (row_nonfinite || in.nonfinite_b[gj]) {
+        value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
+      } else {
+        const auto load = [&](int modulus) { return __ldg(row_products + modulus * plane + j); };
+        value = exact_reconstruct(crt, load, -(exponent_a + in.scale_b[gj]), format_of<T>());
+      }
+      out[chunk.out_index(e, i, j)] = static_cast<T>(value);
+    }
+  }
+}
+
+at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
+                          const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
+                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+  constexpr const char* op = "ozaki::gemm_crt_exact";
+  const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
+                                                            nonfinite_a, nonfinite_b, moduli, op);
+  const int64_t m = shape.m, k = shape.k, n = shape.n;
+  check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
+  check_crt_inner(k, op);
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  const ExactCrt crt = exact_crt(static_cast<int>(moduli));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor tables = at::empty({2 * moduli * kExactTableShifts}, a.options().dtype(at::kByte));
+  exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0, stream>>>(
+      crt, tables.mutable_data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
+                                   exponent_a.const_data_ptr<int>(), exponent_b.const_data_ptr<int>(),
+                                   nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
+    scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
+    const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
+                                 cudaStream_t chunk_stream) {
+      const dim3 grid = row_grid(chunk.elements * chunk.rows, chunk.cols, kReconstructThreads);
+      exact_reconstruct_kernel<scalar_t><<<grid, kReconstructThreads, 0, chunk_stream>>>(
+          products, ld, chunk, in, crt, out_data);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
+                           exact_residues(in, crt, tables.const_data_ptr<uint8_t>()), round_chunk);
   });
   return out;
 }
@@ -579,7 +733,8 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
               chunk.rows, cudaMemcpyDeviceToDevice, stream));
         }
       };
-      residue_product_chunks<N>(in, shape, budget, a.options(), copy_chunk);
+      residue_product_chunks(in, shape, N, budget, a.options(), truncated_residues<N>(in),
+                             copy_chunk);
     });
   });
   return out;
@@ -634,6 +789,7 @@ TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
+  m.impl("gemm_crt_exact", &gemm_crt_exact);
   m.impl("crt_residue_products", &crt_residue_products);
   m.impl("crt_round", &crt_round);
 }

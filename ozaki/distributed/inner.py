@@ -219,7 +219,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     a, bt = _row_operands(a_local, b_local)
     stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
-    plan, inputs = _plan_for(est, dtype, **options)
+    plan, inputs = _plan_for(est, dtype, **options, exact_scheme_two=False)
     if plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:

@@ -1,0 +1,273 @@
+// Host/device-neutral core of exact scheme II (ozaki::gemm_crt_exact; docs/algorithm.md,
+// "Exact scheme II").
+//
+// Each row of A and column of B is scaled by the power of two 2^E that makes every entry an
+// integer (E = minus the exponent of the row's lowest set bit), so nothing is rounded: an entry is
+// x = +-m 2^s with m its odd significand and 0 <= s < the row's bit span. The exact product
+// X = A'B' is rebuilt from one INT8 GEMM per modulus, with enough moduli (up to 40) that
+// P = p_1 ... p_N exceeds 2 |X|, and rounded once: the correctly rounded product, at any moduli
+// count. Counts and constants are run-time values here (ExactCrt, computed once on the host and
+// passed by value, about 3 KB of kernel parameters), so one kernel serves every count.
+#pragma once
+
+#include "crt.h"
+
+namespace ozaki {
+
+constexpr int kExactMaxModuli = 40;
+// Pairwise coprime, largest first: kModuli, then the primes below 193 in turn down to 71 (more,
+// smaller ones would add under 6.2 bits each).
+constexpr int kExactModuli[kExactMaxModuli] = {
+    256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193,
+    191, 181, 179, 173, 167, 163, 157, 151, 149, 139, 137, 131, 127, 113, 109, 107,
+    103, 101, 97, 89, 83, 79, 73, 71};
+// P of 40 moduli has 292 bits; S = sum_i u_i P / p_i and q P stay below 41 P: 298 bits.
+constexpr int kExactMaxLimbs = 10;
+// Shifts s below this come from a table of W 2^s mod p (ExactPowers); larger ones (rows the planner
+// does not send here, or finite entries of rows holding NaN/Inf) by square-and-multiply.
+constexpr int kExactTableShifts = 256;
+
+// What one modulus needs at run time.
+struct ExactModulus {
+  uint32_t p;
+  uint32_t magic;   // ceil(2^(32 + shift) / p), below 2^32: x mod p by one multiply-high
+  int shift;        // 7 for p > 128, 6 for 64 < p <= 128
+  uint32_t c21;     // 2^21 mod p
+  uint32_t c42;     // 2^42 mod p
+  uint32_t c16;     // 2^16 mod p
+  uint32_t offset;  // a multiple of p, at least 2^31: R + offset >= 0 for any INT32 result R
+  uint32_t weight;  // (P / p)^-1 mod p, B's residues carry it (see exact_reconstruct)
+};
+
+// The constants of N moduli: per modulus, and P / p_i and P in 32-bit limbs.
+struct ExactCrt {
+  int moduli;
+  int limbs;  // 32-bit words that hold S < N P
+  ExactModulus modulus[kExactMaxModuli];
+  uint32_t partial[kExactMaxModuli][kExactMaxLimbs];  // P / p_i
+  uint32_t product[kExactMaxLimbs];                   // P
+  double reciprocal;                                  // RN(1 / RN(P))
+};
+
+// x mod p for 0 <= x < 2^31 (odd p), as remainder_below_2_31 with run-time constants: with
+// M = ceil(2^(32 + shift) / p) = (2^(32 + shift) + e) / p, 0 <= e < p, floor(x M / 2^(32 + shift))
+// is floor(x / p) as x e < 2^31 p <= 2^(32 + shift).
+OZAKI_HD uint32_t exact_remainder(uint32_t x, const ExactModulus& c) {
+#ifdef __CUDA_ARCH__
+  const uint32_t q = __umulhi(x, c.magic) >> c.shift;
+#else
+  const uint32_t q = static_cast<uint32_t>((uint64_t(x) * c.magic) >> (32 + c.shift));
+#endif
+  return x - q * c.p;
+}
+
+// (base^e) mod p by square-and-multiply (p odd, base < p).
+OZAKI_HD uint32_t power_mod(uint32_t base, int e, const ExactModulus& c) {
+  uint32_t result = 1 % c.p, square = base;
+  while (e > 0) {
+    if (e & 1) result = exact_remainder(result * square, c);
+    square = exact_remainder(square * square, c);
+    e >>= 1;
+  }
+  return result;
+}
+
+// W 2^s mod p for any s >= 0 (W: 1 for A, the CRT weight for B).
+OZAKI_HD uint32_t weighted_power_of_two(int s, bool weighted, const ExactModulus& c) {
+  const uint32_t w = weighted ? c.weight : 1;
+  if (c.p == 256) return s >= 8 ? 0 : (w << s) & 255u;
+  return exact_remainder(w * power_mod(2, s, c), c);
+}
+
+// Entry `index` of the table of W 2^s mod p_i over the first moduli and the shifts
+// s < kExactTableShifts: (i, s) at index i * kExactTableShifts + s.
+OZAKI_HD uint8_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
+  const int i = index / kExactTableShifts, s = index - i * kExactTableShifts;
+  return static_cast<uint8_t>(weighted_power_of_two(s, weighted, crt.modulus[i]));
+}
+
+// An entry a of a row scaled by 2^E, as sign, significand and shift: |a| 2^E = m 2^s. Entries
+// the scale does not make integers (never in a plan's rows) are rounded to nearest, ties to even,
+// as scaled_integer does; NaN, +-Inf and 0 give m = 0 (their results are patched, see
+// nonfinite_dot).
+struct ExactEntry {
+  uint64_t m;  // below 2^53 + 1
+  int s;       // >= 0
+  bool negative;
+};
+OZAKI_HD ExactEntry exact_entry(double a, int scale_exponent) {
+  if (a == 0.0 || !is_finite(a)) return {0, 0, false};
+  uint64_t m;
+  int exponent;
+  integer_significand(a, &m, &exponent);
+  const int t = exponent + scale_exponent;
+  if (t < 0) m = t <= -64 ? 0 : shift_right_to_nearest(m, -t);
+  return {m, t < 0 ? 0 : t, sign_bit(a)};
+}
+
+// The symmetric residue of W x mod p for x = (-1)^negative m 2^s, with power = W 2^s mod p.
+OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t power, const ExactModulus& c) {
+  if (c.p == 256) {
+    const uint8_t r = static_cast<uint8_t>(x.m * power);  // below 2^61: no overflow
+    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
+  }
+  constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
+  const uint32_t low = static_cast<uint32_t>(x.m & mask);
+  const uint32_t mid = static_cast<uint32_t>((x.m >> 21) & mask);
+  const uint32_t high = static_cast<uint32_t>(x.m >> 42);  // below 2^12
+  // below 2^21 + 2^29 + 2^20: one remainder gives m mod p, a second (m mod p) W 2^s mod p
+  const uint32_t m_mod = exact_remainder(low + mid * c.c21 + high * c.c42, c);
+  const uint32_t r = exact_remainder(m_mod * power, c);
+  const int half = static_cast<int>(c.p - 1) / 2;
+  const int symmetric = static_cast<int>(r) > half ? static_cast<int>(r) - static_cast<int>(c.p)
+                                                   : static_cast<int>(r);
+  return x.negative ? -symmetric : symmetric;
+}
+
+// R mod p in [0, p) for any INT32 R (the GEMM result of one modulus).
+OZAKI_HD uint32_t exact_unsigned_residue(int32_t R, const ExactModulus& c) {
+  if (c.p == 256) return static_cast<uint32_t>(R) & 255u;
+  const uint32_t x = static_cast<uint32_t>(R) + c.offset;  // R + offset in [0, 2^32)
+  return exact_remainder((x >> 16) * c.c16 + (x & 0xffffu), c);  // below 2^25
+}
+
+// RN(sign * value * 2^unit) on the grid of `format` for value = sum_w words[w] 2^(32 w) (words
+// [0, count)): the top 62 bits and a sticky bit of the rest round like the whole, as the rounding
+// keeps at most 53 bits.
+OZAKI_HD double round_words_to_format(const uint32_t* words, int count, bool negative,
+                                      int64_t unit, RoundingFormat format) {
+  int top_word = count - 1;
+  while (top_word >= 0 && words[top_word] == 0) --top_word;
+  if (top_word < 0) return 0.0;
+  const int top = 32 * top_word + highest_set_bit(words[top_word]);
+  const int drop = top - 61;  // bits below the kept 62
+  if (drop <= 0) {
+    uint64_t value = words[0];
+    if (count > 1) value |= uint64_t(words[1]) << 32;
+    return round_word_to_format(value, negative, unit, format);
+  }
+  uint64_t kept = 0;
+  for (int w = top_word; w >= 0 && 32 * w + 31 >= drop; --w) {  // words holding kept bits
+    const int shift = 32 * w - drop;
+    kept |= shift >= 0 ? uint64_t(words[w]) << shift : uint64_t(words[w]) >> -shift;
+  }
+  bool sticky = false;
+  for (int w = 0; w < count && 32 * w < drop; ++w) {
+    const int below = drop - 32 * w;  // bits of this word under the kept ones
+    const uint32_t mask = below >= 32 ? 0xffffffffu : ((uint32_t(1) << below) - 1);
+    sticky = sticky || (words[w] & mask) != 0;
+  }
+  return round_word_to_format(2 * kept + (sticky ? 1 : 0), negative, unit + drop - 1, format);
+}
+
+// The exact X = (A'B')_ij, |X| < P / 2, from the INT32 GEMM results R_i = W_i X mod p_i (any
+// representative), rounded once: RN(X 2^unit) in `format`, unit = -(E_a + E_b). load(i) gives
+// R_i. As crt_reconstruct: u_i = R_i mod p_i, S = sum_i u_i P / p_i = X mod P, q = rint(S / P)
+// (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P.
+template <typename Load>
+OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
+                                  RoundingFormat format) {
+  uint64_t limbs[kExactMaxLimbs];  // S in 32-bit limbs, each below 40 * 2^40
+#pragma unroll
+  for (int w = 0; w < kExactMaxLimbs; ++w) limbs[w] = 0;
+#pragma unroll
+  for (int i = 0; i < kExactMaxModuli; ++i) {
+    if (i < crt.moduli) {
+      const uint64_t u = exact_unsigned_residue(load(i), crt.modulus[i]);
+#pragma unroll
+      for (int w = 0; w < kExactMaxLimbs; ++w) {
+        if (w < crt.limbs) limbs[w] += u * crt.partial[i][w];
+      }
+    }
+  }
+  // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err by
+  // far less than 2^-30 for S / P < 40.
+  double s = 0.0;
+#pragma unroll
+  for (int w = kExactMaxLimbs - 1; w >= 0; --w) {
+    if (w < crt.limbs) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
+  }
+  const auto q = static_cast<uint64_t>(rint(s * crt.reciprocal));  // in [0, 40]
+  // X = S - q P carried into two's complement words, then its sign and magnitude.
+  uint32_t word[kExactMaxLimbs];
+  int64_t carry = 0;
+#pragma unroll
+  for (int w = 0; w < kExactMaxLimbs; ++w) {
+    if (w < crt.limbs) {
+      const int64_t t = static_cast<int64_t>(limbs[w]) -
+                        static_cast<int64_t>(q * crt.product[w]) + carry;
+      word[w] = static_cast<uint32_t>(t);
+      carry = t >> 32;  // floor(t / 2^32)
+    } else {
+      word[w] = 0;
+    }
+  }
+  const bool negative = carry < 0;
+  if (negative) {  // |X| = -X: complement and add one
+    uint64_t add = 1;
+#pragma unroll
+    for (int w = 0; w < kExactMaxLimbs; ++w) {
+      if (w < crt.limbs) {
+        const uint64_t t = uint64_t(~word[w]) + add;
+        word[w] = static_cast<uint32_t>(t);
+        add = t >> 32;
+      }
+    }
+  }
+  return round_words_to_format(word, crt.limbs, negative, unit, format);
+}
+
+// ---- Host-side constants ----------------------------------------------------------------------
+
+// The constants of the first `moduli` exact moduli (1 <= moduli <= kExactMaxModuli).
+inline ExactCrt exact_crt(int moduli) {
+  ExactCrt crt{};
+  crt.moduli = moduli;
+  // P in 32-bit limbs by small-factor multiplications, and P / p_i the same way.
+  const auto product_without = [&](int skip, uint32_t* out) {
+    for (int w = 0; w < kExactMaxLimbs; ++w) out[w] = w == 0 ? 1 : 0;
+    for (int j = 0; j < moduli; ++j) {
+      if (j == skip) continue;
+      uint64_t carry = 0;
+      for (int w = 0; w < kExactMaxLimbs; ++w) {
+        const uint64_t t = uint64_t(out[w]) * uint64_t(kExactModuli[j]) + carry;
+        out[w] = static_cast<uint32_t>(t);
+        carry = t >> 32;
+      }
+    }
+  };
+  product_without(-1, crt.product);
+  int top = kExactMaxLimbs - 1;
+  while (top > 0 && crt.product[top] == 0) --top;
+  // S and q P are below 41 P: the bits of P and 6 more (40 moduli: 292 + 6 bits, in 10 words)
+  const int bits = 32 * top + highest_set_bit(crt.product[top]) + 1;
+  crt.limbs = (bits + 6 + 31) / 32;
+  double p_value = 0.0;
+  for (int w = kExactMaxLimbs - 1; w >= 0; --w) p_value = p_value * 4294967296.0 + crt.product[w];
+  crt.reciprocal = 1.0 / p_value;
+  for (int i = 0; i < moduli; ++i) {
+    product_without(i, crt.partial[i]);
+    const uint32_t p = kExactModuli[i];
+    ExactModulus& c = crt.modulus[i];
+    c.p = p;
+    c.shift = p > 128 ? 7 : 6;
+    c.magic = static_cast<uint32_t>(((uint64_t(1) << (32 + c.shift)) + p - 1) / p);
+    c.c21 = static_cast<uint32_t>((uint64_t(1) << 21) % p);
+    c.c42 = static_cast<uint32_t>((uint64_t(1) << 42) % p);
+    c.c16 = static_cast<uint32_t>((uint64_t(1) << 16) % p);
+    c.offset = static_cast<uint32_t>(((uint64_t(1) << 31) + p - 1) / p * p);
+    // (P / p_i) mod p_i from its limbs, then its inverse by search
+    uint64_t residue = 0;
+    for (int w = kExactMaxLimbs - 1; w >= 0; --w) residue = ((residue << 32) + crt.partial[i][w]) % p;
+    c.weight = 0;
+    for (uint32_t inverse = 1; inverse < p; ++inverse) {
+      if ((inverse * residue) % p == 1) {
+        c.weight = inverse;
+        break;
+      }
+    }
+  }
+  return crt;
+}
+
+}  // namespace ozaki

@@ -1,0 +1,193 @@
+"""Exact scheme II (ozaki::gemm_crt_exact; docs/accuracy.md, "Exact scheme II"): rows scaled by
+powers of two to integers, the exact product rebuilt from up to 40 INT8 residue GEMMs and rounded
+once. Every result is checked against the exact product rounded once (integer references), on the
+CPU and CUDA with the same bits; the planner takes it where it is the cheapest exact plan."""
+
+from fractions import Fraction
+
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from ozaki import accuracy
+from ozaki import moduli as crt
+
+GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
+
+
+def correctly_rounded(A, B):
+    """The exact A @ B rounded once to A's dtype (Python integers; batches element by element)."""
+    if A.dim() == 3:
+        return torch.stack([correctly_rounded(a, b) for a, b in zip(A, B)])
+    exact = accuracy.exact_matmul(A.cpu(), B.cpu())
+    return accuracy.round_exact(exact, A.dtype)
+
+
+def integer_bound(A, B):
+    """max_ij sum_l |A'_il| |B'_lj| for the rows of A and columns of B scaled by 2^E to integers
+    (E: minus the exponent of the lowest set bit), as gemm_crt_exact scales them: a bound its
+    moduli must cover."""
+    def scaled(rows):
+        out = []
+        for row in rows:
+            fractions = [abs(Fraction(x)) for x in row]
+            lowest = min((lowest_bit(f) for f in fractions if f), default=0)
+            out.append([f / Fraction(2) ** lowest for f in fractions])
+        return out
+    a = scaled(A.double().tolist())
+    b = scaled(B.double().t().tolist())
+    return max(sum(x * y for x, y in zip(r, c)) for r in a for c in b)
+
+
+def lowest_bit(f: Fraction) -> int:
+    """The exponent of the lowest set bit of a dyadic f > 0."""
+    n, d = f.numerator, f.denominator
+    return (n & -n).bit_length() - d.bit_length()
+
+
+def exact_op(A, B, moduli):
+    """ozaki::gemm_crt_exact of A @ B with the rows' integer exponents."""
+    a, bt = A.contiguous(), B.t().contiguous()
+    stats_a, stats_b = ozaki._ops.row_stats(a), ozaki._ops.row_stats(bt)
+    return ozaki._ops.gemm_crt_exact(a, bt, stats_a, stats_b, moduli)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("phi", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("shape", [(9, 37, 6), (33, 64, 17), (1, 129, 1)])
+def test_nearest_is_the_exact_product_rounded_once(device, dtype, phi, shape):
+    m, k, n = shape
+    A, B = phi_pair(m, k, n, phi, seed=int(10 * phi) + m, dtype=dtype, device=device)
+    plan = ozaki.plan(A, B, rounding="nearest")
+    assert plan.backend == "crt" and plan.exact and plan.rounding == "nearest"
+    C = GEMMS[dtype](A, B, rounding="nearest")
+    assert_bitwise_equal(C.cpu(), correctly_rounded(A, B))
+    if device == "cuda":
+        assert_bitwise_equal(C.cpu(), GEMMS[dtype](A.cpu(), B.cpu(), rounding="nearest"))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("phi", [2.0, 4.0])
+def test_default_takes_exact_scheme_two_where_truncation_cannot_bound(device, phi):
+    """phi 2 and 4 rows: the truncated plan's 16 moduli cannot be shown to meet the bound; the
+    default takes exact scheme II, not scheme I's dozens of GEMMs."""
+    A, B = phi_pair(48, 96, 40, phi, seed=3, device=device)
+    plan = ozaki.plan(A, B)
+    assert plan.backend == "crt" and plan.exact, str(plan)
+    assert plan.reason.startswith("exact scheme II")
+    assert_bitwise_equal(ozaki.dgemm(A, B).cpu(), correctly_rounded(A, B))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_batched_and_complex(device):
+    g = seeded(5)
+    A = accuracy.phi_matrix(3 * 20, 50, 1.0, generator=g).reshape(3, 20, 50).to(device)
+    B = accuracy.phi_matrix(3 * 50, 12, 1.0, generator=g).reshape(3, 50, 12).to(device)
+    C = ozaki.matmul(A, B, rounding="nearest")
+    assert ozaki.plan(A, B, rounding="nearest").exact
+    assert_bitwise_equal(C.cpu(), correctly_rounded(A, B))
+    Z = torch.complex(A[0], A[1])
+    W = torch.complex(B[0], B[2])
+    P = ozaki.zgemm(Z, W, rounding="nearest") if hasattr(ozaki, "zgemm") else ozaki.matmul(
+        Z, W, rounding="nearest")
+    real = correctly_rounded(torch.cat([A[0], -A[1]], 1), torch.cat([B[0], B[2]], 0))
+    imag = correctly_rounded(torch.cat([A[0], A[1]], 1), torch.cat([B[2], B[0]], 0))
+    assert_bitwise_equal(P.real.cpu(), real)
+    assert_bitwise_equal(P.imag.cpu(), imag)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("condition", [1e6, 1e12])
+def test_cancellation(device, condition):
+    """Dot products cancelling down to 2^-40 |A||B| and below (GenDot pairs on the diagonal)."""
+    A, B = accuracy.gendot_matrices(12, 64, 12, condition, generator=seeded(int(condition) % 97))
+    A, B = A.to(device), B.to(device)
+    assert ozaki.plan(A, B, rounding="nearest").exact
+    assert_bitwise_equal(ozaki.dgemm(A, B, rounding="nearest").cpu(), correctly_rounded(A, B))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_subnormal_overflowing_and_zero_results(device, dtype):
+    """Results below the normal range round onto the subnormal grid, results past the largest
+    finite value become +-Inf, exact zeros come out +0."""
+    tiny, huge = (1e-160, 1e160) if dtype == torch.float64 else (1e-21, 1e21)
+    g = seeded(9)
+    A = torch.randn(6, 10, generator=g, dtype=torch.float64)
+    B = torch.randn(10, 5, generator=g, dtype=torch.float64)
+    A[:2] *= tiny
+    A[2:4] *= huge
+    B[:, :2] *= tiny
+    B[:, 2:4] *= huge
+    A[5] = 0.0
+    A, B = A.to(dtype).to(device), B.to(dtype).to(device)
+    C = GEMMS[dtype](A, B, rounding="nearest")
+    assert ozaki.plan(A, B, rounding="nearest").exact
+    expected = correctly_rounded(A, B)
+    assert torch.isinf(expected).any() and (expected[:2, :2] != 0).any()
+    assert_bitwise_equal(C.cpu(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_operator_with_every_moduli_count(device, dtype):
+    """gemm_crt_exact with 1 .. 40 moduli: every count whose product covers the integer bound gives
+    the exact product rounded once (k not a multiple of 8, odd sizes: the tile edges)."""
+    g = seeded(11)
+    A = accuracy.phi_matrix(5, 13, 1.0, generator=g, dtype=dtype)
+    B = accuracy.phi_matrix(13, 3, 1.0, generator=g, dtype=dtype)
+    expected = correctly_rounded(A, B)
+    needed = crt.exact_moduli(integer_bound(A, B))
+    assert needed is not None
+    for moduli in range(needed, crt.MAX_EXACT_MODULI + 1):
+        C = exact_op(A.to(device), B.to(device), moduli)
+        assert_bitwise_equal(C.cpu(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_shifts_past_the_power_table(device):
+    """Entries 2^260 above the row's lowest bit (past the 256 tabulated shifts) take residues by
+    square-and-multiply: 2^260 - 2^260 + 3 = 3 comes out exact."""
+    A = torch.tensor([[2.0 ** 260, -(2.0 ** 260), 3.0, 1.0]], dtype=torch.float64, device=device)
+    B = torch.tensor([[1.0], [1.0], [1.0], [0.0]], dtype=torch.float64, device=device)
+    assert exact_op(A, B, 4).item() == 3.0
+
+
+def test_moduli_are_pairwise_coprime_and_fit_int8():
+    from math import gcd
+    for i, p in enumerate(crt.EXACT_MODULI):
+        assert 2 <= p <= 256
+        assert all(gcd(p, q) == 1 for q in crt.EXACT_MODULI[:i])
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_operator_argument_errors(device):
+    a = torch.ones(3, 4, dtype=torch.float64, device=device)
+    bt = torch.ones(2, 4, dtype=torch.float64, device=device)
+    stats_a, stats_b = ozaki._ops.row_stats(a), ozaki._ops.row_stats(bt)
+    ea, eb = ozaki._ops.integer_exponents(stats_a), ozaki._ops.integer_exponents(stats_b)
+    op = torch.ops.ozaki.gemm_crt_exact
+    with pytest.raises(RuntimeError, match=r"moduli must be in \[1, 40\], got 41"):
+        op(a, bt, ea, eb, stats_a[2], stats_b[2], 41, 0)
+    with pytest.raises(RuntimeError, match="exponent_a"):
+        op(a, bt, ea.long(), eb, stats_a[2], stats_b[2], 8, 0)
+    with pytest.raises(RuntimeError, match="exponent_b"):
+        op(a, bt, ea, eb[:1], stats_a[2], stats_b[2], 8, 0)
+
+
+def test_planner_prefers_the_cheapest_exact_plan():
+    A, B = phi_pair(40, 300, 30, 0.5, seed=1)
+    nearest = ozaki.plan(A, B, rounding="nearest")
+    scheme_one = ozaki.plan(A, B, rounding="nearest", backend="int8")
+    assert nearest.exact and nearest.backend == "crt"
+    assert nearest.gemms < scheme_one.gemms
+    assert "exact integers" in str(nearest)
+    # a caller's scheme-I options and fixed moduli keep their paths
+    assert ozaki.plan(A, B, rounding="nearest", fast=True).backend == "int8"
+    fixed = ozaki.plan(A, B, backend="crt", moduli=14)
+    assert fixed.moduli == 14 and not fixed.exact
+    # integers of a few bits: the exact INT8 split is cheaper still
+    small = torch.randint(-3, 4, (20, 30)).double()
+    assert ozaki.plan(small, small.t()).backend == "int8"
