@@ -131,90 +131,112 @@ OZAKI_HD uint32_t exact_unsigned_residue(int32_t R, const ExactModulus& c) {
   return exact_remainder((x >> 16) * c.c16 + (x & 0xffffu), c);  // below 2^25
 }
 
-// RN(sign * value * 2^unit) on the grid of `format` for value = sum_w words[w] 2^(32 w) (words
-// [0, count)): the top 62 bits and a sticky bit of the rest round like the whole, as the rounding
-// keeps at most 53 bits.
-OZAKI_HD double round_words_to_format(const uint32_t* words, int count, bool negative,
-                                      int64_t unit, RoundingFormat format) {
-  int top_word = count - 1;
-  while (top_word >= 0 && words[top_word] == 0) --top_word;
+// RN(sign * value * 2^unit) on the grid of `format` for value = sum_w words[w] 2^(32 w): the top
+// 62 bits and a sticky bit of the rest round like the whole, as the rounding keeps at most 53
+// bits. One ascending pass keeps the top nonzero word, the two below it and whether anything lies
+// under those, so every index is a constant (no local memory on the GPU).
+template <int L>
+OZAKI_HD double round_words_to_format(const uint32_t (&words)[L], bool negative, int64_t unit,
+                                      RoundingFormat format) {
+  int top_word = -1;
+  uint32_t high = 0, mid = 0, low = 0;  // words top, top - 1 and top - 2 (0 below word 0)
+  bool under = false;                   // any bit below word top - 2
+  uint32_t previous = 0, before = 0;    // running: words w - 1 and w - 2
+  bool running_under = false;           // running: any bit below word w - 2
+#pragma unroll
+  for (int w = 0; w < L; ++w) {
+    if (words[w] != 0) {
+      top_word = w;
+      high = words[w];
+      mid = previous;
+      low = before;
+      under = running_under;
+    }
+    running_under = running_under || before != 0;
+    before = previous;
+    previous = words[w];
+  }
   if (top_word < 0) return 0.0;
-  const int top = 32 * top_word + highest_set_bit(words[top_word]);
-  const int drop = top - 61;  // bits below the kept 62
-  if (drop <= 0) {
-    uint64_t value = words[0];
-    if (count > 1) value |= uint64_t(words[1]) << 32;
-    return round_word_to_format(value, negative, unit, format);
+  const int high_bit = highest_set_bit(high);
+  if (top_word == 0) return round_word_to_format(high, negative, unit, format);
+  const uint64_t upper = (uint64_t(high) << 32) | mid;  // words top and top - 1
+  if (top_word == 1 && high_bit <= 29) return round_word_to_format(upper, negative, unit, format);
+  // Keep bits [drop, top] of value, top = 32 top_word + high_bit, drop = top - 61: relative to
+  // the three words (base 32 (top_word - 2)) that is from bit d = high_bit + 3, in [3, 34].
+  const int d = high_bit + 3;
+  uint64_t kept;
+  bool sticky;
+  if (d <= 32) {
+    kept = (upper << (32 - d)) | (uint64_t(low) >> d);
+    sticky = (uint64_t(low) & ((uint64_t(1) << d) - 1)) != 0;
+  } else {
+    kept = upper >> (d - 32);
+    sticky = low != 0 || (upper & ((uint64_t(1) << (d - 32)) - 1)) != 0;
   }
-  uint64_t kept = 0;
-  for (int w = top_word; w >= 0 && 32 * w + 31 >= drop; --w) {  // words holding kept bits
-    const int shift = 32 * w - drop;
-    kept |= shift >= 0 ? uint64_t(words[w]) << shift : uint64_t(words[w]) >> -shift;
-  }
-  bool sticky = false;
-  for (int w = 0; w < count && 32 * w < drop; ++w) {
-    const int below = drop - 32 * w;  // bits of this word under the kept ones
-    const uint32_t mask = below >= 32 ? 0xffffffffu : ((uint32_t(1) << below) - 1);
-    sticky = sticky || (words[w] & mask) != 0;
-  }
-  return round_word_to_format(2 * kept + (sticky ? 1 : 0), negative, unit + drop - 1, format);
+  const int64_t drop = 32 * int64_t(top_word - 2) + d;
+  return round_word_to_format(2 * kept + ((sticky || under) ? 1 : 0), negative, unit + drop - 1,
+                              format);
 }
 
 // The exact X = (A'B')_ij, |X| < P / 2, from the INT32 GEMM results R_i = W_i X mod p_i (any
 // representative), rounded once: RN(X 2^unit) in `format`, unit = -(E_a + E_b). load(i) gives
-// R_i. As crt_reconstruct: u_i = R_i mod p_i, S = sum_i u_i P / p_i = X mod P, q = rint(S / P)
-// (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P.
-template <typename Load>
+// R_i; L = crt.limbs. As crt_reconstruct: u_i = R_i mod p_i, S = sum_i u_i P / p_i = X mod P,
+// q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P.
+template <int L, typename Load>
 OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
                                   RoundingFormat format) {
-  uint64_t limbs[kExactMaxLimbs];  // S in 32-bit limbs, each below 40 * 2^40
+  uint64_t limbs[L];  // S in 32-bit limbs, each below 40 * 2^40
 #pragma unroll
-  for (int w = 0; w < kExactMaxLimbs; ++w) limbs[w] = 0;
+  for (int w = 0; w < L; ++w) limbs[w] = 0;
+  for (int i = 0; i < crt.moduli; ++i) {
+    const uint64_t u = exact_unsigned_residue(load(i), crt.modulus[i]);
 #pragma unroll
-  for (int i = 0; i < kExactMaxModuli; ++i) {
-    if (i < crt.moduli) {
-      const uint64_t u = exact_unsigned_residue(load(i), crt.modulus[i]);
-#pragma unroll
-      for (int w = 0; w < kExactMaxLimbs; ++w) {
-        if (w < crt.limbs) limbs[w] += u * crt.partial[i][w];
-      }
-    }
+    for (int w = 0; w < L; ++w) limbs[w] += u * crt.partial[i][w];
   }
   // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err by
   // far less than 2^-30 for S / P < 40.
   double s = 0.0;
 #pragma unroll
-  for (int w = kExactMaxLimbs - 1; w >= 0; --w) {
-    if (w < crt.limbs) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
-  }
+  for (int w = L - 1; w >= 0; --w) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
   const auto q = static_cast<uint64_t>(rint(s * crt.reciprocal));  // in [0, 40]
   // X = S - q P carried into two's complement words, then its sign and magnitude.
-  uint32_t word[kExactMaxLimbs];
+  uint32_t word[L];
   int64_t carry = 0;
 #pragma unroll
-  for (int w = 0; w < kExactMaxLimbs; ++w) {
-    if (w < crt.limbs) {
-      const int64_t t = static_cast<int64_t>(limbs[w]) -
-                        static_cast<int64_t>(q * crt.product[w]) + carry;
-      word[w] = static_cast<uint32_t>(t);
-      carry = t >> 32;  // floor(t / 2^32)
-    } else {
-      word[w] = 0;
-    }
+  for (int w = 0; w < L; ++w) {
+    const int64_t t = static_cast<int64_t>(limbs[w]) -
+                      static_cast<int64_t>(q * crt.product[w]) + carry;
+    word[w] = static_cast<uint32_t>(t);
+    carry = t >> 32;  // floor(t / 2^32)
   }
   const bool negative = carry < 0;
   if (negative) {  // |X| = -X: complement and add one
     uint64_t add = 1;
 #pragma unroll
-    for (int w = 0; w < kExactMaxLimbs; ++w) {
-      if (w < crt.limbs) {
-        const uint64_t t = uint64_t(~word[w]) + add;
-        word[w] = static_cast<uint32_t>(t);
-        add = t >> 32;
-      }
+    for (int w = 0; w < L; ++w) {
+      const uint64_t t = uint64_t(~word[w]) + add;
+      word[w] = static_cast<uint32_t>(t);
+      add = t >> 32;
     }
   }
-  return round_words_to_format(word, crt.limbs, negative, unit, format);
+  return round_words_to_format<L>(word, negative, unit, format);
+}
+
+// Runs f(std::integral_constant<int, L>{}) for the limb count of crt (2 .. kExactMaxLimbs).
+template <typename F>
+void with_limb_count(const ExactCrt& crt, F f) {
+  switch (crt.limbs) {
+#define OZAKI_LIMBS_CASE(n) \
+  case n:                   \
+    f(std::integral_constant<int, n>{}); \
+    break;
+    OZAKI_LIMBS_CASE(2) OZAKI_LIMBS_CASE(3) OZAKI_LIMBS_CASE(4) OZAKI_LIMBS_CASE(5)
+    OZAKI_LIMBS_CASE(6) OZAKI_LIMBS_CASE(7) OZAKI_LIMBS_CASE(8) OZAKI_LIMBS_CASE(9)
+    OZAKI_LIMBS_CASE(10)
+#undef OZAKI_LIMBS_CASE
+    default:
+      break;
+  }
 }
 
 // ---- Host-side constants ----------------------------------------------------------------------
@@ -241,7 +263,7 @@ inline ExactCrt exact_crt(int moduli) {
   while (top > 0 && crt.product[top] == 0) --top;
   // S and q P are below 41 P: the bits of P and 6 more (40 moduli: 292 + 6 bits, in 10 words)
   const int bits = 32 * top + highest_set_bit(crt.product[top]) + 1;
-  crt.limbs = (bits + 6 + 31) / 32;
+  crt.limbs = (bits + 6 + 31) / 32;  // 2 .. kExactMaxLimbs (with_limb_count)
   double p_value = 0.0;
   for (int w = kExactMaxLimbs - 1; w >= 0; --w) p_value = p_value * 4294967296.0 + crt.product[w];
   crt.reciprocal = 1.0 / p_value;

@@ -6,8 +6,9 @@ Per case (the correctly rounded dgemm and sgemm, the default dgemm at phi 1 and 
 span) and size: the plan, the median time of the ozaki call and of native torch.matmul in the same
 process, the peak memory the call adds beyond A and B (its output included), the INT8 GEMMs'
 share (moduli x one INT8 GEMM of the full shape), and the max componentwise error of a sampled
-grid of entries against the exact product (ozaki and native), over --draws fresh inputs. Prints a
-table and writes exact_crt.json under --out.
+grid of entries against the exact product (ozaki and native), over --draws fresh inputs; with
+--profile, one call per case at the largest size split by kernel family. Prints a table and writes
+exact_crt.json under --out.
 """
 import argparse
 import json
@@ -67,13 +68,40 @@ def sampled_errors(A, B, C, native, seed):
     return out
 
 
+#: Kernel families of the time breakdown, by a part of the kernel's name (first match).
+FAMILIES = (("residues", "residues"), ("reconstruct", "reconstruct"), ("INT8 GEMMs", "gemm"),
+            ("INT8 GEMMs", "xmma"), ("INT8 GEMMs", "cutlass"), ("INT8 GEMMs", "sm90"),
+            ("row statistics and norms", "row_stats"), ("row statistics and norms", "norm"),
+            ("tables", "exact_table"), ("planning (bounds)", "reduce"),
+            ("planning (bounds)", "elementwise"))
+
+
+def kernel_breakdown(fn):
+    """CUDA milliseconds of one call by kernel family (torch.profiler), the rest under 'other'."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out = {}
+    for event in prof.key_averages():
+        ms = event.self_device_time_total / 1e3
+        if ms <= 0:
+            continue
+        name = event.key.lower()
+        family = next((f for f, part in FAMILIES if part in name), "other")
+        out[family] = out.get(family, 0.0) + ms
+    return out
+
+
 def int8_gemm_ms(n, repeats):
     a = torch.randint(-128, 128, (n, n), dtype=torch.int8, device="cuda")
     times, _ = time_call(lambda: ozaki._ops.int8_matmul(a, a), torch.device("cuda"), 1, repeats)
     return statistics.median(times)
 
 
-def measure(label, n, dtype, rounding, make, draws, repeats, int8_ms):
+def measure(label, n, dtype, rounding, make, draws, repeats, int8_ms, profile):
     device = torch.device("cuda")
     rows = []
     for seed in range(draws):
@@ -97,6 +125,10 @@ def measure(label, n, dtype, rounding, make, draws, repeats, int8_ms):
         if plan.backend in ("crt", "int8") and n in int8_ms:
             row["int8_gemms_ms"] = plan.gemms * int8_ms[n]
         row.update(sampled_errors(A, B, C, native, seed))
+        if profile and seed == 0:
+            row["breakdown_ms"] = kernel_breakdown(lambda: gemm(A, B, rounding=rounding))
+            print("    CUDA time by kernel family (ms): " + ", ".join(
+                f"{f} {ms:.2f}" for f, ms in sorted(row["breakdown_ms"].items(), key=lambda x: -x[1])))
         rows.append(row)
         print(f"{label:48s} seed {seed}: {row['ozaki_ms']:9.2f} ms vs native {row['native_ms']:9.2f} ms "
               f"= {row['speedup']:.3f}x; {plan.backend} {plan.moduli or plan.slices} "
@@ -115,12 +147,15 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384])
     parser.add_argument("--draws", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="split one call per case at the largest size by kernel family")
     args = parser.parse_args()
     int8_ms = {n: int8_gemm_ms(n, args.repeats) for n in args.sizes}
     print("one INT8 GEMM (ms):", {n: round(ms, 3) for n, ms in int8_ms.items()})
     rows = []
     for label, n, dtype, rounding, make in cases(args.sizes):
-        rows += measure(label, n, dtype, rounding, make, args.draws, args.repeats, int8_ms)
+        rows += measure(label, n, dtype, rounding, make, args.draws, args.repeats, int8_ms,
+                        args.profile and n == max(args.sizes))
     with open(os.path.join(args.out, "exact_crt.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "int8_gemm_ms": int8_ms, "rows": rows}, f, indent=1)

@@ -81,7 +81,7 @@ if wants wide; then
 fi
 if wants exact; then
   echo "== exact scheme II"
-  python3 scripts/exact_crt_bench.py --out "$OUT" ${EXACT_SIZES:+--sizes $EXACT_SIZES} ${EXACT_DRAWS:+--draws $EXACT_DRAWS} 2>&1 | tee "$OUT/exact_crt.log"
+  python3 scripts/exact_crt_bench.py --out "$OUT" --profile ${EXACT_SIZES:+--sizes $EXACT_SIZES} ${EXACT_DRAWS:+--draws $EXACT_DRAWS} 2>&1 | tee "$OUT/exact_crt.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,distributed,* ]]; then

@@ -338,22 +338,25 @@ void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int
   const T* b_data = bt.const_data_ptr<T>();
   T* out_data = out.mutable_data_ptr<T>();
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        for (int64_t j = 0; j < cols; ++j) {
-          const int64_t gi = i0 + i, gj = j0 + j;
-          if (nonfinite_a[gi] || nonfinite_b[gj]) {
-            out_data[gi * n + gj] = static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k));
-            continue;
+    with_limb_count(crt, [&](auto limbs) {
+      at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t gi = i0 + i, gj = j0 + j;
+            if (nonfinite_a[gi] || nonfinite_b[gj]) {
+              out_data[gi * n + gj] =
+                  static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k));
+              continue;
+            }
+            const double* entry = p + i * cols + j;
+            const auto load = [&](int modulus) {
+              return static_cast<int32_t>(entry[modulus * rows * cols]);
+            };
+            out_data[gi * n + gj] = static_cast<T>(exact_reconstruct<decltype(limbs)::value>(
+                crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>()));
           }
-          const double* entry = p + i * cols + j;
-          const auto load = [&](int modulus) {
-            return static_cast<int32_t>(entry[modulus * rows * cols]);
-          };
-          out_data[gi * n + gj] = static_cast<T>(exact_reconstruct(
-              crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>()));
         }
-      }
+      });
     });
   };
   residue_product_chunks<T>(a, bt, crt.moduli, exact_residues<T>(k, exponent_a, exponent_b, crt),

@@ -32,6 +32,9 @@ namespace {
 // Default workspace budget when the caller passes 0 (docs/api.md, "Workspace"): at 16384^3 with 15
 // moduli it holds half of C's INT32 residue products, so A's residues are computed once.
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
+// Exact scheme II's default budget: at 16384^3 with 23 moduli it holds A's residues and the
+// INT32 products of chunks of about 1100 columns, so the call adds under 11 GiB with its output.
+constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(8) << 30;
 // INT8 operand rows and INT32 result rows are padded to 16 bytes.
 constexpr int64_t kInnerAlign = 16;
 constexpr int64_t kResultAlign = 4;
@@ -635,7 +638,7 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
 
 // reconstruct_kernel for exact scheme II: one entry per thread, rows along grid y, columns along
 // x and the threads; in.scale_a and in.scale_b hold the rows' exponents.
-template <typename T>
+template <int L, typename T>
 __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                          CrtOperands<T> in, ExactCrt crt, T* out) {
   const int64_t plane = chunk.rows * ld;
@@ -654,7 +657,7 @@ __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Ch
         value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
       } else {
         const auto load = [&](int modulus) { return __ldg(row_products + modulus * plane + j); };
-        value = exact_reconstruct(crt, load, -(exponent_a + in.scale_b[gj]), format_of<T>());
+        value = exact_reconstruct<L>(crt, load, -(exponent_a + in.scale_b[gj]), format_of<T>());
       }
       out[chunk.out_index(e, i, j)] = static_cast<T>(value);
     }
@@ -673,7 +676,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
   at::Tensor out = at::empty(shape.out_sizes(), a.options());
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor tables = at::empty({2 * moduli * kExactTableShifts}, a.options().dtype(at::kByte));
@@ -688,9 +691,11 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
       const dim3 grid = row_grid(chunk.elements * chunk.rows, chunk.cols, kReconstructThreads);
-      exact_reconstruct_kernel<scalar_t><<<grid, kReconstructThreads, 0, chunk_stream>>>(
-          products, ld, chunk, in, crt, out_data);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      with_limb_count(crt, [&](auto limbs) {
+        exact_reconstruct_kernel<decltype(limbs)::value, scalar_t>
+            <<<grid, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt, out_data);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
                            exact_residues(in, crt, tables.const_data_ptr<uint8_t>()), round_chunk);
