@@ -188,10 +188,22 @@ OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
   uint64_t limbs[L];  // S in 32-bit limbs, each below 40 * 2^40
 #pragma unroll
   for (int w = 0; w < L; ++w) limbs[w] = 0;
-  for (int i = 0; i < crt.moduli; ++i) {
-    const uint64_t u = exact_unsigned_residue(load(i), crt.modulus[i]);
+  // Eight moduli at a time, their loads issued before any is used (on the GPU each is a global
+  // load: one at a time left the memory system waiting).
+  constexpr int kBatch = 8;
+  for (int i0 = 0; i0 < crt.moduli; i0 += kBatch) {
+    int32_t results[kBatch];
 #pragma unroll
-    for (int w = 0; w < L; ++w) limbs[w] += u * crt.partial[i][w];
+    for (int b = 0; b < kBatch; ++b) results[b] = i0 + b < crt.moduli ? load(i0 + b) : 0;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b;
+      if (i < crt.moduli) {
+        const uint64_t u = exact_unsigned_residue(results[b], crt.modulus[i]);
+#pragma unroll
+        for (int w = 0; w < L; ++w) limbs[w] += u * crt.partial[i][w];
+      }
+    }
   }
   // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err by
   // far less than 2^-30 for S / P < 40.

@@ -571,9 +571,14 @@ __global__ void exact_table_kernel(ExactCrt crt, uint8_t* table) {
   }
 }
 
-// residues_kernel for exact scheme II: rows scaled by 2^exponent, the moduli a run-time count
-// (loops unrolled to kExactMaxModuli, so crt's fields are constant-bank operands). Each block
-// first copies its table of W 2^s mod p into shared memory.
+// W 2^s mod p for shifts past the table (rows the planner does not send to exact scheme II, or
+// finite entries of rows holding NaN/Inf): out of line, so the hot loop stays small.
+__device__ __noinline__ uint32_t power_past_the_table(int s, bool weighted, ExactModulus modulus) {
+  return weighted_power_of_two(s, weighted, modulus);
+}
+
+// residues_kernel for exact scheme II: rows scaled by 2^exponent, the moduli a run-time count.
+// Each block first copies its table of W 2^s mod p into shared memory.
 template <typename T>
 __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                                       const int* exponent, ExactCrt crt, const uint8_t* table,
@@ -601,17 +606,18 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
       ExactEntry parts[kResidueGroup];
 #pragma unroll
       for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
-#pragma unroll
-      for (int i = 0; i < kExactMaxModuli; ++i) {
-        if (i >= crt.moduli) break;
+      // One modulus per iteration, not unrolled: an unrolled body of every modulus outgrew the
+      // instruction cache. Its constants are then read from the parameter bank by index.
+#pragma unroll 1
+      for (int i = 0; i < crt.moduli; ++i) {
+        const ExactModulus modulus = crt.modulus[i];
         __align__(8) int8_t residues[kResidueGroup];
 #pragma unroll
         for (int c = 0; c < kResidueGroup; ++c) {
           const int s = parts[c].s;
-          const uint32_t power = s < kExactTableShifts
-                                     ? powers[i * kExactTableShifts + s]
-                                     : weighted_power_of_two(s, weighted, crt.modulus[i]);
-          residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, crt.modulus[i]));
+          const uint32_t power = s < kExactTableShifts ? powers[i * kExactTableShifts + s]
+                                                       : power_past_the_table(s, weighted, modulus);
+          residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, modulus));
         }
         *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
             *reinterpret_cast<const uint2*>(residues);
