@@ -179,59 +179,62 @@ OZAKI_HD double round_words_to_format(const uint32_t (&words)[L], bool negative,
 }
 
 // The exact X = (A'B')_ij, |X| < P / 2, from the INT32 GEMM results R_i = W_i X mod p_i (any
-// representative), rounded once: RN(X 2^unit) in `format`, unit = -(E_a + E_b). load(i) gives
-// R_i; L = crt.limbs. As crt_reconstruct: u_i = R_i mod p_i, S = sum_i u_i P / p_i = X mod P,
-// q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P.
+// representative), rounded once: RN(X 2^unit) in `format`, unit = -(E_a + E_b); L = crt.limbs.
+// As crt_reconstruct: u_i = R_i mod p_i, S = sum_i u_i P / p_i = X mod P (add), then
+// q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P (rounded).
+template <int L>
+struct ExactSum {
+  uint64_t limbs[L];  // S in 32-bit limbs, each below 40 * 2^40
+
+  OZAKI_HD void clear() {
+#pragma unroll
+    for (int w = 0; w < L; ++w) limbs[w] = 0;
+  }
+  // S += u_i P / p_i for the GEMM result R_i of modulus i.
+  OZAKI_HD void add(const ExactCrt& crt, int i, int32_t R) {
+    const uint32_t u = exact_unsigned_residue(R, crt.modulus[i]);
+#pragma unroll
+    for (int w = 0; w < L; ++w) limbs[w] += static_cast<uint64_t>(u) * crt.partial[i][w];
+  }
+  OZAKI_HD double rounded(const ExactCrt& crt, int64_t unit, RoundingFormat format) const {
+    // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err
+    // by far less than 2^-30 for S / P < 40.
+    double s = 0.0;
+#pragma unroll
+    for (int w = L - 1; w >= 0; --w) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
+    const auto q = static_cast<uint64_t>(rint(s * crt.reciprocal));  // in [0, 40]
+    // X = S - q P carried into two's complement words, then its sign and magnitude.
+    uint32_t word[L];
+    int64_t carry = 0;
+#pragma unroll
+    for (int w = 0; w < L; ++w) {
+      const int64_t t = static_cast<int64_t>(limbs[w]) -
+                        static_cast<int64_t>(q * crt.product[w]) + carry;
+      word[w] = static_cast<uint32_t>(t);
+      carry = t >> 32;  // floor(t / 2^32)
+    }
+    const bool negative = carry < 0;
+    if (negative) {  // |X| = -X: complement and add one
+      uint64_t add = 1;
+#pragma unroll
+      for (int w = 0; w < L; ++w) {
+        const uint64_t t = uint64_t(~word[w]) + add;
+        word[w] = static_cast<uint32_t>(t);
+        add = t >> 32;
+      }
+    }
+    return round_words_to_format<L>(word, negative, unit, format);
+  }
+};
+
+// One entry: load(i) gives R_i.
 template <int L, typename Load>
 OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
                                   RoundingFormat format) {
-  uint64_t limbs[L];  // S in 32-bit limbs, each below 40 * 2^40
-#pragma unroll
-  for (int w = 0; w < L; ++w) limbs[w] = 0;
-  // Eight moduli at a time, their loads issued before any is used (on the GPU each is a global
-  // load: one at a time left the memory system waiting).
-  constexpr int kBatch = 8;
-  for (int i0 = 0; i0 < crt.moduli; i0 += kBatch) {
-    int32_t results[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) results[b] = i0 + b < crt.moduli ? load(i0 + b) : 0;
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = i0 + b;
-      if (i < crt.moduli) {
-        const uint64_t u = exact_unsigned_residue(results[b], crt.modulus[i]);
-#pragma unroll
-        for (int w = 0; w < L; ++w) limbs[w] += u * crt.partial[i][w];
-      }
-    }
-  }
-  // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err by
-  // far less than 2^-30 for S / P < 40.
-  double s = 0.0;
-#pragma unroll
-  for (int w = L - 1; w >= 0; --w) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
-  const auto q = static_cast<uint64_t>(rint(s * crt.reciprocal));  // in [0, 40]
-  // X = S - q P carried into two's complement words, then its sign and magnitude.
-  uint32_t word[L];
-  int64_t carry = 0;
-#pragma unroll
-  for (int w = 0; w < L; ++w) {
-    const int64_t t = static_cast<int64_t>(limbs[w]) -
-                      static_cast<int64_t>(q * crt.product[w]) + carry;
-    word[w] = static_cast<uint32_t>(t);
-    carry = t >> 32;  // floor(t / 2^32)
-  }
-  const bool negative = carry < 0;
-  if (negative) {  // |X| = -X: complement and add one
-    uint64_t add = 1;
-#pragma unroll
-    for (int w = 0; w < L; ++w) {
-      const uint64_t t = uint64_t(~word[w]) + add;
-      word[w] = static_cast<uint32_t>(t);
-      add = t >> 32;
-    }
-  }
-  return round_words_to_format<L>(word, negative, unit, format);
+  ExactSum<L> sum;
+  sum.clear();
+  for (int i = 0; i < crt.moduli; ++i) sum.add(crt, i, load(i));
+  return sum.rounded(crt, unit, format);
 }
 
 // Runs f(std::integral_constant<int, L>{}) for the limb count of crt (2 .. kExactMaxLimbs).

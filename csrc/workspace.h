@@ -52,13 +52,12 @@ inline ChunkPlan plan_chunks(int64_t m, int64_t n, const WorkspaceShape& shape, 
 }
 
 // All m rows in every chunk and the columns in equal chunks (multiples of 64), when all rows fit
-// the budget with at least kMinColumns columns (narrower GEMMs lose speed); plan_chunks otherwise.
-// Scheme II prefers it: its INT8 GEMMs then keep every row, and on the H100 a 16384^3 product with
-// 15 moduli ran in 109.7 ms as two chunks of 8192 columns against 115.5-115.7 ms as two of 8192
-// rows (docs/benchmarks.md).
+// the budget with at least min_columns columns (narrower GEMMs lose speed); plan_chunks otherwise.
+// Scheme II prefers it: its INT8 GEMMs then keep every row and the operand whose residues stay
+// whole is converted once (docs/benchmarks.md).
+constexpr int64_t kMinColumns = 2048;
 inline ChunkPlan plan_column_chunks(int64_t m, int64_t n, const WorkspaceShape& shape,
-                                    int64_t budget_bytes) {
-  constexpr int64_t kMinColumns = 2048;
+                                    int64_t budget_bytes, int64_t min_columns = kMinColumns) {
   constexpr int64_t kAlign = 64;
   // bytes_for(m, c) <= fixed + c * per_column (the products' padding to col_align counted in full)
   const int64_t per_column = shape.slices * shape.k_stride * shape.slice_bytes +
@@ -67,7 +66,7 @@ inline ChunkPlan plan_column_chunks(int64_t m, int64_t n, const WorkspaceShape& 
                         shape.pair_blocks * m * (shape.col_align - 1) * shape.product_bytes;
   const int64_t room = std::max<int64_t>(budget_bytes - fixed, 0);
   const int64_t widest = room / std::max<int64_t>(per_column, 1) / kAlign * kAlign;
-  if (widest < std::min(n, kMinColumns)) return plan_chunks(m, n, shape, budget_bytes);
+  if (widest < std::min(n, min_columns)) return plan_chunks(m, n, shape, budget_bytes);
   const int64_t cols = round_up(ceil_div(n, ceil_div(n, widest)), kAlign);  // at most widest
   return ChunkPlan{std::max<int64_t>(m, 1), std::max<int64_t>(1, std::min(n, cols))};
 }
@@ -89,13 +88,14 @@ inline int64_t elements_per_chunk(int64_t batch, int64_t element_bytes, int64_t 
 
 inline BatchChunkPlan plan_batch_chunks(int64_t batch, int64_t m, int64_t n,
                                         const WorkspaceShape& shape, int64_t budget_bytes,
-                                        bool keep_rows = false) {
+                                        bool keep_rows = false,
+                                        int64_t min_columns = kMinColumns) {
   const int64_t element_bytes = shape.bytes_for(m, n);
   if (element_bytes <= budget_bytes) {
     return BatchChunkPlan{elements_per_chunk(batch, element_bytes, budget_bytes),
                           ChunkPlan{std::max<int64_t>(m, 1), std::max<int64_t>(n, 1)}};
   }
-  return BatchChunkPlan{1, keep_rows ? plan_column_chunks(m, n, shape, budget_bytes)
+  return BatchChunkPlan{1, keep_rows ? plan_column_chunks(m, n, shape, budget_bytes, min_columns)
                                      : plan_chunks(m, n, shape, budget_bytes)};
 }
 

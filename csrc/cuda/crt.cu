@@ -33,8 +33,10 @@ namespace {
 // moduli it holds half of C's INT32 residue products, so A's residues are computed once.
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 // Exact scheme II's default budget: at 16384^3 with 23 moduli it holds A's residues and the
-// INT32 products of chunks of about 1100 columns, so the call adds under 11 GiB with its output.
+// INT32 products of chunks of 1280 columns; narrower column chunks are allowed than scheme II's,
+// so that A's residues are still computed once.
 constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(8) << 30;
+constexpr int64_t kExactMinColumns = 1024;
 // INT8 operand rows and INT32 result rows are padded to 16 bytes.
 constexpr int64_t kInnerAlign = 16;
 constexpr int64_t kResultAlign = 4;
@@ -458,12 +460,13 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
 template <typename T, typename Residues, typename Finish>
 void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int moduli,
                             int64_t budget, const at::TensorOptions& options, Residues residues,
-                            Finish finish) {
+                            Finish finish, int64_t min_columns = kMinColumns) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t N = moduli;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   const WorkspaceShape shape{k_stride, moduli, N, 1, 4, kResultAlign};
-  BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true);
+  BatchChunkPlan plan =
+      plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true, min_columns);
   // cuBLAS takes int sizes.
   constexpr int64_t kMaxSide = int64_t(1) << 30;
   if (plan.within.rows > kMaxSide || plan.within.cols > kMaxSide) {
@@ -642,12 +645,17 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
   };
 }
 
-// reconstruct_kernel for exact scheme II: one entry per thread, rows along grid y, columns along
-// x and the threads; in.scale_a and in.scale_b hold the rows' exponents.
+// reconstruct_kernel for exact scheme II: 4 consecutive columns per thread (one 16-byte load per
+// modulus; the per-modulus constants read once for the four), rows along grid y, groups of
+// columns along x and the threads; in.scale_a and in.scale_b hold the rows' exponents. Moduli go
+// four at a time, their loads issued before any is used.
 template <int L, typename T>
 __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                          CrtOperands<T> in, ExactCrt crt, T* out) {
+  static_assert(kResultAlign % kReconstructColumns == 0);
+  constexpr int kBatch = 4;
   const int64_t plane = chunk.rows * ld;
+  const int64_t groups = ld / kReconstructColumns;
   for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
@@ -655,17 +663,41 @@ __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Ch
     const bool row_nonfinite = in.nonfinite_a[gi];
     const int64_t exponent_a = in.scale_a[gi];
     const int32_t* row_products = products + e * crt.moduli * plane + i * ld;
-    for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < chunk.cols;
-         j += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t gj = chunk.b_row(e, j);
-      double value;
-      if (row_nonfinite || in.nonfinite_b[gj]) {
-        value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
-      } else {
-        const auto load = [&](int modulus) { return __ldg(row_products + modulus * plane + j); };
-        value = exact_reconstruct<L>(crt, load, -(exponent_a + in.scale_b[gj]), format_of<T>());
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t j0 = g * kReconstructColumns;
+      ExactSum<L> sums[kReconstructColumns];
+#pragma unroll
+      for (int c = 0; c < kReconstructColumns; ++c) sums[c].clear();
+      for (int i0 = 0; i0 < crt.moduli; i0 += kBatch) {
+        int4 loaded[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          loaded[b] = i0 + b < crt.moduli
+                          ? __ldg(reinterpret_cast<const int4*>(row_products + (i0 + b) * plane + j0))
+                          : make_int4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (i0 + b < crt.moduli) {
+            sums[0].add(crt, i0 + b, loaded[b].x);
+            sums[1].add(crt, i0 + b, loaded[b].y);
+            sums[2].add(crt, i0 + b, loaded[b].z);
+            sums[3].add(crt, i0 + b, loaded[b].w);
+          }
+        }
       }
-      out[chunk.out_index(e, i, j)] = static_cast<T>(value);
+#pragma unroll
+      for (int c = 0; c < kReconstructColumns; ++c) {
+        const int64_t j = j0 + c;
+        if (j >= chunk.cols) break;
+        const int64_t gj = chunk.b_row(e, j);
+        const double value =
+            row_nonfinite || in.nonfinite_b[gj]
+                ? nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k)
+                : sums[c].rounded(crt, -(exponent_a + in.scale_b[gj]), format_of<T>());
+        out[chunk.out_index(e, i, j)] = static_cast<T>(value);
+      }
     }
   }
 }
@@ -696,7 +728,8 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
-      const dim3 grid = row_grid(chunk.elements * chunk.rows, chunk.cols, kReconstructThreads);
+      const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
+                                 kReconstructThreads);
       with_limb_count(crt, [&](auto limbs) {
         exact_reconstruct_kernel<decltype(limbs)::value, scalar_t>
             <<<grid, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt, out_data);
@@ -704,7 +737,8 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
       });
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
-                           exact_residues(in, crt, tables.const_data_ptr<uint8_t>()), round_chunk);
+                           exact_residues(in, crt, tables.const_data_ptr<uint8_t>()), round_chunk,
+                           kExactMinColumns);
   });
   return out;
 }
