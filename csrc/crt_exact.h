@@ -10,6 +10,8 @@
 // passed by value, about 3 KB of kernel parameters), so one kernel serves every count.
 #pragma once
 
+#include <algorithm>
+
 #include "crt.h"
 
 namespace ozaki {
@@ -23,8 +25,8 @@ constexpr int kExactModuli[kExactMaxModuli] = {
     103, 101, 97, 89, 83, 79, 73, 71};
 // P of 40 moduli has 292 bits; S = sum_i u_i P / p_i and q P stay below 41 P: 298 bits.
 constexpr int kExactMaxLimbs = 10;
-// Shifts s below this come from a table of W 2^s mod p (ExactPowers); larger ones (rows the planner
-// does not send here, or finite entries of rows holding NaN/Inf) by square-and-multiply.
+// Shifts s below this come from a table (exact_table_entry); larger ones (rows the planner does not
+// send here, or finite entries of rows holding NaN/Inf) by square-and-multiply.
 constexpr int kExactTableShifts = 256;
 
 // What one modulus needs at run time.
@@ -39,14 +41,26 @@ struct ExactModulus {
   uint32_t weight;  // (P / p)^-1 mod p, B's residues carry it (see exact_reconstruct)
 };
 
-// The constants of N moduli: per modulus, and P / p_i and P in 32-bit limbs.
+// The reconstruction takes the moduli three at a time: for a group G, sum_{i in G} u_i P / p_i =
+// v (P / prod G) with v = sum_{i in G} u_i (prod G / p_i) below 3 * 2^24, so S needs one
+// multi-limb product per group instead of one per modulus.
+constexpr int kExactGroupSize = 3;
+constexpr int kExactMaxGroups = (kExactMaxModuli + kExactGroupSize - 1) / kExactGroupSize;
+struct ExactGroup {
+  int first, count;                    // moduli [first, first + count)
+  uint32_t cofactor[kExactGroupSize];  // prod G / p_i, below 2^16
+  uint32_t partial[kExactMaxLimbs];    // P / prod G in 32-bit limbs
+};
+
+// The constants of N moduli: per modulus, per group, and P in 32-bit limbs.
 struct ExactCrt {
   int moduli;
   int limbs;  // 32-bit words that hold S < N P
+  int groups;
   ExactModulus modulus[kExactMaxModuli];
-  uint32_t partial[kExactMaxModuli][kExactMaxLimbs];  // P / p_i
-  uint32_t product[kExactMaxLimbs];                   // P
-  double reciprocal;                                  // RN(1 / RN(P))
+  ExactGroup group[kExactMaxGroups];
+  uint32_t product[kExactMaxLimbs];  // P
+  double reciprocal;                 // RN(1 / RN(P))
 };
 
 // x mod p for 0 <= x < 2^31 (odd p), as remainder_below_2_31 with run-time constants: with
@@ -79,11 +93,20 @@ OZAKI_HD uint32_t weighted_power_of_two(int s, bool weighted, const ExactModulus
   return exact_remainder(w * power_mod(2, s, c), c);
 }
 
-// Entry `index` of the table of W 2^s mod p_i over the first moduli and the shifts
+// The multipliers of an entry's three 21-bit fields for shift s, packed in one word: T = W 2^s,
+// 2^21 T and 2^42 T, each mod p, in bytes 0, 1 and 2 (so exact_residue needs one remainder). For
+// p = 256 the upper two are 0.
+OZAKI_HD uint32_t field_multipliers(int s, bool weighted, const ExactModulus& c) {
+  const uint32_t t = weighted_power_of_two(s, weighted, c);
+  if (c.p == 256) return t;
+  return t | (exact_remainder(c.c21 * t, c) << 8) | (exact_remainder(c.c42 * t, c) << 16);
+}
+
+// Entry `index` of the table of field_multipliers over the first moduli and the shifts
 // s < kExactTableShifts: (i, s) at index i * kExactTableShifts + s.
-OZAKI_HD uint8_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
+OZAKI_HD uint32_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
   const int i = index / kExactTableShifts, s = index - i * kExactTableShifts;
-  return static_cast<uint8_t>(weighted_power_of_two(s, weighted, crt.modulus[i]));
+  return field_multipliers(s, weighted, crt.modulus[i]);
 }
 
 // An entry a of a row scaled by 2^E, as sign, significand and shift: |a| 2^E = m 2^s. Entries
@@ -105,19 +128,21 @@ OZAKI_HD ExactEntry exact_entry(double a, int scale_exponent) {
   return {m, t < 0 ? 0 : t, sign_bit(a)};
 }
 
-// The symmetric residue of W x mod p for x = (-1)^negative m 2^s, with power = W 2^s mod p.
-OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t power, const ExactModulus& c) {
-  if (c.p == 256) {
-    const uint8_t r = static_cast<uint8_t>(x.m * power);  // below 2^61: no overflow
-    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
-  }
+// The symmetric residue of W x mod p for x = (-1)^negative m 2^s, from multipliers =
+// field_multipliers(s): m's 21-bit fields times theirs, summed below 2^29 + 2^29 + 2^19, and one
+// remainder.
+OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t multipliers, const ExactModulus& c) {
   constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
   const uint32_t low = static_cast<uint32_t>(x.m & mask);
   const uint32_t mid = static_cast<uint32_t>((x.m >> 21) & mask);
-  const uint32_t high = static_cast<uint32_t>(x.m >> 42);  // below 2^12
-  // below 2^21 + 2^29 + 2^20: one remainder gives m mod p, a second (m mod p) W 2^s mod p
-  const uint32_t m_mod = exact_remainder(low + mid * c.c21 + high * c.c42, c);
-  const uint32_t r = exact_remainder(m_mod * power, c);
+  const uint32_t high = static_cast<uint32_t>(x.m >> 42);  // at most 2^11
+  const uint32_t sum = low * (multipliers & 255u) + mid * ((multipliers >> 8) & 255u) +
+                       high * (multipliers >> 16);
+  if (c.p == 256) {  // the low byte of m W 2^s
+    const uint8_t r = static_cast<uint8_t>(sum);
+    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
+  }
+  const uint32_t r = exact_remainder(sum, c);
   const int half = static_cast<int>(c.p - 1) / 2;
   const int symmetric = static_cast<int>(r) > half ? static_cast<int>(r) - static_cast<int>(c.p)
                                                    : static_cast<int>(r);
@@ -184,21 +209,28 @@ OZAKI_HD double round_words_to_format(const uint32_t (&words)[L], bool negative,
 // q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30) and X = S - q P (rounded).
 template <int L>
 struct ExactSum {
-  uint64_t limbs[L];  // S in 32-bit limbs, each below 40 * 2^40
+  uint64_t limbs[L];  // S in 32-bit limbs, each below 14 * 2^58
 
   OZAKI_HD void clear() {
 #pragma unroll
     for (int w = 0; w < L; ++w) limbs[w] = 0;
   }
-  // S += u_i P / p_i for the GEMM result R_i of modulus i.
-  OZAKI_HD void add(const ExactCrt& crt, int i, int32_t R) {
-    const uint32_t u = exact_unsigned_residue(R, crt.modulus[i]);
+  // S += sum over group g of u_i P / p_i, from the group's GEMM results R[0 .. count).
+  OZAKI_HD void add_group(const ExactCrt& crt, int g, const int32_t (&R)[kExactGroupSize]) {
+    const ExactGroup& group = crt.group[g];
+    uint32_t v = 0;
 #pragma unroll
-    for (int w = 0; w < L; ++w) limbs[w] += static_cast<uint64_t>(u) * crt.partial[i][w];
+    for (int r = 0; r < kExactGroupSize; ++r) {
+      if (r < group.count) {
+        v += exact_unsigned_residue(R[r], crt.modulus[group.first + r]) * group.cofactor[r];
+      }
+    }
+#pragma unroll
+    for (int w = 0; w < L; ++w) limbs[w] += static_cast<uint64_t>(v) * group.partial[w];
   }
   OZAKI_HD double rounded(const ExactCrt& crt, int64_t unit, RoundingFormat format) const {
-    // S / P from the limbs: each limb is an exact double, the Horner sum and the reciprocal err
-    // by far less than 2^-30 for S / P < 40.
+    // S / P from the limbs: the Horner sum, its conversions and the reciprocal err by far less
+    // than 2^-30 for S / P < 40.
     double s = 0.0;
 #pragma unroll
     for (int w = L - 1; w >= 0; --w) s = s * 4294967296.0 + static_cast<double>(limbs[w]);
@@ -233,7 +265,11 @@ OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
                                   RoundingFormat format) {
   ExactSum<L> sum;
   sum.clear();
-  for (int i = 0; i < crt.moduli; ++i) sum.add(crt, i, load(i));
+  for (int g = 0; g < crt.groups; ++g) {
+    int32_t R[kExactGroupSize] = {0, 0, 0};
+    for (int r = 0; r < crt.group[g].count; ++r) R[r] = load(crt.group[g].first + r);
+    sum.add_group(crt, g, R);
+  }
   return sum.rounded(crt, unit, format);
 }
 
@@ -260,11 +296,11 @@ void with_limb_count(const ExactCrt& crt, F f) {
 inline ExactCrt exact_crt(int moduli) {
   ExactCrt crt{};
   crt.moduli = moduli;
-  // P in 32-bit limbs by small-factor multiplications, and P / p_i the same way.
-  const auto product_without = [&](int skip, uint32_t* out) {
+  // P in 32-bit limbs by small-factor multiplications, and P / prod G the same way.
+  const auto product_without = [&](int skip_first, int skip_count, uint32_t* out) {
     for (int w = 0; w < kExactMaxLimbs; ++w) out[w] = w == 0 ? 1 : 0;
     for (int j = 0; j < moduli; ++j) {
-      if (j == skip) continue;
+      if (j >= skip_first && j < skip_first + skip_count) continue;
       uint64_t carry = 0;
       for (int w = 0; w < kExactMaxLimbs; ++w) {
         const uint64_t t = uint64_t(out[w]) * uint64_t(kExactModuli[j]) + carry;
@@ -273,7 +309,7 @@ inline ExactCrt exact_crt(int moduli) {
       }
     }
   };
-  product_without(-1, crt.product);
+  product_without(0, 0, crt.product);
   int top = kExactMaxLimbs - 1;
   while (top > 0 && crt.product[top] == 0) --top;
   // S and q P are below 41 P: the bits of P and 6 more (40 moduli: 292 + 6 bits, in 10 words)
@@ -282,8 +318,20 @@ inline ExactCrt exact_crt(int moduli) {
   double p_value = 0.0;
   for (int w = kExactMaxLimbs - 1; w >= 0; --w) p_value = p_value * 4294967296.0 + crt.product[w];
   crt.reciprocal = 1.0 / p_value;
+  crt.groups = (moduli + kExactGroupSize - 1) / kExactGroupSize;
+  for (int g = 0; g < crt.groups; ++g) {
+    ExactGroup& group = crt.group[g];
+    group.first = g * kExactGroupSize;
+    group.count = std::min(kExactGroupSize, moduli - group.first);
+    product_without(group.first, group.count, group.partial);
+    for (int r = 0; r < group.count; ++r) {
+      group.cofactor[r] = 1;
+      for (int t = 0; t < group.count; ++t) {
+        if (t != r) group.cofactor[r] *= kExactModuli[group.first + t];
+      }
+    }
+  }
   for (int i = 0; i < moduli; ++i) {
-    product_without(i, crt.partial[i]);
     const uint32_t p = kExactModuli[i];
     ExactModulus& c = crt.modulus[i];
     c.p = p;
@@ -293,9 +341,11 @@ inline ExactCrt exact_crt(int moduli) {
     c.c42 = static_cast<uint32_t>((uint64_t(1) << 42) % p);
     c.c16 = static_cast<uint32_t>((uint64_t(1) << 16) % p);
     c.offset = static_cast<uint32_t>(((uint64_t(1) << 31) + p - 1) / p * p);
-    // (P / p_i) mod p_i from its limbs, then its inverse by search
-    uint64_t residue = 0;
-    for (int w = kExactMaxLimbs - 1; w >= 0; --w) residue = ((residue << 32) + crt.partial[i][w]) % p;
+    // (P / p_i) mod p_i, the product of the other moduli, then its inverse by search
+    uint64_t residue = 1;
+    for (int j = 0; j < moduli; ++j) {
+      if (j != i) residue = residue * kExactModuli[j] % p;
+    }
     c.weight = 0;
     for (uint32_t inverse = 1; inverse < p; ++inverse) {
       if ((inverse * residue) % p == 1) {

@@ -566,28 +566,31 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
 
 // ---- gemm_crt_exact --------------------------------------------------------------------------
 
-// The tables W 2^s mod p of exact_table_entry: A's (unweighted) at table, B's at table + entries.
-__global__ void exact_table_kernel(ExactCrt crt, uint8_t* table) {
+// The tables of exact_table_entry: A's (unweighted) at table, B's at table + entries.
+__global__ void exact_table_kernel(ExactCrt crt, uint32_t* table) {
   const int entries = crt.moduli * kExactTableShifts;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < 2 * entries; t += gridDim.x * blockDim.x) {
     table[t] = exact_table_entry(crt, t >= entries, t % entries);
   }
 }
 
-// W 2^s mod p for shifts past the table (rows the planner does not send to exact scheme II, or
-// finite entries of rows holding NaN/Inf): out of line, so the hot loop stays small.
-__device__ __noinline__ uint32_t power_past_the_table(int s, bool weighted, ExactModulus modulus) {
-  return weighted_power_of_two(s, weighted, modulus);
+// field_multipliers for shifts past the table (rows the planner does not send to exact scheme II,
+// or finite entries of rows holding NaN/Inf): out of line, so the hot loop stays small.
+__device__ __noinline__ uint32_t multipliers_past_the_table(int s, bool weighted,
+                                                            ExactModulus modulus) {
+  return field_multipliers(s, weighted, modulus);
 }
 
 // residues_kernel for exact scheme II: rows scaled by 2^exponent, the moduli a run-time count.
 // Each block first copies its table of W 2^s mod p into shared memory.
 template <typename T>
 __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                                      const int* exponent, ExactCrt crt, const uint8_t* table,
+                                      const int* exponent, ExactCrt crt, const uint32_t* table,
                                       bool weighted, bool aligned, int8_t* out) {
-  __shared__ uint8_t powers[kExactMaxModuli * kExactTableShifts];
-  for (int t = threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x) powers[t] = table[t];
+  __shared__ uint32_t multipliers[kExactMaxModuli * kExactTableShifts];  // 40 KiB
+  for (int t = threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x) {
+    multipliers[t] = table[t];
+  }
   __syncthreads();
   const int64_t groups_per_row = k_stride / kResidueGroup;
   for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
@@ -618,9 +621,10 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
 #pragma unroll
         for (int c = 0; c < kResidueGroup; ++c) {
           const int s = parts[c].s;
-          const uint32_t power = s < kExactTableShifts ? powers[i * kExactTableShifts + s]
-                                                       : power_past_the_table(s, weighted, modulus);
-          residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, modulus));
+          const uint32_t field = s < kExactTableShifts
+                                     ? multipliers[i * kExactTableShifts + s]
+                                     : multipliers_past_the_table(s, weighted, modulus);
+          residues[c] = static_cast<int8_t>(exact_residue(parts[c], field, modulus));
         }
         *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
             *reinterpret_cast<const uint2*>(residues);
@@ -631,7 +635,7 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
 
 // residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
 template <typename T>
-auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t* tables) {
+auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_t* tables) {
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
              cudaStream_t stream) {
@@ -647,13 +651,13 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
 
 // reconstruct_kernel for exact scheme II: 4 consecutive columns per thread (one 16-byte load per
 // modulus; the per-modulus constants read once for the four), rows along grid y, groups of
-// columns along x and the threads; in.scale_a and in.scale_b hold the rows' exponents. Moduli go
-// four at a time, their loads issued before any is used.
+// columns along x and the threads; in.scale_a and in.scale_b hold the rows' exponents. Two groups
+// of moduli at a time, their loads issued before any is used.
 template <int L, typename T>
 __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
                                          CrtOperands<T> in, ExactCrt crt, T* out) {
-  static_assert(kResultAlign % kReconstructColumns == 0);
-  constexpr int kBatch = 4;
+  static_assert(kResultAlign % kReconstructColumns == 0 && kExactGroupSize == 3);
+  constexpr int kGroupBatch = 2;  // groups whose loads are issued together
   const int64_t plane = chunk.rows * ld;
   const int64_t groups = ld / kReconstructColumns;
   for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
@@ -669,21 +673,26 @@ __global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Ch
       ExactSum<L> sums[kReconstructColumns];
 #pragma unroll
       for (int c = 0; c < kReconstructColumns; ++c) sums[c].clear();
-      for (int i0 = 0; i0 < crt.moduli; i0 += kBatch) {
-        int4 loaded[kBatch];
+      for (int g0 = 0; g0 < crt.groups; g0 += kGroupBatch) {
+        int4 loaded[kGroupBatch][kExactGroupSize];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          loaded[b] = i0 + b < crt.moduli
-                          ? __ldg(reinterpret_cast<const int4*>(row_products + (i0 + b) * plane + j0))
-                          : make_int4(0, 0, 0, 0);
+        for (int b = 0; b < kGroupBatch; ++b) {
+#pragma unroll
+          for (int r = 0; r < kExactGroupSize; ++r) {
+            const int i = (g0 + b) * kExactGroupSize + r;
+            loaded[b][r] = i < crt.moduli
+                               ? __ldg(reinterpret_cast<const int4*>(row_products + i * plane + j0))
+                               : make_int4(0, 0, 0, 0);
+          }
         }
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          if (i0 + b < crt.moduli) {
-            sums[0].add(crt, i0 + b, loaded[b].x);
-            sums[1].add(crt, i0 + b, loaded[b].y);
-            sums[2].add(crt, i0 + b, loaded[b].z);
-            sums[3].add(crt, i0 + b, loaded[b].w);
+        for (int b = 0; b < kGroupBatch; ++b) {
+          if (g0 + b < crt.groups) {
+            const int4* q = loaded[b];
+            sums[0].add_group(crt, g0 + b, {q[0].x, q[1].x, q[2].x});
+            sums[1].add_group(crt, g0 + b, {q[0].y, q[1].y, q[2].y});
+            sums[2].add_group(crt, g0 + b, {q[0].z, q[1].z, q[2].z});
+            sums[3].add_group(crt, g0 + b, {q[0].w, q[1].w, q[2].w});
           }
         }
       }
@@ -717,9 +726,9 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor tables = at::empty({2 * moduli * kExactTableShifts}, a.options().dtype(at::kByte));
-  exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0, stream>>>(
-      crt, tables.mutable_data_ptr<uint8_t>());
+  at::Tensor tables = at::empty({2 * moduli * kExactTableShifts}, a.options().dtype(at::kInt));
+  uint32_t* table_data = reinterpret_cast<uint32_t*>(tables.mutable_data_ptr<int32_t>());
+  exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0, stream>>>(crt, table_data);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
@@ -737,7 +746,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
       });
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
-                           exact_residues(in, crt, tables.const_data_ptr<uint8_t>()), round_chunk,
+                           exact_residues(in, crt, table_data), round_chunk,
                            kExactMinColumns);
   });
   return out;
