@@ -273,7 +273,8 @@ OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
   return sum.rounded(crt, unit, format);
 }
 
-// Runs f(std::integral_constant<int, L>{}) for the limb count of crt (2 .. kExactMaxLimbs).
+// Runs f(std::integral_constant<int, L>{}) for the limb count of crt (2 .. kExactMaxLimbs; more
+// limbs than needed only hold zeros, so any other count runs with the most).
 template <typename F>
 void with_limb_count(const ExactCrt& crt, F f) {
   switch (crt.limbs) {
@@ -283,9 +284,9 @@ void with_limb_count(const ExactCrt& crt, F f) {
     break;
     OZAKI_LIMBS_CASE(2) OZAKI_LIMBS_CASE(3) OZAKI_LIMBS_CASE(4) OZAKI_LIMBS_CASE(5)
     OZAKI_LIMBS_CASE(6) OZAKI_LIMBS_CASE(7) OZAKI_LIMBS_CASE(8) OZAKI_LIMBS_CASE(9)
-    OZAKI_LIMBS_CASE(10)
 #undef OZAKI_LIMBS_CASE
     default:
+      f(std::integral_constant<int, kExactMaxLimbs>{});
       break;
   }
 }
@@ -314,7 +315,7 @@ inline ExactCrt exact_crt(int moduli) {
   while (top > 0 && crt.product[top] == 0) --top;
   // S and q P are below 41 P: the bits of P and 6 more (40 moduli: 292 + 6 bits, in 10 words)
   const int bits = 32 * top + highest_set_bit(crt.product[top]) + 1;
-  crt.limbs = (bits + 6 + 31) / 32;  // 2 .. kExactMaxLimbs (with_limb_count)
+  crt.limbs = std::max(2, (bits + 6 + 31) / 32);  // 2 .. kExactMaxLimbs (with_limb_count)
   double p_value = 0.0;
   for (int w = kExactMaxLimbs - 1; w >= 0; --w) p_value = p_value * 4294967296.0 + crt.product[w];
   crt.reciprocal = 1.0 / p_value;

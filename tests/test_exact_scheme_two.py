@@ -147,6 +147,20 @@ def test_operator_with_every_moduli_count(device, dtype):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_small_integers_with_one_to_three_moduli(device):
+    """Products of a few bits need one to three moduli (P of 8 to 24 bits, below one 32-bit limb of
+    headroom): the exact product still."""
+    g = seeded(12)
+    A = torch.randint(-3, 4, (5, 6), generator=g).double()
+    B = torch.randint(-3, 4, (6, 4), generator=g).double()
+    assert crt.exact_moduli(integer_bound(A, B)) <= 2
+    for moduli in (1, 2, 3):
+        if crt.exact_moduli(integer_bound(A, B)) <= moduli:
+            C = exact_op(A.to(device), B.to(device), moduli)
+            assert_bitwise_equal(C.cpu(), A @ B)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_shifts_past_the_power_table(device):
     """Entries 2^260 above the row's lowest bit (past the 256 tabulated shifts) take residues by
     square-and-multiply: 2^260 - 2^260 + 3 = 3 comes out exact."""

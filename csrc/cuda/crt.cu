@@ -33,9 +33,9 @@ namespace {
 // moduli it holds half of C's INT32 residue products, so A's residues are computed once.
 constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 // Exact scheme II's default budget: at 16384^3 with 23 moduli it holds A's residues and the
-// INT32 products of chunks of 1280 columns; narrower column chunks are allowed than scheme II's,
+// INT32 products of chunks of 3328 columns; narrower column chunks are allowed than scheme II's,
 // so that A's residues are still computed once.
-constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(8) << 30;
+constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(12) << 30;
 constexpr int64_t kExactMinColumns = 1024;
 // INT8 operand rows and INT32 result rows are padded to 16 bytes.
 constexpr int64_t kInnerAlign = 16;
@@ -649,64 +649,64 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
   };
 }
 
-// reconstruct_kernel for exact scheme II: 4 consecutive columns per thread (one 16-byte load per
-// modulus; the per-modulus constants read once for the four), rows along grid y, groups of
-// columns along x and the threads; in.scale_a and in.scale_b hold the rows' exponents. Two groups
-// of moduli at a time, their loads issued before any is used.
+// reconstruct_kernel for exact scheme II: two consecutive columns per thread (one 8-byte load per
+// modulus; the per-modulus constants read once for both), the (row, column pair) items of the
+// chunk numbered flat so every thread has work whatever the chunk's width, and registers capped
+// so that three blocks share a multiprocessor (latency hiding). in.scale_a and in.scale_b hold
+// the rows' exponents. Two groups of moduli at a time, their loads issued before any is used.
+constexpr int kExactColumns = 2;
 template <int L, typename T>
-__global__ void exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
-                                         CrtOperands<T> in, ExactCrt crt, T* out) {
-  static_assert(kResultAlign % kReconstructColumns == 0 && kExactGroupSize == 3);
+__global__ void __launch_bounds__(kReconstructThreads, 3)
+    exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
+                             ExactCrt crt, T* out) {
+  static_assert(kResultAlign % kExactColumns == 0 && kExactGroupSize == 3);
   constexpr int kGroupBatch = 2;  // groups whose loads are issued together
   const int64_t plane = chunk.rows * ld;
-  const int64_t groups = ld / kReconstructColumns;
-  for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
+  const int64_t pairs = ld / kExactColumns;  // column pairs per row
+  const int64_t items = chunk.elements * chunk.rows * pairs;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < items;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = t / pairs;
+    const int64_t j0 = (t - row * pairs) * kExactColumns;
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
+    const int32_t* entry = products + e * crt.moduli * plane + i * ld + j0;
+    ExactSum<L> sums[kExactColumns];
+#pragma unroll
+    for (int c = 0; c < kExactColumns; ++c) sums[c].clear();
+    for (int g0 = 0; g0 < crt.groups; g0 += kGroupBatch) {
+      int2 loaded[kGroupBatch][kExactGroupSize];
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) {
+#pragma unroll
+        for (int r = 0; r < kExactGroupSize; ++r) {
+          const int modulus = (g0 + b) * kExactGroupSize + r;
+          loaded[b][r] = modulus < crt.moduli
+                             ? __ldg(reinterpret_cast<const int2*>(entry + modulus * plane))
+                             : make_int2(0, 0);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) {
+        if (g0 + b < crt.groups) {
+          const int2* q = loaded[b];
+          sums[0].add_group(crt, g0 + b, {q[0].x, q[1].x, q[2].x});
+          sums[1].add_group(crt, g0 + b, {q[0].y, q[1].y, q[2].y});
+        }
+      }
+    }
     const int64_t gi = chunk.a_row(e, i);
-    const bool row_nonfinite = in.nonfinite_a[gi];
     const int64_t exponent_a = in.scale_a[gi];
-    const int32_t* row_products = products + e * crt.moduli * plane + i * ld;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t j0 = g * kReconstructColumns;
-      ExactSum<L> sums[kReconstructColumns];
 #pragma unroll
-      for (int c = 0; c < kReconstructColumns; ++c) sums[c].clear();
-      for (int g0 = 0; g0 < crt.groups; g0 += kGroupBatch) {
-        int4 loaded[kGroupBatch][kExactGroupSize];
-#pragma unroll
-        for (int b = 0; b < kGroupBatch; ++b) {
-#pragma unroll
-          for (int r = 0; r < kExactGroupSize; ++r) {
-            const int i = (g0 + b) * kExactGroupSize + r;
-            loaded[b][r] = i < crt.moduli
-                               ? __ldg(reinterpret_cast<const int4*>(row_products + i * plane + j0))
-                               : make_int4(0, 0, 0, 0);
-          }
-        }
-#pragma unroll
-        for (int b = 0; b < kGroupBatch; ++b) {
-          if (g0 + b < crt.groups) {
-            const int4* q = loaded[b];
-            sums[0].add_group(crt, g0 + b, {q[0].x, q[1].x, q[2].x});
-            sums[1].add_group(crt, g0 + b, {q[0].y, q[1].y, q[2].y});
-            sums[2].add_group(crt, g0 + b, {q[0].z, q[1].z, q[2].z});
-            sums[3].add_group(crt, g0 + b, {q[0].w, q[1].w, q[2].w});
-          }
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kReconstructColumns; ++c) {
-        const int64_t j = j0 + c;
-        if (j >= chunk.cols) break;
-        const int64_t gj = chunk.b_row(e, j);
-        const double value =
-            row_nonfinite || in.nonfinite_b[gj]
-                ? nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k)
-                : sums[c].rounded(crt, -(exponent_a + in.scale_b[gj]), format_of<T>());
-        out[chunk.out_index(e, i, j)] = static_cast<T>(value);
-      }
+    for (int c = 0; c < kExactColumns; ++c) {
+      const int64_t j = j0 + c;
+      if (j >= chunk.cols) break;
+      const int64_t gj = chunk.b_row(e, j);
+      const double value =
+          in.nonfinite_a[gi] || in.nonfinite_b[gj]
+              ? nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k)
+              : sums[c].rounded(crt, -(exponent_a + in.scale_b[gj]), format_of<T>());
+      out[chunk.out_index(e, i, j)] = static_cast<T>(value);
     }
   }
 }
@@ -737,11 +737,12 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
-      const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
-                                 kReconstructThreads);
+      const int blocks =
+          grid_for(chunk.elements * chunk.rows * (ld / kExactColumns), kReconstructThreads);
       with_limb_count(crt, [&](auto limbs) {
         exact_reconstruct_kernel<decltype(limbs)::value, scalar_t>
-            <<<grid, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt, out_data);
+            <<<blocks, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt,
+                                                               out_data);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     };
