@@ -5,8 +5,9 @@ Usage: python scripts/planner_table.py [--dtype float64|float32] [--size 64] [--
 
 For each phi and k, A = phi_matrix(size, k, phi) and B = phi_matrix(k, size, phi) are drawn on
 the CPU from one seeded generator, and the table shows ozaki.plan(A, B, backend="fp16") (the
-automatic FP16 scheme-I plan), the full split, and the same with rounding="nearest". Progress
-goes to stderr.
+automatic FP16 scheme-I plan), the full split, and the same with rounding="nearest"; with
+--backends K ..., the plan of every backend and of rounding="nearest" for those k instead
+(docs/accuracy.md, "Default plans"). Progress goes to stderr.
 """
 
 import argparse
@@ -33,6 +34,26 @@ def row(phi, k, auto, nearest):
             f"{nearest.slices} {mode(nearest)}, {nearest.gemms} GEMMs |")
 
 
+def scheme_one_cell(plan, with_reason=True):
+    text = f"{plan.slices} {mode(plan)}, {plan.gemms} GEMMs"
+    return f"{text}, {plan.reason}" if with_reason else text
+
+
+def backends_row(phi, k, plans):
+    """docs/accuracy.md, "Default plans": the default, backend="crt", "int8", "fp16" and
+    rounding="nearest" plans of one draw."""
+    auto, crt, int8, fp16, nearest = plans
+    def named(plan):
+        if plan.backend == "crt":
+            return f"crt {plan.moduli} moduli ({plan.reason})"
+        return f"{plan.backend} {scheme_one_cell(plan, False)} ({plan.reason})"
+    crt_cell = (f"{crt.moduli}, {crt.reason}" if crt.backend == "crt" else named(crt))
+    nearest_cell = (f"crt {nearest.moduli} moduli" if nearest.backend == "crt"
+                    else f"{nearest.backend} {scheme_one_cell(nearest, False)}")
+    return (f"| {phi:g} | {k} | {named(auto)} | {crt_cell} | {scheme_one_cell(int8)} | "
+            f"{scheme_one_cell(fp16, False)} | {nearest_cell} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phis", type=float, nargs="+", default=PHIS)
@@ -40,20 +61,46 @@ def main():
     parser.add_argument("--size", type=int, default=64, help="m = n (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=DTYPES, default="float64")
+    parser.add_argument("--backends", type=int, nargs="*", metavar="K",
+                        help="print docs/accuracy.md's table of every backend's plan instead, "
+                             "for these k (all --ks are drawn, so the draws stay the same)")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
+    if args.backends is not None:
+        print_backends_table(args, dtype)
+        return
 
     print("| phi | k | beta | planned (slices, mode, GEMMs, reason) | full split (all pairs) "
           "| nearest plan |")
     print("|---|---|---|---|---|---|")
+    for phi, k, A, B in draws(args, dtype):
+        print(row(phi, k, ozaki.plan(A, B, backend="fp16"),
+                  ozaki.plan(A, B, backend="fp16", rounding="nearest")), flush=True)
+
+
+def draws(args, dtype, only=None):
+    """(phi, k, A, B) for every phi and k, from one seeded generator (k in `only` when given; the
+    others are drawn all the same, so the draws do not depend on it)."""
     generator = torch.Generator().manual_seed(args.seed)
     for phi in args.phis:
         for k in args.ks:
-            print(f"phi = {phi:g}, k = {k}", file=sys.stderr, flush=True)
             A = accuracy.phi_matrix(args.size, k, phi, generator=generator, dtype=dtype)
             B = accuracy.phi_matrix(k, args.size, phi, generator=generator, dtype=dtype)
-            print(row(phi, k, ozaki.plan(A, B, backend="fp16"),
-                      ozaki.plan(A, B, backend="fp16", rounding="nearest")), flush=True)
+            if only and k not in only:
+                continue
+            print(f"phi = {phi:g}, k = {k}", file=sys.stderr, flush=True)
+            yield phi, k, A, B
+
+
+def print_backends_table(args, dtype):
+    print("| phi | k | `ozaki.plan(A, B)` (reason) | `backend=\"crt\"`: moduli, reason | "
+          "`backend=\"int8\"` | `backend=\"fp16\"` | `rounding=\"nearest\"` |")
+    print("|---|---|---|---|---|---|---|")
+    for phi, k, A, B in draws(args, dtype, args.backends):
+        plans = [ozaki.plan(A, B, **options) for options in
+                 ({}, {"backend": "crt"}, {"backend": "int8"}, {"backend": "fp16"},
+                  {"rounding": "nearest"})]
+        print(backends_row(phi, k, plans), flush=True)
 
 
 if __name__ == "__main__":
