@@ -14,7 +14,7 @@ import torch
 
 from helpers import (assert_bitwise_equal, cpu_and_cuda, norm_scale_code, phi_tensor, scale_of,
                      seeded)
-from ozaki import _ops
+from ozaki import _ops, accuracy
 from ozaki import moduli as crt
 from ozaki.accuracy import round_exact
 
@@ -281,6 +281,24 @@ def test_digit_products_add_up_to_crt_magnitude(device, dtype, shape_a, shape_b,
                                   usable(stats_b))
     assert_bitwise_equal(smallest, expected)
     assert 0 < smallest.item() < float("inf")
+
+
+def test_crt_magnitude_of_tall_operands_in_chunks():
+    """The CPU's crt_magnitude reads tall operands in chunks of 2^24 digits (here 256 rows of
+    k = 2^16, in 3 x 2 chunks with ragged edges): the same minimum as the whole digit product."""
+    g = seeded(21)
+    k = 1 << 16
+    a = accuracy.phi_matrix(600, k, 0.5, generator=g, dtype=torch.float32)
+    bt = accuracy.phi_matrix(300, k, 0.5, generator=g, dtype=torch.float32)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    norm_a, norm_b = _ops.row_norm_scales(a, stats_a[0]), _ops.row_norm_scales(bt, stats_b[0])
+    whole = _ops.int8_matmul(_ops.crt_magnitude_digits(a, stats_a[0]),
+                             _ops.crt_magnitude_digits(bt, stats_b[0])).double()
+    values = (whole * magnitude_factors(stats_a[0], norm_a).unsqueeze(1)
+              * magnitude_factors(stats_b[0], norm_b).unsqueeze(0))
+    expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable(stats_a),
+                                  usable(stats_b))
+    assert_bitwise_equal(values.amin(), expected)
 
 
 def magnitude_factors(tau, codes):

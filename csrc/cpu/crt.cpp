@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <vector>
@@ -125,6 +126,34 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarT
   return digits;
 }
 
+// Entries of float64 digits or digit products crt_magnitude holds at once per chunk (128 MiB), so
+// that planning a product of tall operands stays within a few chunks of memory whatever their
+// size.
+constexpr int64_t kMagnitudeChunkEntries = int64_t(1) << 24;
+
+// The smallest scaled digit product over usable pairs of rows [i0, i0 + rows) of element e of a and
+// rows [j0, j0 + cols) of bt (digits da, db of those rows).
+double smallest_scaled_product(const at::Tensor& da, const at::Tensor& db, int64_t i0,
+                               int64_t j0, const int* ta, const int* tb, const int* na,
+                               const int* nb, const bool* ua, const bool* ub) {
+  const at::Tensor digits = at::mm(da, db.t());  // exact: integers below 2^31
+  const double* d = digits.const_data_ptr<double>();
+  const int64_t rows = da.size(0), cols = db.size(0);
+  double smallest = std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    if (!ua[i]) continue;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t j = j0 + c;
+      if (!ub[j]) continue;
+      const double value = d[r * cols + c] * magnitude_factor(ta[i], na[i]) *
+                           magnitude_factor(tb[j], nb[j]);
+      smallest = value < smallest ? value : smallest;
+    }
+  }
+  return smallest;
+}
+
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                          const at::Tensor& tau_b, const at::Tensor& norm_a,
                          const at::Tensor& norm_b, const at::Tensor& usable_a,
@@ -132,30 +161,34 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   constexpr const char* op = "ozaki::crt_magnitude";
   const ProductShape shape =
       check_crt_magnitude_arguments(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b, op);
-  const int64_t m = shape.m, n = shape.n;
-  at::Tensor da, db;
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    da = magnitude_digit_rows<double, scalar_t>(a, tau_a.const_data_ptr<int>(), at::kDouble);
-    db = magnitude_digit_rows<double, scalar_t>(bt, tau_b.const_data_ptr<int>(), at::kDouble);
-  });
-  // Exact (integers below 2^31), and only pairs of rows of the same element.
-  const at::Tensor digits = shape.batched ? at::bmm(da, db.transpose(1, 2)) : at::mm(da, db.t());
-  const double* d = digits.const_data_ptr<double>();
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  // The flattened rows of every element; pairs of rows of the same element only.
+  const at::Tensor a_rows = a.reshape({shape.batch * m, k});
+  const at::Tensor b_rows = bt.reshape({shape.batch * n, k});
   const int *ta = tau_a.const_data_ptr<int>(), *tb = tau_b.const_data_ptr<int>();
   const int *na = norm_a.const_data_ptr<int>(), *nb = norm_b.const_data_ptr<int>();
   const bool *ua = usable_a.const_data_ptr<bool>(), *ub = usable_b.const_data_ptr<bool>();
+  const int64_t per_chunk = std::max<int64_t>(kMagnitudeChunkEntries / std::max<int64_t>(k, 1), 1);
+  const int64_t col_chunk = std::min<int64_t>(std::max<int64_t>(n, 1), per_chunk);
+  const int64_t row_chunk = std::max<int64_t>(
+      1, std::min<int64_t>(per_chunk, kMagnitudeChunkEntries / col_chunk));
   double smallest = std::numeric_limits<double>::infinity();
-  for (int64_t e = 0; e < shape.batch; ++e) {
-    for (int64_t i = e * m; i < (e + 1) * m; ++i) {  // rows of the flattened a and bt
-      if (!ua[i]) continue;
-      for (int64_t j = e * n; j < (e + 1) * n; ++j) {
-        if (!ub[j]) continue;
-        const double value = d[i * n + (j - e * n)] * magnitude_factor(ta[i], na[i]) *
-                             magnitude_factor(tb[j], nb[j]);
-        smallest = value < smallest ? value : smallest;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    for (int64_t e = 0; e < shape.batch; ++e) {
+      for (int64_t j0 = e * n; j0 < (e + 1) * n; j0 += col_chunk) {
+        const int64_t cols = std::min(col_chunk, (e + 1) * n - j0);
+        const at::Tensor db = magnitude_digit_rows<double, scalar_t>(
+            b_rows.narrow(0, j0, cols), tb + j0, at::kDouble);
+        for (int64_t i0 = e * m; i0 < (e + 1) * m; i0 += row_chunk) {
+          const int64_t rows = std::min(row_chunk, (e + 1) * m - i0);
+          const at::Tensor da = magnitude_digit_rows<double, scalar_t>(
+              a_rows.narrow(0, i0, rows), ta + i0, at::kDouble);
+          smallest = std::min(smallest,
+                              smallest_scaled_product(da, db, i0, j0, ta, tb, na, nb, ua, ub));
+        }
       }
     }
-  }
+  });
   return at::scalar_tensor(smallest, a.options().dtype(at::kDouble));
 }
 
