@@ -419,7 +419,7 @@ def _int8_cost(plan):
 
 def _exact_crt_plan(est, dtype, inputs, rounding, reason):
     """Exact scheme II's plan (rows scaled to integers, enough moduli for the exact product), or
-    None when 32 moduli cannot hold it."""
+    None when 40 moduli cannot hold it."""
     bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
     if crt.exact_moduli(bound) is None:  # Cauchy-Schwarz is loose for rows of wide span
         bound = min(bound, est.exact_entry_bound())
