@@ -70,7 +70,7 @@ TORCH_LIBRARY(ozaki, m) {
       "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
   // C = a @ bt.T, correctly rounded: rows of a scaled by 2^exponent_a_i and of bt by 2^exponent_b_j
   // (exponents that make every entry an integer; others are rounded to integers first), their
-  // product rebuilt exactly from INT8 residues of the first `moduli` (up to 32) moduli and rounded
+  // product rebuilt exactly from INT8 residues of the first `moduli` (up to 40) moduli and rounded
   // once. The exponents must keep |A'B'| below P / 2. (m, n) or (batch, m, n).
   m.def(
       "gemm_crt_exact(Tensor a, Tensor bt, Tensor exponent_a, Tensor exponent_b, "

@@ -236,7 +236,7 @@ def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digit
 def exact_crt_plan(k: int, dtype: torch.dtype, bound: Fraction, rounding, reason: str):
     """Exact scheme II (docs/accuracy.md, "Exact scheme II"): rows scaled by powers of two to
     integers, so nothing is truncated, and the fewest moduli whose product recovers every
-    |A'B'|_ij <= bound; the product is computed exactly and rounded once. None when 32 moduli
+    |A'B'|_ij <= bound; the product is computed exactly and rounded once. None when 40 moduli
     cannot hold the bound (the caller plans another exact path)."""
     count = crt.exact_moduli(bound)
     if count is None:
