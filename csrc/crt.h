@@ -31,22 +31,39 @@ constexpr int kCrtMagnitudeBits = 7;
 // Constants of the reconstruction for the first N moduli, all computed at compile time so the
 // kernels see them as immediates: P = p_1 ... p_N and, per modulus, P / p_i in 32-bit limbs and
 // (P / p_i)^-1 mod p_i.
-struct Limbs {
-  uint32_t w[4];
+template <int W>
+struct LimbWords {
+  uint32_t w[W];
 };
-// prod_{j < n, j != skip} p_j as four 32-bit limbs (small-factor multiplications with carries).
-constexpr Limbs product_limbs(int n, int skip) {
-  Limbs out{{1, 0, 0, 0}};
+using Limbs = LimbWords<4>;
+// The product of moduli[0 .. n) except moduli[skip_first .. skip_first + skip_count), in W 32-bit
+// limbs (small-factor multiplications with carries).
+template <int W>
+constexpr LimbWords<W> moduli_product_limbs(const int* moduli, int n, int skip_first,
+                                            int skip_count) {
+  LimbWords<W> out{};
+  out.w[0] = 1;
   for (int j = 0; j < n; ++j) {
-    if (j == skip) continue;
+    if (j >= skip_first && j < skip_first + skip_count) continue;
     uint64_t carry = 0;
-    for (int w = 0; w < 4; ++w) {
-      const uint64_t t = uint64_t(out.w[w]) * uint64_t(kModuli[j]) + carry;
+    for (int w = 0; w < W; ++w) {
+      const uint64_t t = uint64_t(out.w[w]) * uint64_t(moduli[j]) + carry;
       out.w[w] = static_cast<uint32_t>(t);
       carry = t >> 32;
     }
   }
   return out;
+}
+// prod_{j < n, j != skip} p_j as four 32-bit limbs (skip = -1: all of them).
+constexpr Limbs product_limbs(int n, int skip) {
+  return moduli_product_limbs<4>(kModuli, n, skip, skip >= 0 ? 1 : 0);
+}
+// x^-1 mod p for x coprime to p (by search: p <= 256).
+constexpr int inverse_mod(int x, int p) {
+  for (int inverse = 1; inverse < p; ++inverse) {
+    if ((inverse * (x % p)) % p == 1) return inverse;
+  }
+  return 0;  // unreachable for coprime x and p
 }
 // (prod_{j < n, j != i} p_j)^-1 mod p_i.
 constexpr int partial_inverse(int n, int i) {
@@ -55,10 +72,7 @@ constexpr int partial_inverse(int n, int i) {
   for (int j = 0; j < n; ++j) {
     if (j != i) residue = (residue * (kModuli[j] % p)) % p;
   }
-  for (int inverse = 1; inverse < p; ++inverse) {
-    if ((inverse * residue) % p == 1) return inverse;
-  }
-  return 0;  // unreachable: the moduli are pairwise coprime
+  return inverse_mod(residue, p);
 }
 // Scalar members only: device code may read those as constants.
 template <int N, int I>
@@ -357,22 +371,23 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
                                   -(int64_t(c_a.exponent) + c_b.exponent), format);
 }
 
+// Runs f(std::integral_constant<int, V>{}) for the run-time value First <= value <= Last, so V is a
+// compile-time constant in f; nothing for other values.
+template <int First, int Last, typename F>
+void with_constant(int value, F f) {
+  if constexpr (First <= Last) {
+    if (value == First) {
+      f(std::integral_constant<int, First>{});
+    } else {
+      with_constant<First + 1, Last>(value, f);
+    }
+  }
+}
+
 // Runs f(std::integral_constant<int, N>{}) for a run-time moduli count 1 <= moduli <= kMaxModuli.
 template <typename F>
 void with_moduli_count(int moduli, F f) {
-  switch (moduli) {
-#define OZAKI_MODULI_CASE(n) \
-  case n:                    \
-    f(std::integral_constant<int, n>{}); \
-    break;
-    OZAKI_MODULI_CASE(1) OZAKI_MODULI_CASE(2) OZAKI_MODULI_CASE(3) OZAKI_MODULI_CASE(4)
-    OZAKI_MODULI_CASE(5) OZAKI_MODULI_CASE(6) OZAKI_MODULI_CASE(7) OZAKI_MODULI_CASE(8)
-    OZAKI_MODULI_CASE(9) OZAKI_MODULI_CASE(10) OZAKI_MODULI_CASE(11) OZAKI_MODULI_CASE(12)
-    OZAKI_MODULI_CASE(13) OZAKI_MODULI_CASE(14) OZAKI_MODULI_CASE(15) OZAKI_MODULI_CASE(16)
-#undef OZAKI_MODULI_CASE
-    default:
-      break;
-  }
+  with_constant<1, kMaxModuli>(moduli, f);
 }
 
 // ---- Plan inputs (docs/accuracy.md, "Scheme II") ------------------------------------------------

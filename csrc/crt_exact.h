@@ -23,6 +23,13 @@ constexpr int kExactModuli[kExactMaxModuli] = {
     256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193,
     191, 181, 179, 173, 167, 163, 157, 151, 149, 139, 137, 131, 127, 113, 109, 107,
     103, 101, 97, 89, 83, 79, 73, 71};
+constexpr bool extends_scheme_two_moduli() {
+  for (int i = 0; i < kMaxModuli; ++i) {
+    if (kExactModuli[i] != kModuli[i]) return false;
+  }
+  return true;
+}
+static_assert(extends_scheme_two_moduli(), "the exact moduli start with kModuli");
 // P of 40 moduli has 292 bits; S = sum_i u_i P / p_i and q P stay below 41 P: 298 bits.
 constexpr int kExactMaxLimbs = 10;
 // Shifts s below this come from a table (exact_table_entry); larger ones (rows the planner does not
@@ -274,21 +281,10 @@ OZAKI_HD double exact_reconstruct(const ExactCrt& crt, Load load, int64_t unit,
 }
 
 // Runs f(std::integral_constant<int, L>{}) for the limb count of crt (2 .. kExactMaxLimbs; more
-// limbs than needed only hold zeros, so any other count runs with the most).
+// limbs than needed only hold zeros, so a count past either end runs with the nearest).
 template <typename F>
 void with_limb_count(const ExactCrt& crt, F f) {
-  switch (crt.limbs) {
-#define OZAKI_LIMBS_CASE(n) \
-  case n:                   \
-    f(std::integral_constant<int, n>{}); \
-    break;
-    OZAKI_LIMBS_CASE(2) OZAKI_LIMBS_CASE(3) OZAKI_LIMBS_CASE(4) OZAKI_LIMBS_CASE(5)
-    OZAKI_LIMBS_CASE(6) OZAKI_LIMBS_CASE(7) OZAKI_LIMBS_CASE(8) OZAKI_LIMBS_CASE(9)
-#undef OZAKI_LIMBS_CASE
-    default:
-      f(std::integral_constant<int, kExactMaxLimbs>{});
-      break;
-  }
+  with_constant<2, kExactMaxLimbs>(std::clamp(crt.limbs, 2, kExactMaxLimbs), f);
 }
 
 // ---- Host-side constants ----------------------------------------------------------------------
@@ -297,18 +293,11 @@ void with_limb_count(const ExactCrt& crt, F f) {
 inline ExactCrt exact_crt(int moduli) {
   ExactCrt crt{};
   crt.moduli = moduli;
-  // P in 32-bit limbs by small-factor multiplications, and P / prod G the same way.
+  // P in 32-bit limbs, and P / prod G the same way.
   const auto product_without = [&](int skip_first, int skip_count, uint32_t* out) {
-    for (int w = 0; w < kExactMaxLimbs; ++w) out[w] = w == 0 ? 1 : 0;
-    for (int j = 0; j < moduli; ++j) {
-      if (j >= skip_first && j < skip_first + skip_count) continue;
-      uint64_t carry = 0;
-      for (int w = 0; w < kExactMaxLimbs; ++w) {
-        const uint64_t t = uint64_t(out[w]) * uint64_t(kExactModuli[j]) + carry;
-        out[w] = static_cast<uint32_t>(t);
-        carry = t >> 32;
-      }
-    }
+    const auto limbs =
+        moduli_product_limbs<kExactMaxLimbs>(kExactModuli, moduli, skip_first, skip_count);
+    std::copy(limbs.w, limbs.w + kExactMaxLimbs, out);
   };
   product_without(0, 0, crt.product);
   int top = kExactMaxLimbs - 1;
@@ -342,18 +331,12 @@ inline ExactCrt exact_crt(int moduli) {
     c.c42 = static_cast<uint32_t>((uint64_t(1) << 42) % p);
     c.c16 = static_cast<uint32_t>((uint64_t(1) << 16) % p);
     c.offset = static_cast<uint32_t>(((uint64_t(1) << 31) + p - 1) / p * p);
-    // (P / p_i) mod p_i, the product of the other moduli, then its inverse by search
+    // (P / p_i) mod p_i, the product of the other moduli, then its inverse
     uint64_t residue = 1;
     for (int j = 0; j < moduli; ++j) {
       if (j != i) residue = residue * kExactModuli[j] % p;
     }
-    c.weight = 0;
-    for (uint32_t inverse = 1; inverse < p; ++inverse) {
-      if ((inverse * residue) % p == 1) {
-        c.weight = inverse;
-        break;
-      }
-    }
+    c.weight = static_cast<uint32_t>(inverse_mod(static_cast<int>(residue), static_cast<int>(p)));
   }
   return crt;
 }

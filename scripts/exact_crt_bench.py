@@ -22,6 +22,7 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki.bench import time_call
+from wide_span_bench import rescaled_units  # this folder: run as python scripts/...
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 SAMPLES = 8
@@ -34,15 +35,6 @@ def phi_inputs(n, phi, dtype, seed):
     return A, B
 
 
-def rescaled_inputs(n, dtype, seed):
-    """(A D, D^-1 B), D = diag(logspace(-20, 20)): units rescaled by up to 1e20 both ways."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    A = torch.randn(n, n, generator=g, device="cuda", dtype=torch.float64)
-    B = torch.randn(n, n, generator=g, device="cuda", dtype=torch.float64)
-    D = torch.logspace(-20, 20, n, dtype=torch.float64, device="cuda")
-    return (A * D).to(dtype), (B / D[:, None]).to(dtype)
-
-
 def cases(sizes):
     for n in sizes:
         yield f"dgemm nearest, phi 0.5, {n}^3", n, torch.float64, "nearest", lambda s, n=n: phi_inputs(n, 0.5, torch.float64, s)
@@ -51,7 +43,8 @@ def cases(sizes):
         yield f"sgemm nearest, phi 0.5, {n}^3", n, torch.float32, "nearest", lambda s, n=n: phi_inputs(n, 0.5, torch.float32, s)
     for n in (64, 4096):
         if n <= max(sizes):
-            yield f"dgemm default, (AD)(D^-1B) 1e-20..1e20, {n}^3", n, torch.float64, None, lambda s, n=n: rescaled_inputs(n, torch.float64, s)
+            yield f"dgemm default, (AD)(D^-1B) 1e-20..1e20, {n}^3", n, torch.float64, None, lambda s, n=n: rescaled_units(
+                n, 20, torch.float64, torch.Generator(device="cuda").manual_seed(s))
 
 
 def sampled_errors(A, B, C, native, seed):

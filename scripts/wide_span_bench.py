@@ -26,9 +26,11 @@ GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 
 
 def rescaled_units(n, decades, dtype, g):
-    A = torch.randn(n, n, generator=g, dtype=torch.float64)
-    B = torch.randn(n, n, generator=g, dtype=torch.float64)
-    D = torch.logspace(-decades, decades, n, dtype=torch.float64)
+    """(A D, D^-1 B): A, B standard normal, D = diag(logspace(-decades, decades, n)), drawn on
+    the generator's device."""
+    A = torch.randn(n, n, generator=g, dtype=torch.float64, device=g.device)
+    B = torch.randn(n, n, generator=g, dtype=torch.float64, device=g.device)
+    D = torch.logspace(-decades, decades, n, dtype=torch.float64, device=g.device)
     return (A * D).to(dtype), (B / D[:, None]).to(dtype)
 
 

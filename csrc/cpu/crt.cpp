@@ -273,29 +273,43 @@ T crt_entry(const Product* entry, int64_t plane, int scale_a, int scale_b) {
                                            format_of<T>()));
 }
 
-template <int N, typename T>
-void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
-                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b,
-                     int64_t budget, at::Tensor& out) {
+// One chunk's entries of out = a @ bt.T (2-D, n columns): the IEEE value of the plain dot product
+// for rows or columns with NaN/Inf, else value(i, j, gi, gj) (chunk entry (i, j), global
+// (gi, gj)), the scheme's rounded result.
+template <typename T, typename Value>
+void round_chunk_entries(const at::Tensor& a, const at::Tensor& bt, const bool* nonfinite_a,
+                         const bool* nonfinite_b, at::Tensor& out, int64_t i0, int64_t rows,
+                         int64_t j0, int64_t cols, Value value) {
   const int64_t k = a.size(1), n = bt.size(0);
   const T* a_data = a.const_data_ptr<T>();
   const T* b_data = bt.const_data_ptr<T>();
   T* out_data = out.mutable_data_ptr<T>();
-  const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-    at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        for (int64_t j = 0; j < cols; ++j) {
-          const int64_t gi = i0 + i, gj = j0 + j;
-          out_data[gi * n + gj] =
-              nonfinite_a[gi] || nonfinite_b[gj]
-                  ? static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k))
-                  : crt_entry<N, T>(p + i * cols + j, rows * cols, scale_a[gi], scale_b[gj]);
-        }
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t gi = i0 + i, gj = j0 + j;
+        out_data[gi * n + gj] =
+            nonfinite_a[gi] || nonfinite_b[gj]
+                ? static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k))
+                : static_cast<T>(value(i, j, gi, gj));
       }
-    });
+    }
+  });
+}
+
+template <int N, typename T>
+void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
+                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b,
+                     int64_t budget, at::Tensor& out) {
+  const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+    round_chunk_entries<T>(a, bt, nonfinite_a, nonfinite_b, out, i0, rows, j0, cols,
+                           [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
+                             return crt_entry<N, T>(p + i * cols + j, rows * cols, scale_a[gi],
+                                                    scale_b[gj]);
+                           });
   };
-  residue_product_chunks<T>(a, bt, N, truncated_residues<N, T>(k, scale_a, scale_b), budget,
-                            round_chunk);
+  residue_product_chunks<T>(a, bt, N, truncated_residues<N, T>(a.size(1), scale_a, scale_b),
+                            budget, round_chunk);
 }
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
@@ -367,34 +381,23 @@ void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int
                             const int* exponent_b, const bool* nonfinite_a,
                             const bool* nonfinite_b, const ExactCrt& crt, int64_t budget,
                             at::Tensor& out) {
-  const int64_t k = a.size(1), n = bt.size(0);
-  const T* a_data = a.const_data_ptr<T>();
-  const T* b_data = bt.const_data_ptr<T>();
-  T* out_data = out.mutable_data_ptr<T>();
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
     with_limb_count(crt, [&](auto limbs) {
-      at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          for (int64_t j = 0; j < cols; ++j) {
-            const int64_t gi = i0 + i, gj = j0 + j;
-            if (nonfinite_a[gi] || nonfinite_b[gj]) {
-              out_data[gi * n + gj] =
-                  static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k));
-              continue;
-            }
+      round_chunk_entries<T>(
+          a, bt, nonfinite_a, nonfinite_b, out, i0, rows, j0, cols,
+          [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
             const double* entry = p + i * cols + j;
             const auto load = [&](int modulus) {
               return static_cast<int32_t>(entry[modulus * rows * cols]);
             };
-            out_data[gi * n + gj] = static_cast<T>(exact_reconstruct<decltype(limbs)::value>(
-                crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>()));
-          }
-        }
-      });
+            return exact_reconstruct<decltype(limbs)::value>(
+                crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>());
+          });
     });
   };
-  residue_product_chunks<T>(a, bt, crt.moduli, exact_residues<T>(k, exponent_a, exponent_b, crt),
-                            budget, round_chunk);
+  residue_product_chunks<T>(a, bt, crt.moduli,
+                            exact_residues<T>(a.size(1), exponent_a, exponent_b, crt), budget,
+                            round_chunk);
 }
 
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
