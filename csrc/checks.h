@@ -236,6 +236,19 @@ inline ProductShape check_crt_magnitude_arguments(
   return shape;
 }
 
+// The arguments of ozaki::crt_magnitude_digits; returns the gain of its digits (the whole
+// product's inner dimension total_k, 0 for a's own, decides it).
+inline int check_crt_magnitude_digits_arguments(const at::Tensor& a, const at::Tensor& tau,
+                                               const at::Tensor& norm, int64_t total_k,
+                                               const char* op) {
+  check_matrix(a, op, "a");
+  check_row_vector(tau, a.size(0), at::kInt, op, "tau");
+  check_row_vector(norm, a.size(0), at::kInt, op, "norm");
+  const int64_t k = grid_inner_checked(a.size(1), total_k, op);
+  check_crt_inner(k, op);
+  return crt_magnitude_gain(k);
+}
+
 // The arguments of ozaki::gemm_crt (k is checked by the caller once the product is not empty).
 inline ProductShape check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
                                              const at::Tensor& scale_a, const at::Tensor& scale_b,

@@ -25,8 +25,9 @@ constexpr int64_t kCrtMaxInner = (int64_t(1) << 17) - 1;
 constexpr int kCrtMaxScaleBits = 62;
 // Norm bounds use squares of magnitudes rounded up onto the grid 2^-16 of the row's maximum.
 constexpr int kNormGridBits = 16;
-// Magnitude digits of the plan's estimate: floor(|a| 2^-tau 2^7) in [0, 127].
-constexpr int kCrtMagnitudeBits = 7;
+// Magnitude digits of the plan's estimate (magnitude_digit): an entry of a row's RMS size gets
+// about this many bits.
+constexpr int kCrtMagnitudeHeadroomBits = 5;
 
 // Constants of the reconstruction for the first N moduli, all computed at compile time so the
 // kernels see them as immediates: P = p_1 ... p_N and, per modulus, P / p_i in 32-bit limbs and
@@ -434,13 +435,6 @@ OZAKI_HD double norm_scale_times_two_to_the(int shift, int scale_code) {
   return static_cast<double>(c.significand) * pow2(shift + c.exponent);
 }
 
-// c 2^(tau - 7) for the norm scale c of a row (its code): the digit products L_ij of
-// magnitude_digit times factor_i * factor_j bound (|A||B|)_ij c_i c_j from below. Exact, and so
-// are the products of the INT32 digit products by both factors.
-OZAKI_HD double magnitude_factor(int tau, int scale_code) {
-  return norm_scale_times_two_to_the(tau - kCrtMagnitudeBits, scale_code);
-}
-
 // What ozaki::sampled_magnitudes holds at rows i of a and j of bt: the sum of their lanes
 // (sampled_lane_sum, added pairwise) as is, or times c_i 2^tau_i c_j 2^tau_j when the rows' norm
 // scale codes are given (scheme II's (|A||B|)_ij c_i c_j); +Inf for rows that are not usable
@@ -461,10 +455,28 @@ OZAKI_HD double sampled_entry(double lanes_sum, int64_t i, int64_t j, const Samp
          norm_scale_times_two_to_the(rows.tau_b[j], rows.norm_b[j]);
 }
 
-// floor(|a| 2^-tau 2^7): a lower bound of |a| 2^-tau on the grid 2^-7, at most 127.
-OZAKI_HD int magnitude_digit(double a, int tau) {
+// The gain g of the plan's magnitude digits for inner dimension k (the whole product's, for a
+// k-shard): kCrtMagnitudeHeadroomBits + ceil(log2(k) / 2).
+OZAKI_HD int crt_magnitude_gain(int64_t k) {
+  return kCrtMagnitudeHeadroomBits + (ceil_log2(k) + 1) / 2;
+}
+
+// The plan's magnitude digit of an entry a of a row (max exponent tau, norm scale c of code
+// norm_code): floor(|a| c 2^g) capped at 127. Relative to the norm, an entry of the row's RMS size
+// (|a| c about 1/sqrt(k)) gets about kCrtMagnitudeHeadroomBits bits, larger ones are capped; the
+// digit never exceeds |a| c 2^g, so the digit products D_ij of two rows bound
+// (|A||B|)_ij c_i c_j from below by D_ij 2^(-2 g). Exact: |a| 2^-tau < 1 is, and so is its
+// product x with 2^(tau + e + g) (c = s 2^e; tau + e <= -3 as ||row|| c <= 1, so x < 2^(g - 3));
+// x is truncated to 20 fraction bits before the 5-bit significand s multiplies it, so that
+// product is exact too.
+OZAKI_HD int magnitude_digit(double a, int tau, int norm_code, int gain) {
   if (a == 0.0 || !is_finite(a)) return 0;
-  return static_cast<int>(floor(abs_value(scaled_entry(a, tau)) * pow2(kCrtMagnitudeBits)));
+  const RowScale c = row_scale(norm_code);
+  const double x = abs_value(scaled_entry(a, tau)) * pow2(tau + c.exponent + gain);
+  if (x >= 8.0) return 127;  // times s >= 16: at least 128
+  const double truncated = floor(x * pow2(20)) * pow2(-20);
+  const int digit = static_cast<int>(floor(truncated * static_cast<double>(c.significand)));
+  return digit < 127 ? digit : 127;
 }
 
 }  // namespace ozaki

@@ -56,7 +56,7 @@ TORCH_LIBRARY(ozaki, m) {
   // its norm scale and its row_stats tau and bit_span.
   m.def("crt_row_scales(Tensor norm_scales, Tensor tau, Tensor bit_span, int t) -> Tensor");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j (c: the norm scales
-  // norm_a, norm_b) from 7-bit magnitude digits: a 0-d float64 tensor, +inf when no usable row meets
+  // norm_a, norm_b) from 7-bit magnitude digits relative to the rows' norms: a 0-d float64 tensor, +inf when no usable row meets
   // a usable column. Batched: the minimum over the elements, each pairing only its own rows and
   // columns.
   m.def(
@@ -96,9 +96,10 @@ TORCH_LIBRARY(ozaki, m) {
   // Scheme II: per row, the int64 sum of csrc/crt.h's norm_square_units (the norm scale follows
   // from it).
   m.def("row_norm_square_sums(Tensor a, Tensor tau) -> Tensor");
-  // Scheme II plan: int8 magnitude_digit of every entry (rows, k); int8_matmul of two of them gives
-  // the digit products crt_magnitude takes its minimum over.
-  m.def("crt_magnitude_digits(Tensor a, Tensor tau) -> Tensor");
+  // Scheme II plan: int8 magnitude_digit of every entry (rows, k), with the gain of the whole
+  // product's inner dimension total_k (0: a's own); int8_matmul of two of them gives the digit
+  // products crt_magnitude takes its minimum over.
+  m.def("crt_magnitude_digits(Tensor a, Tensor tau, Tensor norm, int total_k=0) -> Tensor");
   // Scheme II: int32 (moduli, m, n), the exact INT32 GEMM of each modulus's symmetric residues
   // of A' = RN(a_i c_a_i) and B' (scale codes as gemm_crt's); the shards' sums stay below 2^31 for
   // total k < 2^17.

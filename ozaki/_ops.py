@@ -110,12 +110,15 @@ def integer_exponents(stats):
     return (stats[1] - stats[0]).int()
 
 
-def gemm_crt_exact(a, bt, stats_a, stats_b, moduli: int, workspace: int = 0):
+def gemm_crt_exact(a, bt, stats_a, stats_b, moduli: int, workspace: int = 0, exponents=None):
     """a @ bt.T by exact scheme II, correctly rounded: rows scaled by 2^E to integers
-    (integer_exponents), their product rebuilt exactly from `moduli` INT8 residue products."""
-    return torch.ops.ozaki.gemm_crt_exact(a, bt, integer_exponents(stats_a),
-                                          integer_exponents(stats_b), stats_a[2], stats_b[2],
-                                          moduli, workspace)
+    (integer_exponents), their product rebuilt exactly from `moduli` INT8 residue products.
+    exponents: wide scheme II's (E_a, E_b) instead, whose scaled entries are rounded to integers;
+    the product of those is rebuilt exactly and rounded once."""
+    if exponents is None:
+        exponents = integer_exponents(stats_a), integer_exponents(stats_b)
+    return torch.ops.ozaki.gemm_crt_exact(a, bt, *exponents, stats_a[2], stats_b[2], moduli,
+                                          workspace)
 
 
 # ---- k-sharded products (csrc/ozaki.cpp; ozaki/distributed/inner.py) -----------------------------
@@ -138,9 +141,12 @@ def row_norm_square_sums(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.row_norm_square_sums(a, tau)
 
 
-def crt_magnitude_digits(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    """int8 floor(|a| 2^-tau 2^7) of every entry (rows, k)."""
-    return torch.ops.ozaki.crt_magnitude_digits(a, tau)
+def crt_magnitude_digits(a: torch.Tensor, tau: torch.Tensor, norm: torch.Tensor,
+                         total_k: int = 0) -> torch.Tensor:
+    """int8 magnitude digits min(127, floor(|a| c 2^g)) of every entry (rows, k), c the rows' norm
+    scales (codes norm), g the gain of inner dimension total_k (0: a's own; csrc/crt.h,
+    magnitude_digit)."""
+    return torch.ops.ozaki.crt_magnitude_digits(a, tau, norm, total_k)
 
 
 def int8_matmul(a: torch.Tensor, bt: torch.Tensor) -> torch.Tensor:

@@ -497,7 +497,7 @@ def _plan_fields(plan):
     """The SlicePlan's fields in a row; plan_backend is the backend it runs (what auto chose)."""
     return {"plan_backend": plan.backend, "slices": plan.slices, "fast": plan.fast,
             "moduli": plan.moduli, "gemms": plan.gemms, "beta": plan.beta,
-            "bits_captured": plan.bits_captured, "exact": plan.exact,
+            "bits_captured": plan.bits_captured, "exact": plan.exact, "wide": plan.wide,
             "plan_rounding": plan.rounding, "plan_reason": plan.reason,
             "predicted_error": plan.predicted_error}
 

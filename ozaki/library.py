@@ -140,7 +140,7 @@ def _row_norm_square_sums_fake(a, tau):
 
 
 @torch.library.register_fake("ozaki::crt_magnitude_digits")
-def _crt_magnitude_digits_fake(a, tau):
+def _crt_magnitude_digits_fake(a, tau, norm, total_k=0):
     return a.new_empty(a.shape, dtype=torch.int8)
 
 

@@ -24,6 +24,16 @@ MAX_SCALE_BITS = 62
 RECONSTRUCTION_MARGIN_BITS = 30
 #: Fraction bits of a row scale's significand (csrc/crt.h, kScaleFractionBits).
 SCALE_FRACTION_BITS = 4
+#: Bits of an entry of a row's RMS size in the plan's magnitude digits (csrc/crt.h,
+#: kCrtMagnitudeHeadroomBits).
+MAGNITUDE_HEADROOM_BITS = 5
+
+
+def magnitude_gain(k: int) -> int:
+    """The gain g of the plan's magnitude digits min(127, floor(|a| c 2^g)) for inner dimension k
+    (csrc/crt.h, crt_magnitude_gain): MAGNITUDE_HEADROOM_BITS + ceil(log2(k) / 2)."""
+    ceil_log2 = (k - 1).bit_length() if k > 1 else 0
+    return MAGNITUDE_HEADROOM_BITS + (ceil_log2 + 1) // 2
 
 
 #: Moduli of exact scheme II (csrc/crt_exact.h, kExactModuli): MODULI, then the primes from 191
@@ -42,6 +52,41 @@ def exact_moduli(bound: Fraction):
         if Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS) >= bound:
             return count
     return None
+
+
+def wide_scale_bits(moduli: int, k: int):
+    """Wide scheme II (power-of-two row scales, exact scheme II's moduli): the largest (t_a, t_b),
+    t_a <= t_b <= t_a + 1, with (2^t_a + g)(2^t_b + g) <= P/2 - P 2^-30 for the product P of the
+    first `moduli` EXACT_MODULI (g = rounding_growth(k)); None when even t = 0 fails."""
+    return _wide_scale_bits(moduli, rounding_growth(k))
+
+
+@functools.lru_cache(maxsize=None)
+def _wide_scale_bits(moduli: int, g: int):
+    product = math.prod(EXACT_MODULI[:moduli])
+    limit = Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
+    best = None
+    for total in range(0, 2 * product.bit_length() + 1):
+        t_a = total // 2
+        t_b = total - t_a
+        if ((1 << t_a) + g) * ((1 << t_b) + g) > limit:
+            break
+        best = (t_a, t_b)
+    return best
+
+
+def wide_predicted_error(moduli: int, k: int) -> Fraction:
+    """Predicted truncation of wide scheme II relative to 1 / (c_a_i c_b_j) (c: the norm scales):
+    a row scaled by 2^E_i, E_i = t_a + floor(log2 c_a_i), rounds each entry by at most 1/2 while
+    2^-E_i < 2^(1 - t_a) c_a_i, so 2^-t_a + 2^-t_b (one bit above scheme II's 5-bit scales)."""
+    t_a, t_b = wide_scale_bits(moduli, k)
+    return Fraction(1, 1 << t_a) + Fraction(1, 1 << t_b)
+
+
+def wide_exponents(codes, t: int):
+    """Per row: the exponent E = t + floor(log2 c) of wide scheme II's scale 2^E <= c 2^t, from
+    the code of its norm scale c = (16 + f) 2^(e - 4) (floor(log2 c) = e), int32."""
+    return (t + torch.div(codes.long(), 1 << SCALE_FRACTION_BITS, rounding_mode="floor")).int()
 
 
 def times_power_of_two(codes, t: int):

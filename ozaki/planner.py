@@ -220,6 +220,29 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None):
                      backend="crt", moduli=count)
 
 
+def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
+    """Wide scheme II (docs/accuracy.md, "Wide scheme II"): rows scaled by powers of two to
+    norms up to 2^t, t past scheme II's 62 bits, rounded to integers, and their product rebuilt
+    exactly from exact scheme II's moduli and rounded once. The fewest moduli whose predicted
+    truncation (wide_predicted_error) stays CRT_MARGIN_BITS below the unit roundoff at the scale of
+    (|A||B|)_ij for every (i, j), as crt_plan's; None when 40 cannot, or the estimate cannot resolve
+    every entry (magnitude 0). magnitude: as crt_plan's (not inf: crt_plan serves that case)."""
+    if magnitude in (0, math.inf):
+        return None
+    precision = SIGNIFICAND_BITS[dtype]
+    target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
+    count = _smallest(lambda n: crt.wide_scale_bits(n, k) is not None
+                      and crt.wide_predicted_error(n, k) <= target, crt.MAX_EXACT_MODULI)
+    if count is None:
+        return None
+    t_a, _ = crt.wide_scale_bits(count, k)
+    return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
+                     full_split_slices=None, exact=False, rounding=None, reason="error bound",
+                     predicted_error=float(crt.wide_predicted_error(count, k) / Fraction(magnitude)),
+                     native_level=math.sqrt(k) * 2.0 ** -precision, backend="crt", moduli=count,
+                     wide=True)
+
+
 def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digits):
     exact = not fast and slices >= full
     if exact:

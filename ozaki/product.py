@@ -10,7 +10,8 @@ import torch
 
 from . import _ops, fixed_counts
 from . import moduli as crt
-from .planner import auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan
+from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
+                      wide_crt_plan)
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
 ROUNDING_MODES = (None, "nearest")
@@ -351,12 +352,22 @@ class _CrtInputs:
         return (_ops.crt_row_scales(self.norm_a, self.est.stats_a, t_a),
                 _ops.crt_row_scales(self.norm_b, self.est.stats_b, t_b))
 
+    def wide_exponents(self, plan: SlicePlan, k: int):
+        """Wide scheme II: the exponents E of the rows' scales 2^E of a (norms up to 2^t_a) and of
+        bt (2^t_b); rows that are not usable (zero, or holding NaN/Inf: their entries of C are
+        patched) keep exact scheme II's integer exponents."""
+        t_a, t_b = crt.wide_scale_bits(plan.moduli, k)
+        return tuple(torch.where(_usable_rows(stats), crt.wide_exponents(codes, t),
+                                 _ops.integer_exponents(stats))
+                     for codes, stats, t in ((self.norm_a, self.est.stats_a, t_a),
+                                             (self.norm_b, self.est.stats_b, t_b)))
+
 
 def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None,
               exact_scheme_two=True):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
     crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
-    whether exact scheme II may run (k-sharded products have no operator for it)."""
+    whether exact scheme II may run (k-sharded products take scheme I's exact paths instead)."""
     k = est.k
     considered = _scheme_two_considered(k, slices, fast, rounding, backend)
     if rounding == "nearest":
@@ -387,23 +398,28 @@ def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None,
     plan = crt_plan(k, dtype, magnitude, moduli)
     if moduli is not None:
         return plan, inputs
+    truncated_why = ("its estimate cannot resolve every entry" if magnitude == 0
+                     else f"{crt.MAX_MODULI} moduli cannot meet the error bound" if plan is None
+                     else f"the truncated plan needs {plan.moduli} moduli")
     exact = _exact_crt_plan(est, dtype, inputs, None, "exact") if exact_scheme_two else None
-    if exact is not None and (plan is None or exact.gemms < plan.gemms):
-        # the truncated plan cannot meet the bound or costs more: the exact product, unless the
+    wide = wide_crt_plan(k, dtype, magnitude)
+    if wide is not None and (plan is None or wide.gemms < plan.gemms):
+        # rows scaled past 62 bits meet the bound with fewer moduli
+        plan = dataclasses.replace(wide, reason=f"error bound (wide scheme II: {truncated_why})")
+    if exact is not None and (plan is None or exact.gemms < plan.gemms
+                              or (plan.wide and exact.gemms == plan.gemms)):
+        # the truncated plans cannot meet the bound or cost more: the exact product, unless the
         # exact INT8 split (short rows) is cheaper still
         exact_int8 = _exact_int8_plan(est, dtype) if backend == "auto" else None
         if exact_int8 is not None and exact_int8.gemms <= exact.gemms:
             return exact_int8, None
-        why = ("its estimate cannot resolve every entry" if magnitude == 0
-               else f"{crt.MAX_MODULI} moduli cannot meet the error bound" if plan is None
-               else f"the truncated plan needs {plan.moduli} moduli")
+        why = truncated_why + (f", wide scheme II {plan.moduli}" if plan and plan.wide else "")
         return dataclasses.replace(exact, reason=f"exact scheme II: {why}"), inputs
     if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
         fallback = (_fastest_scheme_one(est, dtype) if backend == "auto"
                     else _scheme_one_plan(est, dtype, None, None, None, "int8"))
-        why = ("its estimate cannot resolve every entry" if magnitude == 0
-               else f"{crt.MAX_MODULI} moduli cannot meet the error bound")
-        return dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: {why}"), None
+        return (dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: "
+                                    f"{truncated_why}"), None)
     if backend == "auto":
         exact_int8 = _exact_int8_plan(est, dtype)
         if exact_int8.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
@@ -451,8 +467,10 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
     plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
     ready = _check_inputs_ready(plan, est)
-    if plan.backend == "crt" and plan.exact:
-        C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes())
+    if plan.backend == "crt" and (plan.exact or plan.wide):
+        exponents = inputs.wide_exponents(plan, est.k) if plan.wide else None
+        C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes(),
+                                exponents)
     elif plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,

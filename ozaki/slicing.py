@@ -84,10 +84,13 @@ class SlicePlan:
     moduli: Optional[int] = None  # scheme II: moduli, one INT8 GEMM each
     warning: Optional[str] = None  # a fixed count predicted far less accurate than native: the
                                    # AccuracyWarning the call gives (ozaki/fixed_counts.py)
+    wide: bool = False       # scheme II with power-of-two row scales past 62 bits, rebuilt as
+                             # exact scheme II rebuilds (planner.wide_crt_plan)
 
     def __str__(self):
         if self.backend == "crt":
-            scaling = "to exact integers with" if self.exact else "to"
+            scaling = ("to exact integers with" if self.exact
+                       else "by powers of two to" if self.wide else "to")
             text = (f"crt: {self.moduli} moduli ({self.gemms} INT8 GEMMs), rows scaled {scaling} "
                     f"{self.bits_captured}-bit norms; {self.reason}")
         else:

@@ -180,7 +180,7 @@ def test_empty_shapes(device):
         assert not out.any()
         rounded = _ops.crt_round(out, int32(m), int32(n), torch.float32)
         assert rounded.shape == (m, n) and rounded.dtype == torch.float32 and not rounded.any()
-        digits = _ops.crt_magnitude_digits(zeros(m, k), int32(m))
+        digits = _ops.crt_magnitude_digits(zeros(m, k), int32(m), int32(m))
         assert digits.shape == (m, k) and digits.dtype == torch.int8
         sums = _ops.row_norm_square_sums(zeros(m, k), int32(m))
         assert sums.shape == (m,) and sums.dtype == torch.int64 and not sums.any()
@@ -257,24 +257,25 @@ def test_digit_products_add_up_to_crt_magnitude(device, dtype, shape_a, shape_b,
     # phi = 0.5: the minimum is positive, so the comparison below is a real one
     a, bt = operands(shape_a, shape_b, dtype, "phi", seed=shape_b[0], device=device, phi=0.5)
     a[2] = 0.0                    # unusable: zero
+    a[1, 4] = 1e3 * a[1].abs().max()  # a digit capped at 127
     bt[1, 3] = float("nan")      # unusable: non-finite
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
     tau_a, tau_b = stats_a[0], stats_b[0]
-    da, db = _ops.crt_magnitude_digits(a, tau_a), _ops.crt_magnitude_digits(bt, tau_b)
-    assert da.shape == a.shape and da.dtype == torch.int8 and da.is_contiguous()
-    reference = torch.floor(torch.ldexp(torch.nan_to_num(a.double().abs(), nan=0.0, posinf=0.0),
-                                        (7 - tau_a).double().unsqueeze(1)))
-    assert torch.equal(da.double(), reference)
-    whole = _ops.int8_matmul(da, db)
-    widths = split(a.shape[1])
-    parts = [_ops.int8_matmul(_ops.crt_magnitude_digits(sa, tau_a),
-                              _ops.crt_magnitude_digits(sb, tau_b))
-             for sa, sb in zip(shards(a, widths), shards(bt, widths))]
-    assert torch.equal(summed(parts), whole)
     norm_a, norm_b = _ops.row_norm_scales(a, tau_a), _ops.row_norm_scales(bt, tau_b)
     assert (norm_a % 16 != 0).any() and (norm_b % 16 != 0).any()
-    factor_a, factor_b = magnitude_factors(tau_a, norm_a), magnitude_factors(tau_b, norm_b)
-    values = summed(parts).double() * factor_a.unsqueeze(1) * factor_b.unsqueeze(0)  # exact
+    k = a.shape[1]
+    da, db = (_ops.crt_magnitude_digits(a, tau_a, norm_a),
+              _ops.crt_magnitude_digits(bt, tau_b, norm_b))
+    assert da.shape == a.shape and da.dtype == torch.int8 and da.is_contiguous()
+    assert da.tolist() == reference_digits(a, norm_a, k)
+    assert (da == 127).any() and ((da > 0) & (da < 127)).any()  # capped and resolved digits
+    whole = _ops.int8_matmul(da, db)
+    widths = split(k)
+    parts = [_ops.int8_matmul(_ops.crt_magnitude_digits(sa, tau_a, norm_a, k),
+                              _ops.crt_magnitude_digits(sb, tau_b, norm_b, k))
+             for sa, sb in zip(shards(a, widths), shards(bt, widths))]
+    assert torch.equal(summed(parts), whole)
+    values = summed(parts).double() * 2.0 ** (-2 * crt.magnitude_gain(k))  # exact
     mask = usable(stats_a).unsqueeze(1) & usable(stats_b).unsqueeze(0)
     smallest = values.masked_fill(~mask, float("inf")).amin()
     expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable(stats_a),
@@ -292,21 +293,20 @@ def test_crt_magnitude_of_tall_operands_in_chunks():
     bt = accuracy.phi_matrix(300, k, 0.5, generator=g, dtype=torch.float32)
     stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
     norm_a, norm_b = _ops.row_norm_scales(a, stats_a[0]), _ops.row_norm_scales(bt, stats_b[0])
-    whole = _ops.int8_matmul(_ops.crt_magnitude_digits(a, stats_a[0]),
-                             _ops.crt_magnitude_digits(bt, stats_b[0])).double()
-    values = (whole * magnitude_factors(stats_a[0], norm_a).unsqueeze(1)
-              * magnitude_factors(stats_b[0], norm_b).unsqueeze(0))
+    whole = _ops.int8_matmul(_ops.crt_magnitude_digits(a, stats_a[0], norm_a),
+                             _ops.crt_magnitude_digits(bt, stats_b[0], norm_b)).double()
+    values = whole * 2.0 ** (-2 * crt.magnitude_gain(k))
     expected = _ops.crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable(stats_a),
                                   usable(stats_b))
     assert_bitwise_equal(values.amin(), expected)
 
 
-def magnitude_factors(tau, codes):
-    """c 2^(tau - 7) per row (c: the norm scale of its code), from Fractions, checked exact."""
-    exact = [scale_of(code) * Fraction(2) ** (t - 7)
-             for t, code in zip(tau.tolist(), codes.tolist())]
-    assert all(Fraction(float(x)) == x for x in exact)
-    return torch.tensor([float(x) for x in exact], dtype=torch.float64, device=tau.device)
+def reference_digits(a, codes, k):
+    """min(127, floor(|a| c 2^g)) per entry (c: its row's norm scale, g the gain of k; 0 for
+    NaN/Inf), from Fractions."""
+    gain = Fraction(2) ** crt.magnitude_gain(k)
+    return [[min(127, math.floor(abs(Fraction(x)) * scale_of(code) * gain)) if math.isfinite(x)
+             else 0 for x in row] for row, code in zip(a.double().tolist(), codes.tolist())]
 
 
 # ---- crt_round: the division by the scales' significands --------------------------------------
@@ -369,8 +369,9 @@ def test_cuda_matches_cpu(dtype):
     for x, tau in ((a, stats_a[0]), (bt, stats_b[0])):
         assert torch.equal(_ops.row_norm_square_sums(x.cuda(), tau.cuda()).cpu(),
                            _ops.row_norm_square_sums(x, tau))
-        assert torch.equal(_ops.crt_magnitude_digits(x.cuda(), tau.cuda()).cpu(),
-                           _ops.crt_magnitude_digits(x, tau))
+        norm = _ops.row_norm_scales(x, tau)
+        assert torch.equal(_ops.crt_magnitude_digits(x.cuda(), tau.cuda(), norm.cuda(), 200).cpu(),
+                           _ops.crt_magnitude_digits(x, tau, norm, 200))
     for moduli in moduli_counts(a.shape[1]):
         scale_a, scale_b = scales_of(a, bt, stats_a, stats_b, moduli)
         cpu = _ops.crt_residue_products(a, bt, scale_a, scale_b, moduli)
@@ -445,7 +446,22 @@ def test_round_errors(args, message):
     assert "ozaki::crt_round: " + message in str(info.value)
 
 
-@pytest.mark.parametrize("op", [_ops.row_norm_square_sums, _ops.crt_magnitude_digits,
+def magnitude_digits_of(a, tau):
+    """crt_magnitude_digits with valid norm codes of 4 rows (checked after a and tau)."""
+    return _ops.crt_magnitude_digits(a, tau, i32(4))
+
+
+def test_magnitude_digits_errors():
+    with pytest.raises(RuntimeError, match="norm must be a contiguous 1-D Int tensor of length 4"):
+        _ops.crt_magnitude_digits(f64(4, 3), i32(4), i32(5))
+    with pytest.raises(RuntimeError, match="total_k must be 0 or at least the operands' inner "
+                                           "dimension 3, got 2"):
+        _ops.crt_magnitude_digits(f64(4, 3), i32(4), i32(4), 2)
+    with pytest.raises(RuntimeError, match="k = 131072 is too large"):
+        _ops.crt_magnitude_digits(f64(4, 3), i32(4), i32(4), 1 << 17)
+
+
+@pytest.mark.parametrize("op", [_ops.row_norm_square_sums, magnitude_digits_of,
                                 _ops.row_norm_scales])
 def test_row_operator_errors(op):
     with pytest.raises(RuntimeError, match="a must be 2-D, got 1-D"):

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 import distributed_cases as cases
 from helpers import cpu_and_cuda, norm_scale_code, scale_of
 from ozaki import _ops
-from ozaki.distributed.inner import norm_scale_factor, norm_scales_from_sums
+from ozaki.distributed.inner import norm_scales_from_sums
 from ozaki.moduli import power_of_two
 
 ALL = cases.all_cases()
@@ -107,18 +107,6 @@ def test_norm_scales_from_sums_match_the_kernel_formula(device):
     expected = [norm_scale_code(s, t) for s, t in zip(sums, taus)]
     assert got.cpu().tolist() == expected
     assert {code % 16 for code in expected} == set(range(16))  # every significand
-
-
-@pytest.mark.parametrize("device", cpu_and_cuda())
-def test_norm_scale_factor_is_exact(device):
-    # c 2^(tau - 7) of the codes of norm_scale_code (csrc/crt.h magnitude_factor), as Fractions
-    sums, taus = _sums_and_taus(10)
-    codes = [norm_scale_code(s, t) for s, t in zip(sums, taus)]
-    got = norm_scale_factor(torch.tensor(taus, dtype=torch.int32, device=device),
-                            torch.tensor(codes, dtype=torch.int32, device=device))
-    assert got.dtype == torch.float64 and got.device.type == device
-    assert [Fraction(x) for x in got.cpu().tolist()] == [
-        scale_of(code) * Fraction(2) ** (t - 7) for code, t in zip(codes, taus)]
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -69,10 +69,11 @@ def test_nearest_is_the_exact_product_rounded_once(device, dtype, phi, shape):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("phi", [2.0, 4.0])
+@pytest.mark.parametrize("phi", [3.0, 4.0])
 def test_default_takes_exact_scheme_two_where_truncation_cannot_bound(device, phi):
-    """phi 2 and 4 rows: the truncated plan's 16 moduli cannot be shown to meet the bound; the
-    default takes exact scheme II, not scheme I's dozens of GEMMs."""
+    """phi 3 and 4 rows: the estimate cannot resolve every entry, so no truncated plan (wide or
+    not) can be shown to meet the bound; the default takes exact scheme II, not scheme I's dozens
+    of GEMMs."""
     A, B = phi_pair(48, 96, 40, phi, seed=3, device=device)
     plan = ozaki.plan(A, B)
     assert plan.backend == "crt" and plan.exact, str(plan)

@@ -110,17 +110,19 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
 }
 
 // Per row: the magnitude digits (exact in Out: float64 for the GEMM below, int8 for
-// crt_magnitude_digits) of a (rows, k) or (batch, rows, k) operand, tau indexed by the rows of the
-// flattened operand.
+// crt_magnitude_digits) of a (rows, k) or (batch, rows, k) operand, tau and norm (the rows' norm
+// scale codes) indexed by the rows of the flattened operand; gain: crt_magnitude_gain.
 template <typename Out, typename T>
-at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarType dtype) {
+at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, const int* norm, int gain,
+                                at::ScalarType dtype) {
   const int64_t k = a.size(-1), rows = k == 0 ? 0 : a.numel() / k;
   at::Tensor digits = at::empty(a.sizes(), a.options().dtype(dtype));
   const T* in = a.const_data_ptr<T>();
   Out* out = digits.mutable_data_ptr<Out>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t e = begin * k; e < end * k; ++e) {
-      out[e] = static_cast<Out>(magnitude_digit(static_cast<double>(in[e]), tau[e / k]));
+      const int64_t r = e / k;
+      out[e] = static_cast<Out>(magnitude_digit(static_cast<double>(in[e]), tau[r], norm[r], gain));
     }
   });
   return digits;
@@ -131,23 +133,19 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const int* tau, at::ScalarT
 // size.
 constexpr int64_t kMagnitudeChunkEntries = int64_t(1) << 24;
 
-// The smallest scaled digit product over usable pairs of rows [i0, i0 + rows) of element e of a and
-// rows [j0, j0 + cols) of bt (digits da, db of those rows).
+// The smallest digit product over usable pairs of rows [i0, i0 + rows) of element e of a and
+// rows [j0, j0 + cols) of bt (digits da, db of those rows), times scale = 2^(-2 g): exact.
 double smallest_scaled_product(const at::Tensor& da, const at::Tensor& db, int64_t i0,
-                               int64_t j0, const int* ta, const int* tb, const int* na,
-                               const int* nb, const bool* ua, const bool* ub) {
+                               int64_t j0, double scale, const bool* ua, const bool* ub) {
   const at::Tensor digits = at::mm(da, db.t());  // exact: integers below 2^31
   const double* d = digits.const_data_ptr<double>();
   const int64_t rows = da.size(0), cols = db.size(0);
   double smallest = std::numeric_limits<double>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = i0 + r;
-    if (!ua[i]) continue;
+    if (!ua[i0 + r]) continue;
     for (int64_t c = 0; c < cols; ++c) {
-      const int64_t j = j0 + c;
-      if (!ub[j]) continue;
-      const double value = d[r * cols + c] * magnitude_factor(ta[i], na[i]) *
-                           magnitude_factor(tb[j], nb[j]);
+      if (!ub[j0 + c]) continue;
+      const double value = d[r * cols + c] * scale;
       smallest = value < smallest ? value : smallest;
     }
   }
@@ -172,19 +170,20 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   const int64_t col_chunk = std::min<int64_t>(std::max<int64_t>(n, 1), per_chunk);
   const int64_t row_chunk = std::max<int64_t>(
       1, std::min<int64_t>(per_chunk, kMagnitudeChunkEntries / col_chunk));
+  const int gain = crt_magnitude_gain(k);
+  const double scale = pow2(-2 * gain);
   double smallest = std::numeric_limits<double>::infinity();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     for (int64_t e = 0; e < shape.batch; ++e) {
       for (int64_t j0 = e * n; j0 < (e + 1) * n; j0 += col_chunk) {
         const int64_t cols = std::min(col_chunk, (e + 1) * n - j0);
         const at::Tensor db = magnitude_digit_rows<double, scalar_t>(
-            b_rows.narrow(0, j0, cols), tb + j0, at::kDouble);
+            b_rows.narrow(0, j0, cols), tb + j0, nb + j0, gain, at::kDouble);
         for (int64_t i0 = e * m; i0 < (e + 1) * m; i0 += row_chunk) {
           const int64_t rows = std::min(row_chunk, (e + 1) * m - i0);
           const at::Tensor da = magnitude_digit_rows<double, scalar_t>(
-              a_rows.narrow(0, i0, rows), ta + i0, at::kDouble);
-          smallest = std::min(smallest,
-                              smallest_scaled_product(da, db, i0, j0, ta, tb, na, nb, ua, ub));
+              a_rows.narrow(0, i0, rows), ta + i0, na + i0, gain, at::kDouble);
+          smallest = std::min(smallest, smallest_scaled_product(da, db, i0, j0, scale, ua, ub));
         }
       }
     }
@@ -194,13 +193,14 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
 
 // The digits of every entry as int8 (rows, k): int8_matmul of two of them gives crt_magnitude's
 // digit products, and a k-shard's products add up to the whole rows'.
-at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
+at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
+                                int64_t total_k) {
   constexpr const char* op = "ozaki::crt_magnitude_digits";
-  check_matrix(a, op, "a");
-  check_row_vector(tau, a.size(0), at::kInt, op, "tau");
+  const int gain = check_crt_magnitude_digits_arguments(a, tau, norm, total_k, op);
   at::Tensor digits;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    digits = magnitude_digit_rows<int8_t, scalar_t>(a, tau.const_data_ptr<int>(), at::kChar);
+    digits = magnitude_digit_rows<int8_t, scalar_t>(a, tau.const_data_ptr<int>(),
+                                                    norm.const_data_ptr<int>(), gain, at::kChar);
   });
   return digits;
 }

@@ -180,42 +180,45 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
 
 template <typename T>
 __global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
-                                        const int* tau, int8_t* out) {
+                                        const int* tau, const int* norm, int gain, int8_t* out) {
   const int64_t total = rows * k_stride;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / k_stride, l = e - r * k_stride;
-    out[e] = static_cast<int8_t>(l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r]) : 0);
+    out[e] = static_cast<int8_t>(
+        l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r], norm[r], gain) : 0);
   }
 }
 
-// Digits of every row of the flattened a (rows of all elements of a batch), tau indexed alike.
+// Digits of every row of the flattened a (rows of all elements of a batch), tau and norm (the
+// rows' norm scale codes) indexed alike; gain: crt_magnitude_gain.
 template <typename T>
-at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, int64_t k_stride) {
+at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
+                                int gain, int64_t k_stride) {
   const int64_t k = a.size(-1), rows = a.numel() / k;
   at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
   constexpr int threads = 256;
   magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
                                at::cuda::getCurrentCUDAStream()>>>(
       a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
-      digits.mutable_data_ptr<int8_t>());
+      norm.const_data_ptr<int>(), gain, digits.mutable_data_ptr<int8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return digits;
 }
 
 // The digits of every entry as int8 (rows, k), contiguous for int8_matmul: its products of two of
 // them are crt_magnitude's, and a k-shard's products add up to the whole rows'.
-at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
+at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
+                                int64_t total_k) {
   constexpr const char* op = "ozaki::crt_magnitude_digits";
-  check_matrix(a, op, "a");
+  const int gain = check_crt_magnitude_digits_arguments(a, tau, norm, total_k, op);
   const int64_t rows = a.size(0), k = a.size(1);
-  check_row_vector(tau, rows, at::kInt, op, "tau");
-  check_same_device(a, {&tau}, op);
+  check_same_device(a, {&tau, &norm}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   if (rows == 0 || k == 0) return at::empty({rows, k}, a.options().dtype(at::kChar));
   at::Tensor digits;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    digits = magnitude_digit_rows<scalar_t>(a, tau, k);  // k_stride = k: contiguous, no padding
+    digits = magnitude_digit_rows<scalar_t>(a, tau, norm, gain, k);  // k_stride = k: no padding
   });
   return digits;
 }
@@ -223,11 +226,10 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau) {
 constexpr int kMinThreads = 256;
 
 // Per block: min over the usable entries of a chunk of exact digit products (element e's rows at
-// products + e * rows * ld), scaled as in csrc/cpu/crt.cpp (min is exact and order-free, so the
-// result matches the CPU's).
-__global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk chunk,
-                                     const int* tau_a, const int* tau_b, const int* norm_a,
-                                     const int* norm_b, const bool* usable_a, const bool* usable_b,
+// products + e * rows * ld), times scale = 2^(-2 g) as in csrc/cpu/crt.cpp (min is exact and
+// order-free, so the result matches the CPU's).
+__global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk chunk, double scale,
+                                     const bool* usable_a, const bool* usable_b,
                                      double* block_min) {
   double smallest = infinity();
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunk.entries();
@@ -236,9 +238,7 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
     chunk.entry(t, &e, &i, &j);
     const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
     if (!usable_a[gi] || !usable_b[gj]) continue;
-    const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) *
-                         magnitude_factor(tau_a[gi], norm_a[gi]) *
-                         magnitude_factor(tau_b[gj], norm_b[gj]);
+    const double value = static_cast<double>(products[(e * chunk.rows + i) * ld + j]) * scale;
     smallest = value < smallest ? value : smallest;
   }
   __shared__ double shared[kMinThreads];
@@ -265,10 +265,11 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
     return at::scalar_tensor(INFINITY, a.options().dtype(at::kDouble));
   }
   const int64_t k_stride = round_up(k, kInnerAlign);
+  const int gain = crt_magnitude_gain(k);
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    da = magnitude_digit_rows<scalar_t>(a, tau_a, k_stride);
-    db = magnitude_digit_rows<scalar_t>(bt, tau_b, k_stride);
+    da = magnitude_digit_rows<scalar_t>(a, tau_a, norm_a, gain, k_stride);
+    db = magnitude_digit_rows<scalar_t>(bt, tau_b, norm_b, gain, k_stride);
   });
   // Chunks keep the INT32 products near 1 GiB: columns of one element, or whole elements when one
   // fits, their GEMMs one strided batched GEMM (pairs of rows of the same element only).
@@ -292,8 +293,7 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
       const int blocks = grid_for(part.entries(), kMinThreads);
       at::Tensor block_min = at::empty({blocks}, a.options().dtype(at::kDouble));
       magnitude_min_kernel<<<blocks, kMinThreads, 0, stream>>>(
-          products.const_data_ptr<int32_t>(), ld, part, tau_a.const_data_ptr<int>(),
-          tau_b.const_data_ptr<int>(), norm_a.const_data_ptr<int>(), norm_b.const_data_ptr<int>(),
+          products.const_data_ptr<int32_t>(), ld, part, pow2(-2 * gain),
           usable_a.const_data_ptr<bool>(), usable_b.const_data_ptr<bool>(),
           block_min.mutable_data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -63,12 +63,6 @@ def norm_scales_from_sums(square_sums, tau):
     return torch.where(sums == 0, -fraction * tau.long(), code).int()
 
 
-def norm_scale_factor(tau, codes):
-    """c 2^(tau - 7) for norm scale codes (csrc/crt.h magnitude_factor): exact doubles."""
-    significand, exponent = crt.scale_parts(codes)
-    return significand.double() * crt.power_of_two(tau.long() + exponent - 7)
-
-
 class InnerEstimates(Estimates):
     """The planner's inputs of a k-shard, computed from the shards' exact partial sums (the whole
     rows' stats are given, so the spans need no reduction)."""
@@ -99,12 +93,11 @@ class InnerEstimates(Estimates):
         if self.a.shape[1] == 0:
             digits = torch.zeros((m, n), dtype=torch.int32, device=self.a.device)
         else:
-            digits = _ops.int8_matmul(_ops.crt_magnitude_digits(self.a, self.stats_a[0]),
-                                      _ops.crt_magnitude_digits(self.bt, self.stats_b[0]))
-        # As ozaki::crt_magnitude scales them: exact products.
-        factor_a = norm_scale_factor(self.stats_a[0], norm_a)
-        factor_b = norm_scale_factor(self.stats_b[0], norm_b)
-        bound = self.group.sum(digits).double() * factor_a[:, None] * factor_b[None, :]
+            digits = _ops.int8_matmul(
+                _ops.crt_magnitude_digits(self.a, self.stats_a[0], norm_a, self.k),
+                _ops.crt_magnitude_digits(self.bt, self.stats_b[0], norm_b, self.k))
+        # As ozaki::crt_magnitude scales them: exact.
+        bound = self.group.sum(digits).double() * 2.0 ** (-2 * crt.magnitude_gain(self.k))
         return _masked_min(bound, self.stats_a, self.stats_b).item()
 
 
@@ -220,7 +213,13 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
     plan, inputs = _plan_for(est, dtype, **options, exact_scheme_two=False)
-    if plan.backend == "crt":
+    if plan.backend == "crt" and plan.wide:
+        # wide scheme II has no k-shard operator: the ranks gather the whole rows, which gives the
+        # one-device bits
+        C = _ops.gemm_crt_exact(group.gather_columns(a), group.gather_columns(bt), stats_a, stats_b,
+                                plan.moduli, _ops.workspace_bytes(),
+                                inputs.wide_exponents(plan, total_k))
+    elif plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
     else:
         nearest = plan.rounding == "nearest"
