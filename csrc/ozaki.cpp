@@ -56,9 +56,9 @@ TORCH_LIBRARY(ozaki, m) {
   // its norm scale and its row_stats tau and bit_span.
   m.def("crt_row_scales(Tensor norm_scales, Tensor tau, Tensor bit_span, int t) -> Tensor");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j (c: the norm scales
-  // norm_a, norm_b) from 7-bit magnitude digits relative to the rows' norms: a 0-d float64 tensor, +inf when no usable row meets
-  // a usable column. Batched: the minimum over the elements, each pairing only its own rows and
-  // columns.
+  // norm_a, norm_b) from 7-bit magnitude digits relative to the rows' norms (crt_magnitude_digits):
+  // a 0-d float64 tensor, +inf when no usable row meets a usable column. Batched: the minimum over
+  // the elements, each pairing only its own rows and columns.
   m.def(
       "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor norm_a, Tensor norm_b, "
       "Tensor usable_a, Tensor usable_b) -> Tensor");

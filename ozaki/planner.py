@@ -236,9 +236,10 @@ def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
     if count is None:
         return None
     t_a, _ = crt.wide_scale_bits(count, k)
+    level = float(crt.wide_predicted_error(count, k) / Fraction(magnitude))
     return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
                      full_split_slices=None, exact=False, rounding=None, reason="error bound",
-                     predicted_error=float(crt.wide_predicted_error(count, k) / Fraction(magnitude)),
+                     predicted_error=level,
                      native_level=math.sqrt(k) * 2.0 ** -precision, backend="crt", moduli=count,
                      wide=True)
 

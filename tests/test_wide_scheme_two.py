@@ -55,10 +55,12 @@ def test_operator_rounds_scaled_entries_then_the_product_once(device, dtype):
     C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, moduli, exponents=(exponent_a, exponent_b))
     expected = reference(a, bt.t(), exponent_a, exponent_b)
     assert_bitwise_equal(C.cpu(), expected)
-    assert not torch.equal(C.cpu(), accuracy.round_exact(accuracy.exact_matmul(a.cpu(), bt.t().cpu()), dtype))
+    unscaled = accuracy.round_exact(accuracy.exact_matmul(a.cpu(), bt.t().cpu()), dtype)
+    assert not torch.equal(C.cpu(), unscaled)  # the rounding of the entries shows
     if device == "cuda":
-        cpu = _ops.gemm_crt_exact(a.cpu(), bt.cpu(), _ops.row_stats(a.cpu()), _ops.row_stats(bt.cpu()),
-                                  moduli, exponents=(exponent_a.cpu(), exponent_b.cpu()))
+        a, bt = a.cpu(), bt.cpu()
+        cpu = _ops.gemm_crt_exact(a, bt, _ops.row_stats(a), _ops.row_stats(bt), moduli,
+                                  exponents=(exponent_a.cpu(), exponent_b.cpu()))
         assert_bitwise_equal(C.cpu(), cpu)
 
 
@@ -109,3 +111,22 @@ def test_wide_plan_meets_its_criterion():
         assert fewer is None or crt.wide_predicted_error(plan.moduli - 1, k) > target
     assert ozaki.planner.wide_crt_plan(k, torch.float64, 0.0) is None
     assert ozaki.planner.wide_crt_plan(k, torch.float64, 1e-60) is None  # past 40 moduli
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_batched_wide_plan_gives_each_element_its_own_bits(device):
+    """One wide plan for the batch; each element's rows keep their own exponents, so an element
+    planned alike alone gives the same bits."""
+    m, k, n = WIDE_SHAPE
+    g = seeded(41)
+    A = accuracy.phi_matrix(2 * m, k, 2.0, generator=g).reshape(2, m, k).to(device)
+    B = accuracy.phi_matrix(2 * k, n, 2.0, generator=g).reshape(2, k, n).to(device)
+    plan = ozaki.plan(A, B)
+    assert plan.wide, str(plan)
+    C = ozaki.matmul(A, B)
+    for e in range(2):
+        alone = ozaki.plan(A[e], B[e])
+        if alone.wide and alone.moduli == plan.moduli:
+            assert_bitwise_equal(C[e].cpu(), ozaki.dgemm(A[e], B[e]).cpu())
+    same = [e for e in range(2) if ozaki.plan(A[e], B[e]).moduli == plan.moduli]
+    assert same, "no element planned alike: the comparison above checked nothing"
