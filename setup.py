@@ -1,4 +1,7 @@
-"""Build switch for ozaki._C: CPU sources always, CUDA sources when torch has CUDA and nvcc exists.
+"""Build switch for ozaki._C: CPU sources always, CUDA sources when torch has CUDA and a CUDA
+toolkit (nvcc and the CUDA runtime library) is found: $CUDA_HOME, $CUDA_PATH, torch's guess, the
+toolkit of the nvcc on PATH, /usr/local/cuda, the first that has both. Without one the CPU backend
+is built, with a message saying why.
 
 Environment overrides: OZAKI_FORCE_CPU=1 builds the CPU backend only; OZAKI_FORCE_CUDA=1 fails
 instead of silently dropping the CUDA backend; OZAKI_CUDA_ARCHS (default "90") lists the
@@ -29,10 +32,21 @@ def env_flag(name):
     return os.environ.get(name, "0") not in ("", "0")
 
 
-def find_nvcc():
-    home = cpp_extension.CUDA_HOME
-    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-        return home
+def find_cuda_home():
+    """The first candidate toolkit with bin/nvcc and the CUDA runtime library (torch guesses
+    /usr/local when nvcc lies in /usr/local/bin, where no libcudart is: linking then failed)."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), cpp_extension.CUDA_HOME]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates.append("/usr/local/cuda")
+    for home in candidates:
+        if not home or not os.path.exists(os.path.join(home, "bin", "nvcc")):
+            continue
+        runtime = (glob.glob(os.path.join(home, "lib*", "libcudart.so*"))
+                   + glob.glob(os.path.join(home, "targets", "*", "lib", "libcudart.so*")))
+        if runtime:
+            return home
     return None
 
 
@@ -66,18 +80,23 @@ def make_extension():
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
     import torch
 
-    want_cuda = torch.version.cuda is not None and find_nvcc() is not None and bool(cuda_sources)
+    home = find_cuda_home()
+    want_cuda = torch.version.cuda is not None and home is not None and bool(cuda_sources)
+    why = ("OZAKI_FORCE_CPU=1" if env_flag("OZAKI_FORCE_CPU")
+           else f"torch {torch.__version__} has no CUDA" if torch.version.cuda is None
+           else "no CUDA toolkit with nvcc and libcudart was found (set CUDA_HOME)" if home is None
+           else None)
     if env_flag("OZAKI_FORCE_CPU"):
         want_cuda = False
     elif env_flag("OZAKI_FORCE_CUDA") and not want_cuda:
-        raise RuntimeError(
-            f"OZAKI_FORCE_CUDA=1 but the CUDA backend cannot be built: torch.version.cuda="
-            f"{torch.version.cuda!r}, CUDA_HOME={cpp_extension.CUDA_HOME!r}")
+        raise RuntimeError(f"OZAKI_FORCE_CUDA=1 but the CUDA backend cannot be built: {why}")
     if not want_cuda:
-        print("ozaki: building the CPU backend only")
+        print(f"ozaki: building the CPU backend only ({why})")
         return cpp_extension.CppExtension(
             "ozaki._C", cpu_sources, extra_compile_args={"cxx": CXX_FLAGS},
             extra_link_args=SHARED_CXX_RUNTIME, py_limited_api=False)
+    cpp_extension.CUDA_HOME = home  # the toolkit found above compiles and links the extension
+    os.environ["CUDA_HOME"] = home
     archs = os.environ.get("OZAKI_CUDA_ARCHS", "90").split(",")
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     include_dirs, library_dirs, link_args = cuda_library_dirs()

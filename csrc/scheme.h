@@ -172,14 +172,6 @@ OZAKI_HD int grid_step_bits(int beta) { return beta + 1; }
 // Bits below a row's leading power of two that slice count s captures: beta + (s - 1) (beta + 1).
 OZAKI_HD int bits_captured(int slices, int beta) { return beta + (slices - 1) * grid_step_bits(beta); }
 
-// Smallest slice count that represents a row exactly, given the number of bits between the row's
-// exponent tau and the lowest set bit of any of its entries.
-OZAKI_HD int slices_for_bits(int bits, int beta) {
-  if (bits <= beta) return 1;
-  const int w = grid_step_bits(beta);
-  return 1 + (bits - beta + w - 1) / w;
-}
-
 // One step of the split: the next digit of remainder at grid 2^-(beta + p (beta + 1)), returned
 // as the FP16-ready value d_p * 2^-beta (integer |d_p| <= 2^beta, exact in FP16); remainder keeps
 // what is left. Every operation is exact: scaling by powers of two, rint, and subtracting from a

@@ -402,11 +402,14 @@ def test_errors_name_the_argument(args, kwargs, error, message):
 
 
 def test_batches_that_do_not_broadcast_raise_like_torch():
-    """Batch dimensions that do not broadcast raise the RuntimeError torch.matmul raises."""
+    """Batch dimensions that do not broadcast raise the RuntimeError torch.matmul raises, naming
+    the arguments and their shapes."""
     a, b = _t(2, 3, 4), _t(3, 4, 5)
     with pytest.raises(RuntimeError):
         torch.matmul(a, b)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"ozaki.matmul: the batch dimensions of a \(2,\) and b "
+                                           r"\(3,\) do not broadcast \(a is \(2, 3, 4\), b is "
+                                           r"\(3, 4, 5\)\)"):
         ozaki.matmul(a, b)
 
 

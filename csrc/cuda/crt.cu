@@ -104,11 +104,10 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
 
 // One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
 // same row, which the first sweep has just brought into L2 when the rows of the resident blocks fit
-// there (float64 rows of up to about 4096 entries on the H100): then one read of the operand from
-// memory instead of two, else two as with the separate kernels. Blocks of kNormThreads, so that
-// several rows per multiprocessor overlap their two sweeps (one block of 1024 threads per row
-// left memory idle during the second: 3.17 ms against 2.77 for the two kernels at 16384^2, both
-// operands). Both reductions are exact and order-free (max/min, integer sums).
+// there: then one read of the operand from memory instead of two, else two as with the separate
+// kernels. Blocks of kNormThreads, so that several rows per multiprocessor overlap their two
+// sweeps (one large block per row leaves memory idle during the second). Both reductions are
+// exact and order-free (max/min, integer sums).
 template <typename T>
 __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
                                       bool* nonfinite, int* norm_scale) {
@@ -497,8 +496,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
           residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
         }
         // Element e's residues and results of every modulus follow element e - 1's. One call per
-        // modulus: a single strided-batched call over the moduli ran slower on the H100
-        // (docs/benchmarks.md).
+        // modulus: a single strided-batched call over the moduli is slower (docs/benchmarks.md).
         const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
         for (int64_t i = 0; i < N; ++i) {
           exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,

@@ -10,12 +10,9 @@
 
 namespace ozaki::cuda {
 
-// Output columns per cuBLAS call. On the H100 cuBLAS's default algorithm picks slow tiles for some
-// wide INT8 GEMMs (scripts/int8_blocks.py, scripts/int8_rate.cu; docs/benchmarks.md): 16384^3 in
-// one call ran at 787-794 TOPS, as two calls of 8192 columns at 1472-1537; with 16384 rows, 8192
-// columns and k = 16384 one call ran at 1537 against 1455 in two of 4096, but with k = 4096 at 1323
-// against 1517; 8192 rows and 8192 columns at 1226 in one call against 1417 in two. So from 8192
-// columns on, the columns go in calls of at most 8192 (16384 rows and k or more) or 4096.
+// Output columns per cuBLAS call. cuBLAS's default algorithm picks slow tiles for some wide INT8
+// GEMMs, which narrower calls avoid (measured in docs/benchmarks.md, "The INT8 GEMM rate"): from
+// 8192 columns on, the columns go in calls of at most 8192 (16384 rows and k or more) or 4096.
 // OZAKI_INT8_BLOCK (a fixed width) overrides it for tuning.
 inline int64_t int8_column_block(int64_t rows, int64_t cols, int64_t k) {
   static const int64_t fixed = [] {

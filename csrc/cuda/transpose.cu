@@ -1,7 +1,7 @@
 // CUDA kernel of ozaki::transposed: b.mT.contiguous(), the bt (B's columns as rows) that the
 // product operators read. torch's generic strided copy reads or writes one side with the stride of
-// a whole row (3.0 ms for a 16384^2 float64 B on an H100); staging 32x32 tiles in shared memory
-// makes both the reads (along n) and the writes (along k) coalesced.
+// a whole row; staging 32x32 tiles in shared memory makes both the reads (along n) and the writes
+// (along k) coalesced.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>

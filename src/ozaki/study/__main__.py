@@ -8,9 +8,9 @@ import sys
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, MAX_INNER, check_output_path, check_plot_path, device_name,
-                       moduli_count, nonnegative_int, per_dtype_paths, phi_value, positive_int,
-                       resolve_device, slice_count)
+from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path, check_plot_path,
+                       device_name, moduli_count, nonnegative_int, per_dtype_paths, phi_value,
+                       positive_int, resolve_device, slice_count)
 from ozaki.moduli import MAX_INNER as CRT_MAX_INNER
 from ozaki.moduli import MAX_MODULI
 from ozaki.progress import Progress
@@ -21,8 +21,8 @@ from . import errors, reproducibility
 
 def inner_dimension(text):
     value = positive_int(text)
-    if value > MAX_INNER:
-        raise argparse.ArgumentTypeError(f"k must be at most 2^22 = {MAX_INNER} (the limit of "
+    if value > MAX_FP16_INNER:
+        raise argparse.ArgumentTypeError(f"k must be at most 2^22 = {MAX_FP16_INNER} (the limit of "
                                          f"exact FP16 slice products), got {text!r}")
     return value
 
@@ -36,11 +36,11 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m ozaki.study",
         description="Accuracy and reproducibility studies of ozaki's products.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     study = commands.add_parser(
-        "accuracy", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "accuracy", formatter_class=HelpFormatter,
         help="error against exact references vs backend, slices, mode, phi and k, next to native "
              "matmul",
         description="Error of ozaki.dgemm / ozaki.sgemm against the exact product (every entry "
@@ -82,7 +82,7 @@ def build_parser():
     study.add_argument("--quiet", action="store_true", help="no progress bar")
 
     repro = commands.add_parser(
-        "reproducibility", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "reproducibility", formatter_class=HelpFormatter,
         help="bitwise comparison across CPU thread counts, CUDA devices and streams",
         description="Compute dgemm/sgemm products in several modes under each CPU thread count "
                     "and on each CUDA device (default and a side stream), --repeats times each, "
@@ -121,7 +121,7 @@ def parse_args(argv=None):
         args.backends = list(dict.fromkeys(args.backends))
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
         for m, k, n in args.shapes:
-            if k > MAX_INNER:
+            if k > MAX_FP16_INNER:
                 parser.error(f"argument --shape: k = {k} exceeds 2^22, the limit of exact FP16 "
                              "slice products")
             problem = errors.moduli_problem(reproducibility.MODULI_COUNTS, k)

@@ -1,7 +1,7 @@
 """Slice counts and digit widths of Ozaki scheme I with FP16 or INT8 slices (docs/algorithm.md).
 
 Mirrors the integer formulas of csrc/scheme.h so the Python layer can report and choose plans;
-tests/test_slicing.py checks the two agree through the split operator.
+tests/test_split.py checks the two agree through the split operator.
 """
 
 from dataclasses import dataclass
@@ -15,8 +15,6 @@ MAX_SLICES = 40
 MAX_DIGIT_BITS = 11
 #: Rounded INT8 digits reach +-2^beta and +128 is not an INT8 (csrc/scheme.h, kMaxInt8DigitBits).
 MAX_INT8_DIGIT_BITS = 6
-#: The scheme-I digit kinds: "fp16" (FP16 x FP16 -> FP32 GEMMs) and "int8" (INT8 x INT8 -> INT32).
-DIGIT_KINDS = ("fp16", "int8")
 #: Significand bits of the formats whose products ozaki computes.
 SIGNIFICAND_BITS = {torch.float64: 53, torch.float32: 24}
 

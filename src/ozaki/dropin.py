@@ -12,10 +12,6 @@ from .gemm_op import REAL_OF
 from .matmul import matmul
 from .product import _check_options
 
-#: What the mode intercepts; everything else (einsum, mv, dot, baddbmm, ...) stays plain torch.
-INTERCEPTED = ("torch.matmul", "Tensor.matmul", "@", "torch.mm", "Tensor.mm", "torch.bmm",
-               "Tensor.bmm", "torch.addmm", "Tensor.addmm", "torch.nn.functional.linear")
-
 
 def _operands(mode, *tensors):
     """Whether ozaki takes these operands: tensors of one of the mode's dtypes, one device."""

@@ -75,7 +75,12 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
         columns = b.mT.reshape(math.prod(batch_b) * n, k).mT
         result = _gemm(a, columns, options).reshape(m, *batch_b, n).movedim(0, -2).contiguous()
     else:
-        batch = torch.broadcast_shapes(batch_a, batch_b)
+        try:
+            batch = torch.broadcast_shapes(batch_a, batch_b)
+        except RuntimeError:  # the type torch.matmul raises, with the arguments named
+            raise RuntimeError(f"{name}: the batch dimensions of a {tuple(batch_a)} and b "
+                               f"{tuple(batch_b)} do not broadcast (a is {tuple(a.shape)}, b is "
+                               f"{tuple(b.shape)})") from None
         count = math.prod(batch)
         A = a.expand(*batch, m, k).reshape(count, m, k)
         B = b.expand(*batch, k, n).reshape(count, k, n)

@@ -17,9 +17,19 @@ from .slicing import MAX_SLICES
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 #: ozaki's FP16 slice products are exact only for k <= 2^22 (ozaki.slicing.digit_bits_for).
-MAX_INNER = 1 << 22
+MAX_FP16_INNER = 1 << 22
 DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
                torch.int8: "int8"}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends an option's default to its help, except where it is None (the help then says what
+    happens without the option)."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def int_at_least(minimum, description):

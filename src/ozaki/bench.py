@@ -78,9 +78,9 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki import moduli as crt
-from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_INNER, check_output_path, check_plot_path,
-                       device_name, moduli_count, nonnegative_int, per_dtype_paths, phi_value,
-                       positive_int, resolve_device, slice_count)
+from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
+                       check_plot_path, device_name, moduli_count, nonnegative_int,
+                       per_dtype_paths, phi_value, positive_int, resolve_device, slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -120,7 +120,7 @@ def build_parser():
                     "float64/float32 matmul and the FP16- and INT8-GEMM floors, with "
                     "exact-reference accuracy on sampled entries. Inputs: "
                     "ozaki.accuracy.phi_matrix.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                         help="square sizes n (n x n times n x n); default "
                              f"{DEFAULT_SIZES['cuda']} on cuda, {DEFAULT_SIZES['cpu']} on cpu "
@@ -215,7 +215,7 @@ def parse_args(argv=None):
     args.device = resolve_device(parser, args.device)
     args.shapes = _shapes(args, args.device)
     for m, k, n in args.shapes:
-        if k > MAX_INNER:
+        if k > MAX_FP16_INNER:
             parser.error(f"argument --sizes/--shape: inner dimension k = {k} exceeds 2^22, "
                          "ozaki's limit for exact FP16 slice products")
     check_output_path(parser, "--json", args.json)

@@ -170,11 +170,8 @@ def requested_plan(k: int, dtype: torch.dtype, max_span: int, slices: int, fast:
 
 
 #: Scheme II's predicted error has no per-term safety factor (scheme I's c_s is 3 or more), so
-#: its moduli are planned this many bits below the target. With two bits, float32 products of a
-#: few rows came out slightly less accurate than cuBLAS SGEMM when rows were scaled by powers of
-#: two (H100, 2026-11-22); the 5-bit scales since bound the norms within 17/16 instead of a factor
-#: up to 2 per operand, which took about one bit of unstated slack out of the prediction (a float32
-#: k = 4096 product then planned 7 moduli and came out 6% above the CPU's SGEMM), so one more bit.
+#: its moduli are planned this many bits below the target; fewer left float32 products slightly
+#: less accurate than native SGEMM (docs/accuracy.md, "Scheme II moduli count").
 CRT_MARGIN_BITS = 3
 
 
