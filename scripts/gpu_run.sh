@@ -10,10 +10,10 @@
 # products against native and a loop, scripts/batched_bench.py); profile writes
 # profile.log/json (where the crt time goes, scripts/crt_profile.py); wide writes wide_spans.log/json
 # (what rows of wide span and the fixed-count check cost, scripts/wide_span_bench.py; WIDE_SIZES
-# overrides the sizes of its fixed-count comparison, WIDE_PARTS its parts); rate (not in all) measures the raw INT8 GEMM rates (scripts/int8_rate.sh);
-# blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/int8_blocks.py);
+# overrides the sizes of its fixed-count comparison, WIDE_PARTS its parts); rate (not in all) measures the raw INT8 GEMM rates (scripts/probes/int8_rate.sh);
+# blocks (not in all) writes int8_blocks.log, ozaki's INT8 GEMM per cuBLAS column-block width (scripts/probes/int8_blocks.py);
 # kernels (not in all) writes crt_kernels.log: scheme II's element-wise passes alone against their memory floor, and
-# GPU == host bits of the reconstruction (scripts/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
+# GPU == host bits of the reconstruction (scripts/probes/crt_kernels_bench.cu, built with nvcc; needs no build of ozaki);
 # exact writes exact_crt.log/json (exact scheme II against native: scripts/exact_crt_bench.py; EXACT_SIZES
 # and EXACT_DRAWS override its sizes and draws);
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
@@ -91,16 +91,16 @@ if [[ ,$what, == *,distributed,* ]]; then
 fi
 if [[ ,$what, == *,blocks,* ]]; then
   echo "== INT8 GEMM column blocks"
-  python3 scripts/int8_blocks.py 2>&1 | tee "$OUT/int8_blocks.log"
+  python3 scripts/probes/int8_blocks.py 2>&1 | tee "$OUT/int8_blocks.log"
 fi
 if [[ ,$what, == *,kernels,* ]]; then
   echo "== scheme II element-wise passes"
   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
-    scripts/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench 2>&1 | tee "$OUT/crt_kernels.log"
+    scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench 2>&1 | tee "$OUT/crt_kernels.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,rate,* ]]; then
   echo "== INT8 GEMM rates"
-  OUT=$OUT bash scripts/int8_rate.sh 2>&1 | tail -60
+  OUT=$OUT bash scripts/probes/int8_rate.sh 2>&1 | tail -60
 fi
 exit "$status"

@@ -3,7 +3,7 @@
 // bits (the same crt_reconstruct compiled for the CPU) on valid residues: exact integers X with
 // |X| < 2^(floor(log2 P) - 1) <= P/2, their weighted residues plus random multiples of the moduli.
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
-//        scripts/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
+//        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 #include <cuda_runtime.h>
 
 #include <algorithm>

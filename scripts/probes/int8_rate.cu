@@ -1,6 +1,6 @@
 // Measures INT8 (CUDA_R_8I -> CUDA_R_32I) GEMM rates through cublasGemmEx, strided-batched GemmEx
 // and every cublasLt heuristic candidate, next to FP16 -> FP32, on random full-range operands.
-// Build: nvcc -O2 -arch=sm_90 scripts/int8_rate.cu -lcublas -lcublasLt -o int8_rate
+// Build: nvcc -O2 -arch=sm_90 scripts/probes/int8_rate.cu -lcublas -lcublasLt -o int8_rate
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>

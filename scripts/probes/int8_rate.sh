@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine: build scripts/int8_rate.cu against the toolkit's cuBLAS (or torch's nvidia
+# On a GPU machine: build scripts/probes/int8_rate.cu against the toolkit's cuBLAS (or torch's nvidia
 # wheels), run it with the clocks and power sampled by nvidia-smi, and time torch._int_mm at
 # 8192 and 16384 for reference. Logs go to $OUT (default ./gpu-logs): int8_rate.log, smi.csv.
 set -uo pipefail
@@ -12,7 +12,7 @@ else
   NV=$(python3 -c "import nvidia, os, glob; print([p for b in nvidia.__path__ for p in glob.glob(os.path.join(b, 'cu*')) if os.path.exists(os.path.join(p, 'include', 'cublasLt.h'))][0])")
   INC=$NV/include; LIB=$NV/lib
 fi
-nvcc -O2 -arch=sm_90 scripts/int8_rate.cu -I"$INC" -L"$LIB" -lcublas -lcublasLt -o /tmp/int8_rate || exit 1
+nvcc -O2 -arch=sm_90 scripts/probes/int8_rate.cu -I"$INC" -L"$LIB" -lcublas -lcublasLt -o /tmp/int8_rate || exit 1
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv -lms 250 > "$OUT/smi.csv" &
 smi=$!
 LD_LIBRARY_PATH=$LIB:${LD_LIBRARY_PATH:-} /tmp/int8_rate 2>&1 | tee "$OUT/int8_rate.log"

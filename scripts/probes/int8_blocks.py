@@ -2,7 +2,7 @@
 output shapes gemm_crt's chunks give (OZAKI_INT8_BLOCK is read once per process, so each width
 runs in its own process; "rule" is the built-in choice).
 
-    python scripts/int8_blocks.py            # rows x cols x k of the chunks at 8192^3, 16384^3, ...
+    python scripts/probes/int8_blocks.py            # rows x cols x k of the chunks at 8192^3, 16384^3, ...
 """
 import os
 import subprocess
