@@ -1,4 +1,5 @@
-"""Exact and wide scheme II on the GPU against native (docs/benchmarks.md, "Exact and wide scheme II").
+"""Exact and wide scheme II on the GPU against native (docs/benchmarks.md, "Exact and wide scheme
+II").
 
     python scripts/exact_crt_bench.py [--out DIR] [--sizes N ...] [--draws D] [--repeats R]
 
