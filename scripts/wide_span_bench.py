@@ -107,7 +107,7 @@ def wide_rows(repeats, g, large):
 
 def fixed_count_rows(repeats, g, sizes):
     """The fixed-count call with its check and bypassed, phi = 0.5, in the same process."""
-    checked = product._fixed_count_check
+    checked = product.fixed_count_check
     rows = []
     for n in sizes:
         for dtype, count in ((torch.float64, 15), (torch.float32, 7)):
@@ -116,9 +116,9 @@ def fixed_count_rows(repeats, g, sizes):
             gemm = GEMMS[dtype]
             times = {}
             for label, check in (("checked", checked), ("bypassed", lambda *_: None)):
-                product._fixed_count_check = check
+                product.fixed_count_check = check
                 times[label], _ = median_ms(lambda: gemm(A, B, moduli=count), repeats)
-            product._fixed_count_check = checked
+            product.fixed_count_check = checked
             default_ms, _ = median_ms(lambda: gemm(A, B), repeats)
             row = {"n": n, "dtype": str(dtype), "moduli": count, "checked_ms": times["checked"],
                    "bypassed_ms": times["bypassed"], "default_ms": default_ms}

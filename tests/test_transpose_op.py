@@ -1,5 +1,5 @@
 """ozaki::transposed (csrc/cpu/transpose.cpp, csrc/cuda/transpose.cu): b.mT.contiguous() bit for bit,
-for any shape and strides, always a fresh tensor; and ozaki/product.py's _row_operands, which copies
+for any shape and strides, always a fresh tensor; and ozaki/product.py's row_operands, which copies
 B with it on CUDA."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
 from ozaki import _ops
-from ozaki.product import _row_operands
+from ozaki.product import row_operands
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
 #: (k, n) or (batch, k, n): tile-sized, one short and one past a tile, many tiles, a batch.
@@ -126,7 +126,7 @@ def test_errors(device, make, message):
     assert message in str(info.value)
 
 
-# ---- _row_operands -------------------------------------------------------------------------------
+# ---- row_operands -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -135,7 +135,7 @@ def test_row_operands_copy_b_by_columns(device, shape):
     """A row-major B is copied to columns as rows: the bits of B.mT.contiguous()."""
     A = fresh((*shape[:-2], 5, shape[-2]), torch.float64, device, seed=1)
     B = fresh(shape, torch.float64, device, seed=2)
-    a, bt = _row_operands(A, B)
+    a, bt = row_operands(A, B)
     assert a.is_contiguous() and bt.is_contiguous()
     assert_bitwise_equal(a, A)
     assert_bitwise_equal(bt, B.mT.contiguous())
@@ -145,5 +145,5 @@ def test_row_operands_copy_b_by_columns(device, shape):
 def test_row_operands_keep_a_transposed_b(device):
     """B = X.mT of a row-major X needs no copy: bt is X itself."""
     X = fresh((2, 7, 11), torch.float64, device)
-    _, bt = _row_operands(fresh((2, 4, 11), torch.float64, device), X.mT)
+    _, bt = row_operands(fresh((2, 4, 11), torch.float64, device), X.mT)
     assert bt.data_ptr() == X.data_ptr() and bt.stride() == X.stride()

@@ -6,7 +6,8 @@ import torch
 
 from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import check_gemm
-from .product import _check_operands, _check_options
+from .options import Options
+from .product import check_operands
 
 #: BLAS's transpose flags: "N" none, "T" transpose, "C" conjugate transpose; False/True = "N"/"T".
 TRANSPOSE_FLAGS = {False: "N", True: "T", "N": "N", "T": "T", "C": "C"}
@@ -14,11 +15,10 @@ TRANSPOSE_FLAGS = {False: "N", True: "T", "N": "N", "T": "T", "C": "C"}
 
 def _real_gemm(name, A, B, dtype, backend, slices, fast, moduli, rounding):
     if is_dtensor(A) or is_dtensor(B):  # sharded operands (docs/distributed.md)
-        options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
-        return dtensor_product(name, A, B, dtype, options)
-    _check_operands(name, A, B, dtype)
-    _check_options(name, slices, fast, rounding, backend, moduli)
-    return torch.ops.ozaki.gemm(A, B, None, 1, 0, backend, slices, fast, moduli, rounding)
+        return dtensor_product(name, A, B, dtype, Options(backend, slices, fast, moduli, rounding))
+    check_operands(name, A, B, dtype)
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
+    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options.op_arguments())
 
 
 def dgemm(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -128,9 +128,9 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
     check_gemm(name, A, B, C, alpha, beta)
-    _check_options(name, slices, fast, rounding, backend, moduli)
-    result = torch.ops.ozaki.gemm(A, B, C if beta != 0 else None, alpha, beta, backend, slices,
-                                  fast, moduli, rounding)
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
+    result = torch.ops.ozaki.gemm(A, B, C if beta != 0 else None, alpha, beta,
+                                  *options.op_arguments())
     return result if out is None else copy_out(name, result, out)
 
 

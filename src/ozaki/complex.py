@@ -22,7 +22,7 @@ def _parts(x):
     return x.real, lambda: x.imag, lambda: -x.imag
 
 
-def complex_parts(A, B, **options):
+def complex_parts(A, B, options):
     """(Re(A @ B), Im(A @ B), plan) for complex (..., m, k) A and (..., k, n) B with the same
     batch shape (2-D or 3-D), both parts real tensors of A's real dtype."""
     a_re, a_im, a_im_negated = _parts(A)
@@ -31,6 +31,6 @@ def complex_parts(A, B, **options):
     b_re, b_im, _ = _parts(B)
     # [Re B; Im B] built column by column (as its transpose), the layout the engine reads B in
     cols = torch.cat([b_re.mT, b_im().mT], dim=-1).mT
-    stacked, plan = real_product(rows, cols, rows.dtype, **options)
+    stacked, plan = real_product(rows, cols, rows.dtype, options)
     m = A.shape[-2]
     return stacked[..., :m, :], stacked[..., m:, :], plan

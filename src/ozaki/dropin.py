@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 from .blas import gemm
 from .gemm_op import REAL_OF
 from .matmul import matmul
-from .product import _check_options
+from .options import Options
 
 
 def _operands(mode, *tensors):
@@ -38,7 +38,7 @@ def _matmul(mode, a, b, out=None):
         return NotImplemented
     if a.shape[-1] != inner_b:
         return NotImplemented
-    return matmul(a, b, out=out, **mode.options)
+    return matmul(a, b, out=out, **mode.options.keywords())
 
 
 def _rmatmul(mode, b, a):
@@ -48,21 +48,21 @@ def _rmatmul(mode, b, a):
 def _mm(mode, a, b, out=None):
     if not _operands(mode, a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         return NotImplemented  # torch raises its own error for bad shapes
-    return gemm(a, b, out=out, **mode.options)
+    return gemm(a, b, out=out, **mode.options.keywords())
 
 
 def _bmm(mode, a, b, out=None):
     if (not _operands(mode, a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]
             or a.shape[2] != b.shape[1]):
         return NotImplemented
-    return gemm(a, b, out=out, **mode.options)
+    return gemm(a, b, out=out, **mode.options.keywords())
 
 
 def _addmm(mode, c, a, b, *, beta=1, alpha=1, out=None):
     if (not _operands(mode, c, a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]
             or not _broadcasts(c.shape, (a.shape[0], b.shape[1]))):
         return NotImplemented
-    return gemm(a, b, c, alpha=alpha, beta=beta, out=out, **mode.options)
+    return gemm(a, b, c, alpha=alpha, beta=beta, out=out, **mode.options.keywords())
 
 
 def _linear(mode, x, weight, bias=None):
@@ -72,7 +72,7 @@ def _linear(mode, x, weight, bias=None):
             or (bias is not None and not _broadcasts(bias.shape, (weight.shape[0],)))):
         return NotImplemented
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    y = gemm(rows, weight, bias, beta=0 if bias is None else 1, transb=True, **mode.options)
+    y = gemm(rows, weight, bias, beta=0 if bias is None else 1, transb=True, **mode.options.keywords())
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -105,7 +105,7 @@ class OzakiMode(TorchFunctionMode):
 
     def __repr__(self):
         dtypes = ", ".join(str(d) for d in self.dtypes)
-        options = "".join(f", {key}={value!r}" for key, value in self.options.items())
+        options = "".join(f", {key}={value!r}" for key, value in self.options.keywords().items())
         return f"ozaki.enable(dtypes=({dtypes},){options})"
 
 
@@ -129,6 +129,4 @@ def enable(dtypes=(torch.float64,), *, backend="auto", slices=None, fast=None, m
     for dtype in dtypes:
         if dtype not in REAL_OF:
             raise ValueError(f"{name}: dtypes may hold {', '.join(map(str, REAL_OF))}; got {dtype!r}")
-    _check_options(name, slices, fast, rounding, backend, moduli)
-    options = dict(backend=backend, slices=slices, fast=fast, moduli=moduli, rounding=rounding)
-    return OzakiMode(tuple(dtypes), options)
+    return OzakiMode(tuple(dtypes), Options.checked(name, backend, slices, fast, moduli, rounding))

@@ -14,7 +14,8 @@ import numbers
 import torch
 
 from .complex import complex_parts
-from .product import _check_operands, _check_options, real_product
+from .options import Options
+from .product import check_operands, real_product
 
 REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
            torch.complex128: torch.float64, torch.complex64: torch.float32}
@@ -50,7 +51,7 @@ def check_gemm(name, A, B, C, alpha, beta):
     if not isinstance(A, torch.Tensor) or A.dtype not in REAL_OF:
         raise TypeError(f"{name}: A must be a float64, float32, complex128 or complex64 tensor, got "
                         f"{getattr(A, 'dtype', type(A).__name__)}")
-    _check_operands(name, A, B, A.dtype, ranks=(2, 3))
+    check_operands(name, A, B, A.dtype, ranks=(2, 3))
     check_scalar(name, "alpha", alpha, A.dtype)
     check_scalar(name, "beta", beta, A.dtype)
     shape = (*A.shape[:-1], B.shape[-1])
@@ -80,18 +81,17 @@ def _parts(x):
 def gemm_kernel(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
     name = "ozaki::gemm"
     shape = check_gemm(name, A, B, C, alpha, beta)
-    _check_options(name, slices, fast, rounding, backend, moduli)
-    options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
     complex_result = A.dtype.is_complex
     real_dtype = REAL_OF[A.dtype]
 
     terms = []  # (Re, Im) pairs, Im None for real operands
     if alpha != 0:
         if complex_result:
-            re, im, _ = complex_parts(A, B, **options)
+            re, im, _ = complex_parts(A, B, options)
             terms.append(_scale_parts(re, im, alpha))
         else:
-            P, _ = real_product(A, B, real_dtype, **options)
+            P, _ = real_product(A, B, real_dtype, options)
             terms.append((_scale(P, alpha), None))
     if beta != 0:
         re, im = _parts(C)

@@ -14,7 +14,7 @@ import torch
 from .blas import copy_out
 from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF
-from .product import _check_options
+from .options import Options
 
 SUPPORTED = ", ".join(str(dtype) for dtype in REAL_OF)
 
@@ -38,7 +38,7 @@ def _check(name, a, b):
 
 
 def _gemm(A, B, options):
-    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options)
+    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options.op_arguments())
 
 
 def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -54,11 +54,9 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
     if is_dtensor(a) or is_dtensor(b):  # sharded 2-D operands (docs/distributed.md)
         if out is not None:
             raise ValueError(f"{name}: out= is not supported for DTensor operands")
-        options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
-        return dtensor_product(name, a, b, a.dtype, options)
+        return dtensor_product(name, a, b, a.dtype, Options(backend, slices, fast, moduli, rounding))
     _check(name, a, b)
-    _check_options(name, slices, fast, rounding, backend, moduli)
-    options = (backend, slices, fast, moduli, rounding)
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
     vector_a, vector_b = a.dim() == 1, b.dim() == 1
     if vector_a:
         a = a.unsqueeze(0)

@@ -12,14 +12,11 @@ from . import _ops, fixed_counts
 from . import moduli as crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
+from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
-ROUNDING_MODES = (None, "nearest")
-#: "auto" picks among the others by the rule of docs/accuracy.md, "Backends".
-BACKENDS = ("auto", "fp16", "int8", "crt")
 
-
-def _check_operands(name, A, B, dtype, ranks=(2,)):
+def check_operands(name, A, B, dtype, ranks=(2,)):
     """Validate user input with messages that name the argument and the value received. ranks: 2
     (matrices) and/or 3 (batches of matrices, the same batch size in A and B)."""
     other = {("ozaki.dgemm", torch.float64): "ozaki.sgemm",
@@ -54,37 +51,7 @@ def _check_operands(name, A, B, dtype, ranks=(2,)):
                            "backend (rebuild with torch's CUDA build and nvcc, OZAKI_FORCE_CUDA=1)")
 
 
-def _check_options(name, slices, fast, rounding, backend="auto", moduli=None):
-    if slices is not None and (isinstance(slices, bool) or not isinstance(slices, int)):
-        raise TypeError(f"{name}: slices must be an int or None, got {type(slices).__name__} {slices!r}")
-    if slices is not None and not 1 <= slices <= MAX_SLICES:
-        raise ValueError(f"{name}: slices must be between 1 and {MAX_SLICES}, got {slices}")
-    if fast is not None and not isinstance(fast, bool):
-        raise TypeError(f"{name}: fast must be a bool or None, got {type(fast).__name__} {fast!r}")
-    if not isinstance(rounding, (str, type(None))) or rounding not in ROUNDING_MODES:
-        raise ValueError(f"{name}: rounding must be None or 'nearest', got {rounding!r}")
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"{name}: backend must be one of {', '.join(map(repr, BACKENDS))}, "
-                         f"got {backend!r}")
-    if moduli is not None and (isinstance(moduli, bool) or not isinstance(moduli, int)):
-        raise TypeError(f"{name}: moduli must be an int or None, got {type(moduli).__name__} {moduli!r}")
-    if moduli is not None and not 1 <= moduli <= crt.MAX_MODULI:
-        raise ValueError(f"{name}: moduli must be between 1 and {crt.MAX_MODULI}, got {moduli}")
-    if moduli is not None and backend not in ("auto", "crt"):
-        raise ValueError(f"{name}: moduli applies to backend='crt', got backend={backend!r}")
-    scheme_one = [arg for arg, value in (("slices", slices), ("fast", fast)) if value is not None]
-    if backend == "crt" and scheme_one and rounding is None:
-        raise ValueError(f"{name}: {scheme_one[0]} applies to the scheme-I backends ('fp16', "
-                         f"'int8'), not to backend='crt' (use moduli=)")
-    if moduli is not None and scheme_one:
-        raise ValueError(f"{name}: moduli (scheme II) cannot be combined with {scheme_one[0]} "
-                         "(scheme I)")
-    if moduli is not None and rounding == "nearest":
-        raise ValueError(f"{name}: rounding='nearest' runs the exact INT8 scheme-I path; moduli "
-                         "does not apply to it")
-
-
-def _row_operands(A, B):
+def row_operands(A, B):
     """A with contiguous rows and B's columns as contiguous rows (no copy for B = X.t(), or X.mT
     in a batch)."""
     return _contiguous_rows(A), _contiguous_rows(B.mT)
@@ -105,7 +72,7 @@ def _flat_rows(x):
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
-def _row_stats(x):
+def row_stats(x):
     """row_stats of every row of a matrix or of a batch's matrices (flattened: row e*m + i)."""
     return _ops.row_stats(_flat_rows(x))
 
@@ -116,20 +83,20 @@ def _row_stats_and_norms(x):
     return _ops.row_stats_with_norm_scales(_flat_rows(x))
 
 
-def _scheme_two_considered(k, slices, fast, rounding, backend):
-    """Whether _plan_for looks at scheme II (truncated, or exact for rounding="nearest") for these
+def _scheme_two_considered(k, options):
+    """Whether plan_for looks at scheme II (truncated, or exact for rounding="nearest") for these
     options (it then needs the rows' norm scales)."""
-    return (backend in ("auto", "crt") and slices is None and fast is None
-            and k <= crt.MAX_INNER)
+    return (options.backend in ("auto", "crt") and options.slices is None
+            and options.fast is None and k <= crt.MAX_INNER)
 
 
-def _estimates(a, bt, slices, fast, rounding, backend):
+def _estimates(a, bt, options):
     """The Estimates of a and bt, with the rows' norm scales read together with their row_stats
     when scheme II may run."""
-    if _scheme_two_considered(a.shape[-1], slices, fast, rounding, backend):
+    if _scheme_two_considered(a.shape[-1], options):
         (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
         return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
-    return Estimates(a, bt, _row_stats(a), _row_stats(bt))
+    return Estimates(a, bt, row_stats(a), row_stats(bt))
 
 
 def _usable_rows(stats):
@@ -139,7 +106,7 @@ def _usable_rows(stats):
     return (span > 0) & ~nonfinite
 
 
-def _masked_min(bound, stats_a, stats_b):
+def masked_min(bound, stats_a, stats_b):
     """min of a (m, n) or (batch, m, n) bound over usable rows and columns (+inf if none)."""
     rows_unused = ~_usable_rows(stats_a).view(bound.shape[:-1]).unsqueeze(-1)
     cols_unused = ~_usable_rows(stats_b).view(*bound.shape[:-2], 1, bound.shape[-1])
@@ -204,7 +171,7 @@ class Estimates:
     def scheme_one_bound(self):
         """min over usable (i, j) of the exact lower bound of (|A||B|)_ij 2^-(tau_a_i + tau_b_j)."""
         bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b)
-        return _masked_min(bound, self.stats_a, self.stats_b)
+        return masked_min(bound, self.stats_a, self.stats_b)
 
     def span_and_magnitude(self):
         """(largest bit span, scheme I's magnitude estimate) in one device-to-host read; the
@@ -253,7 +220,7 @@ class Estimates:
         (c: the norm scales)."""
         local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
                                    _usable_rows(self.stats_a), _usable_rows(self.stats_b))
-        # the largest span comes in the same device-to-host read: _plan_for's exact-INT8 check
+        # the largest span comes in the same device-to-host read: plan_for's exact-INT8 check
         # asks for it next
         local = torch.stack([-local.double(), self.local_max_span().double()])
         negated, span = self.combine_max(local).tolist()
@@ -328,7 +295,7 @@ def _check_inputs_ready(plan, est):
     return ready
 
 
-def _fixed_count_check(plan, est, inputs, dtype, ready=None):
+def fixed_count_check(plan, est, inputs, dtype, ready=None):
     """The started fixed_counts.Check of a plan whose count the caller fixed; None for others."""
     if not _count_fixed(plan):
         return None
@@ -363,13 +330,13 @@ class _CrtInputs:
                                              (self.norm_b, self.est.stats_b, t_b)))
 
 
-def _plan_for(est, dtype, slices, fast, rounding, backend="fp16", moduli=None,
-              exact_scheme_two=True):
+def plan_for(est, dtype, options, exact_scheme_two=True):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
     crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
     whether exact scheme II may run (k-sharded products take scheme I's exact paths instead)."""
     k = est.k
-    considered = _scheme_two_considered(k, slices, fast, rounding, backend)
+    backend, slices, fast, moduli, rounding = options.op_arguments()
+    considered = _scheme_two_considered(k, options)
     if rounding == "nearest":
         digits = "fp16" if backend == "fp16" else "int8"
         plan = _scheme_one_plan(est, dtype, slices, fast, rounding, digits, "correctly rounded")
@@ -462,10 +429,9 @@ def _fastest_scheme_one(est, dtype):
     return min(plans, key=_int8_cost)
 
 
-def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None, rounding=None,
-                    backend="auto", moduli=None):
+def planned_product(a, bt, stats_a, stats_b, est, dtype, options):
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
-    plan, inputs = _plan_for(est, dtype, slices, fast, rounding, backend, moduli)
+    plan, inputs = plan_for(est, dtype, options)
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt" and (plan.exact or plan.wide):
         exponents = inputs.wide_exponents(plan, est.k) if plan.wide else None
@@ -479,10 +445,10 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, slices=None, fast=None,
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
                              int8=plan.backend == "int8")
-    return C, _finished(_fixed_count_check(plan, est, inputs, dtype, ready), plan)
+    return C, finished_plan(fixed_count_check(plan, est, inputs, dtype, ready), plan)
 
 
-def _finished(check, plan):
+def finished_plan(check, plan):
     """The plan once its fixed-count check (if any) is read, after the product is launched; warns
     (AccuracyWarning) where the check says so."""
     if check is None:
@@ -493,17 +459,16 @@ def _finished(check, plan):
     return plan
 
 
-def real_product(A, B, dtype, slices=None, fast=None, rounding=None, backend="auto", moduli=None):
+def real_product(A, B, dtype, options=Options()):
     """(C, plan) for validated operands: A @ B of (m, k) and (k, n) matrices or of (batch, m, k) and
     (batch, k, n) batches (one plan for the whole batch; plan is None for an empty product)."""
     k = A.shape[-1]
     shape = (*A.shape[:-1], B.shape[-1])
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
-    a, bt = _row_operands(A, B)
-    est = _estimates(a, bt, slices, fast, rounding, backend)
-    return planned_product(a, bt, est.stats_a, est.stats_b, est, dtype, slices, fast, rounding,
-                           backend, moduli)
+    a, bt = row_operands(A, B)
+    est = _estimates(a, bt, options)
+    return planned_product(a, bt, est.stats_a, est.stats_b, est, dtype, options)
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -515,13 +480,13 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
         raise TypeError(f"ozaki.plan: A must be a float64 or float32 tensor, got "
                         f"{getattr(A, 'dtype', type(A).__name__)}")
     name = "ozaki.plan"
-    _check_operands(name, A, B, A.dtype, ranks=(2, 3))
-    _check_options(name, slices, fast, rounding, backend, moduli)
+    check_operands(name, A, B, A.dtype, ranks=(2, 3))
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
     if 0 in (*A.shape, B.shape[-1]):
         raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
                          "product has nothing to split")
-    a, bt = _row_operands(A, B)
-    est = _estimates(a, bt, slices, fast, rounding, backend)
-    plan, inputs = _plan_for(est, A.dtype, slices, fast, rounding, backend, moduli)
-    check = _fixed_count_check(plan, est, inputs, A.dtype)
+    a, bt = row_operands(A, B)
+    est = _estimates(a, bt, options)
+    plan, inputs = plan_for(est, A.dtype, options)
+    check = fixed_count_check(plan, est, inputs, A.dtype)
     return plan if check is None else check.finished()

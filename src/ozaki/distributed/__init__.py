@@ -9,7 +9,7 @@ ozaki.sgemm (ozaki/distributed/dtensor.py). Communication is torch.distributed's
 
 import torch
 
-from ..product import _check_options
+from ..options import Options
 from .collectives import RankGroup, option_code
 from .inner import inner_product
 from .sharded import sharded_product
@@ -40,9 +40,8 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
     if layout not in LAYOUTS:
         raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got "
                          f"{layout!r}")
-    _check_options(name, slices, fast, rounding, backend, moduli)
+    options = Options.checked(name, backend, slices, fast, moduli, rounding)
     group = group if isinstance(group, RankGroup) else RankGroup(group)
-    options = dict(slices=slices, fast=fast, rounding=rounding, backend=backend, moduli=moduli)
     m, k = a_local.shape
     n = b_local.shape[1]
     code = option_code(layout, backend, slices, fast, moduli, rounding)

@@ -12,7 +12,7 @@ to the one-device product of the whole matrices.
 import torch
 import torch.distributed as dist
 
-from ..product import _check_options
+from ..options import Options
 
 
 def is_dtensor(x) -> bool:
@@ -40,7 +40,8 @@ def _targets(a, b):
 
 
 def dtensor_product(name, A, B, dtype, options):
-    """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh."""
+    """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh; options (an Options)
+    are checked here, after the operands."""
     from torch.distributed.tensor import DTensor
 
     from . import check_no_grad, matmul as distributed_matmul
@@ -69,8 +70,7 @@ def dtensor_product(name, A, B, dtype, options):
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
                          f"{tuple(B.shape)}")
-    _check_options(name, options["slices"], options["fast"], options["rounding"],
-                   options["backend"], options["moduli"])
+    options = Options.checked(name, *options.op_arguments())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
     if A.placements[0] != a_place:
         A = A.redistribute(mesh, [a_place])
@@ -78,9 +78,9 @@ def dtensor_product(name, A, B, dtype, options):
         B = B.redistribute(mesh, [b_place])
     a, b = A.to_local(), B.to_local()
     if layout == "whole":
-        C = real_product(a, b, dtype, **options)[0]
+        C = real_product(a, b, dtype, options)[0]
     else:
-        C = distributed_matmul(a, b, layout, mesh.get_group(), **options)
+        C = distributed_matmul(a, b, layout, mesh.get_group(), **options.keywords())
     m, n = A.shape[0], B.shape[1]
     return DTensor.from_local(C, mesh, [c_place], run_check=False, shape=torch.Size((m, n)),
                               stride=(n, 1))

@@ -20,8 +20,9 @@ import torch
 
 from .. import _ops
 from .. import moduli as crt
-from ..product import (Estimates, _finished, _fixed_count_check, _masked_min, _plan_for,
-                       _row_operands, _row_stats, real_product)
+from ..options import Options
+from ..product import (Estimates, finished_plan, fixed_count_check, masked_min, plan_for,
+                       row_operands, row_stats, real_product)
 
 #: Memory for one chunk of summed level sums or residue products when OZAKI_WORKSPACE_MB is unset.
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -78,7 +79,7 @@ class InnerEstimates(Estimates):
 
     def scheme_one_bound(self):
         bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b, self.k)
-        return _masked_min(self.group.sum(bound), self.stats_a, self.stats_b)
+        return masked_min(self.group.sum(bound), self.stats_a, self.stats_b)
 
     def norm_scales(self):
         sums = torch.cat([_ops.row_norm_square_sums(self.a, self.stats_a[0]),
@@ -98,7 +99,7 @@ class InnerEstimates(Estimates):
                 _ops.crt_magnitude_digits(self.bt, self.stats_b[0], norm_b, self.k))
         # As ozaki::crt_magnitude scales them: exact.
         bound = self.group.sum(digits).double() * 2.0 ** (-2 * crt.magnitude_gain(self.k))
-        return _masked_min(bound, self.stats_a, self.stats_b).item()
+        return masked_min(bound, self.stats_a, self.stats_b).item()
 
 
 def _row_chunks(m, bytes_per_row):
@@ -168,7 +169,7 @@ def _round_undecided(C, undecided, a, bt, dtype, group):
     cols = undecided.any(0).nonzero().flatten()
     a_rows = group.gather_columns(a[rows])
     b_cols = group.gather_columns(bt[cols])
-    exact, _ = real_product(a_rows, b_cols.t(), dtype, rounding="nearest")
+    exact, _ = real_product(a_rows, b_cols.t(), dtype, Options(rounding="nearest"))
     block = C[rows[:, None], cols[None, :]]
     C[rows[:, None], cols[None, :]] = torch.where(undecided[rows[:, None], cols[None, :]], exact,
                                                   block)
@@ -209,10 +210,10 @@ def _patch_nonfinite(C, a, bt, stats_a, stats_b, group):
 
 def inner_product(a_local, b_local, dtype, options, group, total_k):
     """(C, plan): the whole A @ B from this rank's columns of A and rows of B."""
-    a, bt = _row_operands(a_local, b_local)
-    stats_a, stats_b = global_row_stats(_row_stats(a), _row_stats(bt), group)
+    a, bt = row_operands(a_local, b_local)
+    stats_a, stats_b = global_row_stats(row_stats(a), row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
-    plan, inputs = _plan_for(est, dtype, **options, exact_scheme_two=False)
+    plan, inputs = plan_for(est, dtype, options, exact_scheme_two=False)
     if plan.backend == "crt" and plan.wide:
         # wide scheme II has no k-shard operator: the ranks gather the whole rows, which gives the
         # one-device bits
@@ -228,4 +229,4 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
         if nearest and bool(undecided.any()):
             _round_undecided(C, undecided, a, bt, dtype, group)
     _patch_nonfinite(C, a, bt, stats_a, stats_b, group)
-    return C, _finished(_fixed_count_check(plan, est, inputs, dtype), plan)
+    return C, finished_plan(fixed_count_check(plan, est, inputs, dtype), plan)

@@ -7,7 +7,7 @@ planner's inputs are a maximum (bit spans) and minima (lower bounds of |A||B|) o
 columns; each rank reduces its own and one all-reduce of two numbers per estimate combines them.
 """
 
-from ..product import Estimates, _row_operands, _row_stats, planned_product
+from ..product import Estimates, row_operands, row_stats, planned_product
 
 
 class ReducedEstimates(Estimates):
@@ -26,7 +26,7 @@ class ReducedEstimates(Estimates):
 def sharded_product(a_local, b_local, dtype, options, group):
     """(C_local, plan): a_local @ b_local with the plan of the whole product (layout "rows" or
     "cols": the operand that is split only changes which part of C a rank gets)."""
-    a, bt = _row_operands(a_local, b_local)
-    stats_a, stats_b = _row_stats(a), _row_stats(bt)
+    a, bt = row_operands(a_local, b_local)
+    stats_a, stats_b = row_stats(a), row_stats(bt)
     est = ReducedEstimates(a, bt, stats_a, stats_b, group)
-    return planned_product(a, bt, stats_a, stats_b, est, dtype, **options)
+    return planned_product(a, bt, stats_a, stats_b, est, dtype, options)
