@@ -1,4 +1,4 @@
-"""Where the time of the INT8 backends goes, on the GPU (docs/benchmarks.md, "INT8 backends").
+"""Where the time of the INT8 backends goes, on the GPU (docs/benchmarks.md, "Fixed moduli counts").
 
     python scripts/crt_profile.py [sizes ...] [--shape m k n] [--out DIR]
 

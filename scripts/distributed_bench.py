@@ -1,4 +1,4 @@
-"""Scaling of ozaki across the GPUs of one host (docs/benchmarks.md, "Several GPUs").
+"""Scaling of ozaki across the GPUs of one host (docs/benchmarks.md, "One product split over two GPUs").
 
 Every rank draws the same phi = 0.5 operands on its own GPU and
   1. times ozaki.dgemm and native DGEMM (torch.matmul) of the whole product on its one GPU;

@@ -1,6 +1,6 @@
 """Draw the figures in docs/img from the committed H100 data (docs/bench-h100.json,
-docs/bench-int8-h100.json, the latest scheme-II bench docs/bench-crt-h100-f26ea13.json and
-docs/study-h100.csv) with ozaki.plots: the README's figures and the benchmarks page's.
+docs/results/h100/bench-int8-2026-11-22.json, the scheme-II bench
+docs/results/h100/bench-crt-2026-11-22.json and docs/study-h100.csv) with ozaki.plots: the README's figures and the benchmarks page's.
 
     python scripts/make_figures.py
 """
@@ -23,12 +23,12 @@ def main():
     plots.plot_error_vs_slices(study, "float64").savefig(images / "accuracy-h100.png", dpi=110)
     meta, rows = plots.load_bench_json(DOCS / "bench-h100.json")
     plots.plot_throughput(meta, rows, "float64").savefig(images / "throughput-h100.png", dpi=110)
-    meta, rows = plots.load_bench_json(DOCS / "bench-int8-h100.json")
+    meta, rows = plots.load_bench_json(DOCS / "results" / "h100" / "bench-int8-2026-11-22.json")
     shown = [row for row in rows if _shown_in_int8_figure(row)]
     for dtype in ("float64", "float32"):
         figure = plots.plot_throughput(meta, shown, dtype)
         figure.savefig(images / f"throughput-int8-{dtype}-h100.png", dpi=110)
-    meta, rows = plots.load_bench_json(DOCS / "bench-crt-h100-f26ea13.json")
+    meta, rows = plots.load_bench_json(DOCS / "results" / "h100" / "bench-crt-2026-11-22.json")
     for dtype in ("float64", "float32"):
         figure = plots.plot_throughput(meta, rows, dtype, legend_loc="upper left")
         figure.savefig(images / f"throughput-crt-{dtype}-h100.png", dpi=110)
