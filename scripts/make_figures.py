@@ -1,6 +1,6 @@
-"""Draw the figures in docs/img from the committed H100 data (docs/bench-h100.json,
+"""Draw the figures in docs/img from the committed H100 data (docs/results/h100/bench-fp16-2026-11-22.json,
 docs/results/h100/bench-int8-2026-11-22.json, the scheme-II bench
-docs/results/h100/bench-crt-2026-11-22.json and docs/study-h100.csv) with ozaki.plots: the README's figures and the benchmarks page's.
+docs/results/h100/bench-crt-2026-11-22.json and docs/results/h100/study-fp16-2026-11-22.csv) with ozaki.plots: the README's figures and the benchmarks page's.
 
     python scripts/make_figures.py
 """
@@ -19,9 +19,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 def main():
     images = DOCS / "img"
     images.mkdir(exist_ok=True)
-    study = plots.load_study_csv(DOCS / "study-h100.csv")
+    study = plots.load_study_csv(DOCS / "results" / "h100" / "study-fp16-2026-11-22.csv")
     plots.plot_error_vs_slices(study, "float64").savefig(images / "accuracy-h100.png", dpi=110)
-    meta, rows = plots.load_bench_json(DOCS / "bench-h100.json")
+    meta, rows = plots.load_bench_json(DOCS / "results" / "h100" / "bench-fp16-2026-11-22.json")
     plots.plot_throughput(meta, rows, "float64").savefig(images / "throughput-h100.png", dpi=110)
     meta, rows = plots.load_bench_json(DOCS / "results" / "h100" / "bench-int8-2026-11-22.json")
     shown = [row for row in rows if _shown_in_int8_figure(row)]

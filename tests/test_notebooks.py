@@ -49,10 +49,10 @@ def _text(notebook):
 def test_committed_notebooks_show_the_committed_data():
     # re-executed after the data in docs/ was refreshed: their printed headers name that data
     from ozaki import plots
-    meta, _ = plots.load_bench_json(ROOT / "docs" / "bench-h100.json")
+    meta, _ = plots.load_bench_json(ROOT / "docs" / "results" / "h100" / "bench-fp16-2026-11-22.json")
     performance = nbformat.read(NOTEBOOKS / "performance.ipynb", as_version=4)
     assert f"{meta['device_name']} ({meta['device']}), {meta['date']}" in _text(performance)
-    study = plots.load_study_csv(ROOT / "docs" / "study-h100.csv")
+    study = plots.load_study_csv(ROOT / "docs" / "results" / "h100" / "study-fp16-2026-11-22.csv")
     accuracy = nbformat.read(NOTEBOOKS / "accuracy.ipynb", as_version=4)
     assert f"{len(study)} rows measured on {study[0]['device_name']}" in _text(accuracy)
     assert "identical to the H100 rows: True" in _text(accuracy)

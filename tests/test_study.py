@@ -321,7 +321,7 @@ def test_every_study_call_names_its_backend(monkeypatch):
 
 
 def test_committed_study_without_the_backend_column_loads_as_fp16():
-    path = Path(__file__).resolve().parents[1] / "docs" / "study-h100.csv"
+    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "h100" / "study-fp16-2026-11-22.csv"
     with open(path, newline="") as handle:
         assert "backend" not in next(csv.reader(handle))
     rows = plots.load_study_csv(path)
