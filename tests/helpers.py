@@ -42,7 +42,7 @@ def phi_tensor(shape, dtype, generator, phi=1.0):
 
 def scale_of(code: int) -> Fraction:
     """Scheme II's row scale of an int scale code 16 e + f: c = (16 + f) 2^(e - 4), f in [0, 16)
-    (floor division, so negative codes too), decoded here apart from ozaki.moduli.scale_value so
+    (floor division, so negative codes too), decoded here apart from ozaki.crt.scale_value so
     that the exact references do not share the code they check."""
     e, f = divmod(code, 16)
     return (16 + f) * Fraction(2) ** (e - 4)

@@ -20,7 +20,7 @@ import torch
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee, cpu_and_cuda,
                      phi_pair, scale_of, seeded)
-from ozaki import _ops, accuracy, moduli, planner
+from ozaki import _ops, accuracy, crt, planner
 from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
@@ -107,13 +107,13 @@ def crt_operands(A, B, device):
 
 def crt_product(A, B, moduli_count, device, workspace=0, every_row_by_norm=False):
     """(C, a, bt, scale_a, scale_b): A @ B by _ops.gemm_crt with the scaling of ozaki.gemm,
-    _ops.crt_row_scales of the norm scales with (t_a, t_b) = moduli.scale_bits(moduli_count, k)
+    _ops.crt_row_scales of the norm scales with (t_a, t_b) = crt.scale_bits(moduli_count, k)
     (checked against its rule); every_row_by_norm: every row by its norm scale times 2^t instead."""
     a, bt, stats_a, stats_b, norm_a, norm_b = crt_operands(A, B, device)
-    t_a, t_b = moduli.scale_bits(moduli_count, A.shape[1])
+    t_a, t_b = crt.scale_bits(moduli_count, A.shape[1])
     if every_row_by_norm:
-        scale_a = moduli.times_power_of_two(norm_a, t_a)
-        scale_b = moduli.times_power_of_two(norm_b, t_b)
+        scale_a = crt.times_power_of_two(norm_a, t_a)
+        scale_b = crt.times_power_of_two(norm_b, t_b)
     else:
         scale_a = _ops.crt_row_scales(norm_a, stats_a, t_a)
         scale_b = _ops.crt_row_scales(norm_b, stats_b, t_b)
@@ -163,7 +163,7 @@ def check_scheme_two_is_exact(A, B, moduli_count, device, every_row_by_norm=Fals
     assert scale_a.dtype == scale_b.dtype == torch.int32
     X, scaled = scheme_two_reference(a, bt, scale_a, scale_b)
     largest = max(abs(x) for x in X.flat)
-    assert 2 * largest < moduli.moduli_product(moduli_count)
+    assert 2 * largest < crt.moduli_product(moduli_count)
     expected = accuracy.round_exact(scaled, A.dtype)
     assert C.device.type == device
     assert_bitwise_equal(C, expected)
@@ -244,15 +244,15 @@ def test_scale_codes_decode_and_take_powers_of_two():
     # scale_value against the decoding of the tests (helpers.scale_of), codes of either sign;
     # consecutive codes give increasing scales, and the code 16 e is the power of two 2^e
     codes = list(range(-80, 81)) + [-16 * 1100 + 5, 16 * 1100 + 11]
-    values = [moduli.scale_value(code) for code in codes]
+    values = [crt.scale_value(code) for code in codes]
     assert values == [scale_of(code) for code in codes]
     assert all(isinstance(v, Fraction) for v in values)
     assert all(low < high for low, high in zip(values[:160], values[1:161]))
-    assert [moduli.scale_value(16 * e) for e in (-3, 0, 2)] == [Fraction(1, 8), 1, 4]
-    assert moduli.scale_value(-5) == Fraction(27, 32)  # 16 (-1) + 11: 27 2^-5
+    assert [crt.scale_value(16 * e) for e in (-3, 0, 2)] == [Fraction(1, 8), 1, 4]
+    assert crt.scale_value(-5) == Fraction(27, 32)  # 16 (-1) + 11: 27 2^-5
     tensor = torch.tensor(codes, dtype=torch.int32)
     for t in (-7, 0, 1, 30, 62):
-        scaled = moduli.times_power_of_two(tensor, t)
+        scaled = crt.times_power_of_two(tensor, t)
         assert scaled.dtype == torch.int32
         assert [scale_of(code) for code in scaled.tolist()] == [v * Fraction(2) ** t
                                                                 for v in values]
@@ -275,7 +275,7 @@ def test_row_norm_scales_are_the_largest_proven_for_every_row(device, dtype):
         assert codes.dtype == torch.int32 and codes.device.type == device
         assert codes.shape == (a.shape[0],)
         for row, code, t in zip(rows.tolist(), codes.cpu().tolist(), tau.cpu().tolist()):
-            c = moduli.scale_value(code)
+            c = crt.scale_value(code)
             square = sum(Fraction(x) ** 2 for x in row)
             assert square * c ** 2 <= 1, (row[:3], code)  # ||row||_2 c <= 1
             if square:
@@ -288,7 +288,7 @@ def test_row_norm_scales_are_the_largest_proven_for_every_row(device, dtype):
         if rows is A:
             # a norm of exactly 10: c = 25 2^-8 (10 c = 250/256; 26 2^-8 would give 260/256)
             assert codes[9].item() == -16 * 4 + 9
-            assert moduli.scale_value(codes[9].item()) == Fraction(25, 256)
+            assert crt.scale_value(codes[9].item()) == Fraction(25, 256)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -566,8 +566,8 @@ def test_auto_picks_crt_for_phi_half_data(dtype, k):
         assert plan.reason == f"exact scheme II: the truncated plan needs {truncated.moduli} moduli"
         plan = truncated
     assert plan.reason == "error bound"
-    assert moduli.smallest_moduli(k) <= plan.moduli <= moduli.MAX_MODULI
-    assert plan.bits_captured == moduli.scale_bits(plan.moduli, k)[0]
+    assert crt.smallest_moduli(k) <= plan.moduli <= crt.MAX_MODULI
+    assert plan.bits_captured == crt.scale_bits(plan.moduli, k)[0]
     assert plan.predicted_error <= unit_roundoff(dtype)
 
 
@@ -656,7 +656,7 @@ def test_requested_moduli(device, dtype, count):
         plan = ozaki.plan(A, B, backend=backend, moduli=count)
         assert (plan.backend, plan.moduli, plan.gemms, plan.reason) == ("crt", count, count,
                                                                        "requested")
-        assert plan.bits_captured == moduli.scale_bits(count, 65)[0]
+        assert plan.bits_captured == crt.scale_bits(count, 65)[0]
         assert f"{count} moduli" in str(plan)
     C = GEMMS[dtype](A, B, moduli=count)
     assert_bitwise_equal(C, GEMMS[dtype](A, B, backend="crt", moduli=count))
@@ -669,7 +669,7 @@ def test_every_modulus_adds_four_bits_per_operand(dtype):
     reference = ExactProduct(A, B)
     u = unit_roundoff(dtype)
     errors = [reference.max_error(GEMMS[dtype](A, B, moduli=count))
-              for count in range(3, moduli.MAX_MODULI + 1)]
+              for count in range(3, crt.MAX_MODULI + 1)]
     for coarse, finer in zip(errors, errors[1:]):
         assert finer <= coarse + u, errors
         if coarse > 1024 * u:  # 2^-(t + 1): t grows by 3 to 4 bits per modulus
@@ -738,11 +738,11 @@ class TestOptionErrors:
             self.call(product, dtype, backend=backend, moduli=5, rounding="nearest")
 
 
-@pytest.mark.parametrize("k,count", [(1000, 1), (moduli.MAX_INNER, 2)])
+@pytest.mark.parametrize("k,count", [(1000, 1), (crt.MAX_INNER, 2)])
 def test_too_few_moduli_for_k_are_named(k, count):
     A, B = uniform_pair(2, k, 3, seed=175)
-    needed = moduli.smallest_moduli(k)
-    assert count < needed and moduli.scale_bits(count, k) is None
+    needed = crt.smallest_moduli(k)
+    assert count < needed and crt.scale_bits(count, k) is None
     message = rf"moduli = {count} is too few for inner dimension k = {k}.*at least {needed}"
     for product in (ozaki.dgemm, ozaki.plan):
         for backend in ("auto", "crt"):
@@ -819,7 +819,7 @@ def test_cpu_and_cuda_give_the_same_bits(dtype, phi, m, k, n):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_crt_needs_k_below_2_to_the_17(device, dtype):
-    k = moduli.MAX_INNER + 1
+    k = crt.MAX_INNER + 1
     assert k == 2 ** 17
     A, B = uniform_pair(1, k, 1, seed=210, dtype=dtype)
     gemm, A_, B_ = GEMMS[dtype], A.to(device), B.to(device)
@@ -842,7 +842,7 @@ def test_crt_needs_k_below_2_to_the_17(device, dtype):
     A, B = A[:, 1:], B[1:]
     plan = ozaki.plan(A.to(device), B.to(device))
     assert plan.backend == "crt" and plan.reason == "error bound"
-    assert plan.moduli >= moduli.smallest_moduli(moduli.MAX_INNER)
+    assert plan.moduli >= crt.smallest_moduli(crt.MAX_INNER)
     assert plan.predicted_error <= unit_roundoff(dtype)
     C = gemm(A.to(device), B.to(device), backend="crt")
     assert_meets_plan(C, A, B, plan, ExactProduct(A, B))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
-from ozaki import _ops, moduli
+from ozaki import _ops, crt
 
 ops = torch.ops.ozaki
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
@@ -96,13 +96,13 @@ def usable_rows(stats):
 
 def crt_vectors(a, bt, count):
     """(scale, nonfinite) pairs of gemm_crt: the codes of c 2^t with c the rows' norm scales and
-    (t_a, t_b) = moduli.scale_bits(count, k), for every row (the crt backend's crt_row_scales keeps a
+    (t_a, t_b) = crt.scale_bits(count, k), for every row (the crt backend's crt_row_scales keeps a
     power of two where it is exact; the operators take any codes)."""
     stats_a, stats_b = stats_of(a), stats_of(bt)
-    t_a, t_b = moduli.scale_bits(count, a.shape[2])
+    t_a, t_b = crt.scale_bits(count, a.shape[2])
     norm_a = _ops.row_norm_scales(flat(a), stats_a[0])
     norm_b = _ops.row_norm_scales(flat(bt), stats_b[0])
-    return [(moduli.times_power_of_two(norm_a, t_a), moduli.times_power_of_two(norm_b, t_b)),
+    return [(crt.times_power_of_two(norm_a, t_a), crt.times_power_of_two(norm_b, t_b)),
             (stats_a[2], stats_b[2])]
 
 

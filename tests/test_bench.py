@@ -641,7 +641,7 @@ def test_crt_rows_beyond_its_inner_limit_are_not_applicable():
                                backend="auto")]:
         assert bench.unsupported(spec, run) is None
     assert bench.unsupported(crt, SimpleNamespace(shape=(2, k - 1, 2))) is None
-    # too few moduli to leave any scale for this k (ozaki.moduli.smallest_moduli(4096) == 2)
+    # too few moduli to leave any scale for this k (ozaki.crt.smallest_moduli(4096) == 2)
     few = bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, backend="crt", moduli=1)
     assert bench.unsupported(few, SimpleNamespace(shape=(2, 4096, 2))) == (
         "k = 4096 needs at least 2 moduli, got 1")

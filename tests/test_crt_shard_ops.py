@@ -15,7 +15,7 @@ import torch
 from helpers import (assert_bitwise_equal, cpu_and_cuda, norm_scale_code, phi_tensor, scale_of,
                      seeded)
 from ozaki import _ops, accuracy
-from ozaki import moduli as crt
+from ozaki import crt
 from ozaki.accuracy import round_exact
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]

@@ -16,7 +16,7 @@ import distributed_cases as cases
 from helpers import cpu_and_cuda, norm_scale_code, scale_of
 from ozaki import _ops
 from ozaki.distributed.inner import norm_scales_from_sums
-from ozaki.moduli import power_of_two
+from ozaki.crt import power_of_two
 
 ALL = cases.all_cases()
 

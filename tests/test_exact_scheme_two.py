@@ -11,7 +11,7 @@ import torch
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
 from ozaki import accuracy
-from ozaki import moduli as crt
+from ozaki import crt
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 

@@ -9,7 +9,7 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
-from ozaki import _ops, moduli
+from ozaki import _ops, crt
 
 OPS = torch.ops.ozaki
 nan = float("nan")
@@ -49,8 +49,8 @@ def slices_args(device, batch=None, int8=False, nearest=False):
 
 def crt_args(device, batch=None, count=8):
     a, bt, sa, sb, norm_a, norm_b, *_ = row_operands(device, batch)
-    t_a, t_b = moduli.scale_bits(count, a.shape[-1])
-    return (a, bt, moduli.times_power_of_two(norm_a, t_a), moduli.times_power_of_two(norm_b, t_b),
+    t_a, t_b = crt.scale_bits(count, a.shape[-1])
+    return (a, bt, crt.times_power_of_two(norm_a, t_a), crt.times_power_of_two(norm_b, t_b),
             sa[2], sb[2], count, 0)
 
 

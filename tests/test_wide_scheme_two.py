@@ -13,7 +13,7 @@ import torch
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
 from ozaki import _ops, accuracy
-from ozaki import moduli as crt
+from ozaki import crt
 
 #: Wide data (phi = 2) and an inner dimension long enough that truncated scheme II's 62-bit scales
 #: cannot meet the bound: the default plans wide scheme II.

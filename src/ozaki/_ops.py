@@ -73,7 +73,7 @@ def gemm_slices(a, bt, stats_a, stats_b, slices: int, fast: bool, nearest: bool 
 
 def row_norm_scales(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """Per row of a: the int32 code of its norm scale, the largest c = (16 + f) 2^(e - 4) with
-    ||row||_2 c <= 1 (ozaki.moduli.scale_value decodes it)."""
+    ||row||_2 c <= 1 (ozaki.crt.scale_value decodes it)."""
     return torch.ops.ozaki.row_norm_scales(a, tau)
 
 

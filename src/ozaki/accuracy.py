@@ -47,7 +47,7 @@ import mpmath
 import numpy as np
 import torch
 
-from .moduli import power_of_two
+from .crt import power_of_two
 
 __all__ = [
     "exact_matmul",

@@ -55,7 +55,7 @@ progress bar (ozaki.progress) goes to stderr, one step per row, with the time ea
 and exact references took; --quiet turns it off. JSON and markdown outputs are rewritten after
 every row, so an interrupted run keeps what it measured (meta.complete says whether the run
 finished). A crt row (other than nearest) of a shape with k > 2^17 - 1, beyond scheme II's
-limit, or with fewer --moduli than the shape's k needs (ozaki.moduli.smallest_moduli), gets status
+limit, or with fewer --moduli than the shape's k needs (ozaki.crt.smallest_moduli), gets status
 "n/a" and the run goes on.
 """
 
@@ -77,7 +77,7 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki import moduli as crt
+from ozaki import crt
 from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
                        check_plot_path, device_name, moduli_count, nonnegative_int,
                        per_dtype_paths, phi_value, positive_int, resolve_device, slice_count)
@@ -610,7 +610,7 @@ def derived_fields(spec, run, fields):
 def unsupported(spec, run):
     """Why the row cannot run on this shape, or None: scheme II (backend crt, but not its
     rounding="nearest" rows, which run INT8 scheme I) needs k <= 2^17 - 1, and a fixed moduli
-    count of at least ozaki.moduli.smallest_moduli(k) (fewer leave no scale for the operands)."""
+    count of at least ozaki.crt.smallest_moduli(k) (fewer leave no scale for the operands)."""
     if spec.kind not in ("ozaki", "plan") or spec.backend != "crt" or spec.rounding is not None:
         return None
     k = run.shape[1]

@@ -12,7 +12,7 @@ import platform
 import torch
 
 from . import _ops
-from .moduli import MAX_MODULI
+from .crt import MAX_MODULI
 from .slicing import MAX_SLICES
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

@@ -26,7 +26,7 @@ from fractions import Fraction
 import torch
 
 from . import _ops
-from .moduli import predicted_error as moduli_predicted_error
+from .crt import predicted_error as moduli_predicted_error
 from .planner import auto_plan, crt_plan, predicted_error
 
 SAMPLED_ROWS = 32

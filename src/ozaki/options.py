@@ -4,7 +4,7 @@ frozen object, checked where a call enters ozaki and carried as is through the l
 import dataclasses
 from typing import Optional
 
-from . import moduli as crt
+from . import crt
 from .slicing import MAX_SLICES
 
 ROUNDING_MODES = (None, "nearest")

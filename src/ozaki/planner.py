@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import torch
 
-from . import moduli as crt
+from . import crt
 from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
                       digit_bits_for, grid_step_bits, pair_count, slices_for_bits)
 

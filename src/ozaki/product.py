@@ -9,7 +9,7 @@ from fractions import Fraction
 import torch
 
 from . import _ops, fixed_counts
-from . import moduli as crt
+from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
 from .options import Options

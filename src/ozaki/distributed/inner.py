@@ -19,7 +19,7 @@ the NaN, +Inf and -Inf terms, which add up).
 import torch
 
 from .. import _ops
-from .. import moduli as crt
+from .. import crt
 from ..options import Options
 from ..product import (Estimates, finished_plan, fixed_count_check, masked_min, plan_for,
                        row_operands, row_stats, real_product)

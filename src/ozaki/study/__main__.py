@@ -11,8 +11,8 @@ from ozaki import _ops
 from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path, check_plot_path,
                        device_name, moduli_count, nonnegative_int, per_dtype_paths, phi_value,
                        positive_int, resolve_device, slice_count)
-from ozaki.moduli import MAX_INNER as CRT_MAX_INNER
-from ozaki.moduli import MAX_MODULI
+from ozaki.crt import MAX_INNER as CRT_MAX_INNER
+from ozaki.crt import MAX_MODULI
 from ozaki.progress import Progress
 from ozaki.slicing import MAX_SLICES
 

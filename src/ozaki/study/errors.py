@@ -15,7 +15,7 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki import moduli as crt
+from ozaki import crt
 from ozaki.bench import ieee_fp32_matmul
 from ozaki.cli import DTYPE_NAMES, device_name
 
