@@ -733,8 +733,8 @@ class TestOptionErrors:
 
     @pytest.mark.parametrize("backend", ["auto", "crt"])
     def test_moduli_with_nearest(self, product, dtype, name, backend):
-        with pytest.raises(ValueError, match=rf"^{name}: rounding='nearest' runs the exact INT8 "
-                                             r"scheme-I path; moduli does not apply to it$"):
+        with pytest.raises(ValueError, match=rf"^{name}: rounding='nearest' plans the moduli its "
+                                             r"exact product needs; moduli does not apply to it$"):
             self.call(product, dtype, backend=backend, moduli=5, rounding="nearest")
 
 

@@ -390,7 +390,8 @@ MATMUL_ERRORS = [
     ("backend", (_t(3, 4), _t(4, 2)), {"backend": "x"}, ValueError,
      r"ozaki.matmul: backend must be one of"),
     ("moduli-nearest", (_t(3, 4), _t(4, 2)), {"moduli": 8, "rounding": "nearest"}, ValueError,
-     r"ozaki.matmul: rounding='nearest' runs the exact INT8 scheme-I path"),
+     r"ozaki.matmul: rounding='nearest' plans the moduli its exact product needs; moduli does not "
+     r"apply to it"),
 ]
 
 

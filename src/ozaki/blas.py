@@ -53,7 +53,8 @@ def dgemm(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding
             compensation (about one rounding of the sum); scheme II rounds the exact A'B' once.
             "nearest" returns every entry correctly rounded: the exact product of the inputs
             rounded once to nearest-even, subnormal and overflowing results included, the same
-            bits with every backend ("crt" and "auto" run the exact INT8 scheme-I path for it).
+            bits with every backend ("crt" and "auto" run exact scheme II, or scheme I's
+            correctly rounded plan where that is cheaper; docs/accuracy.md, "Backends").
             Under "nearest", slices and fast only change the speed, never the bits.
 
     Returns:

@@ -62,5 +62,5 @@ def _check(name, slices, fast, rounding, backend, moduli):
         raise ValueError(f"{name}: moduli (scheme II) cannot be combined with {scheme_one[0]} "
                          "(scheme I)")
     if moduli is not None and rounding == "nearest":
-        raise ValueError(f"{name}: rounding='nearest' runs the exact INT8 scheme-I path; moduli "
-                         "does not apply to it")
+        raise ValueError(f"{name}: rounding='nearest' plans the moduli its exact product needs; "
+                         "moduli does not apply to it")
