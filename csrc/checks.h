@@ -307,6 +307,19 @@ inline void check_transposed_argument(const at::Tensor& b, const char* op) {
 // the padding holds zeros, which add nothing to the exact products.
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }
 
+// 2-D operands a and bt of one k-shard (check_operands' rules), with an int32 code per row of each
+// (row_a, row_b, named name_a, name_b).
+inline ProductShape check_shard_operands(const at::Tensor& a, const at::Tensor& bt,
+                                         const at::Tensor& row_a, const at::Tensor& row_b,
+                                         const char* name_a, const char* name_b, const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  const ProductShape shape = check_operands(a, bt, op);
+  check_row_vector(row_a, shape.m, at::kInt, op, name_a);
+  check_row_vector(row_b, shape.n, at::kInt, op, name_b);
+  return shape;
+}
+
 // The arguments of ozaki::crt_residue_products: 2-D operands of one k-shard (check_operands'
 // rules otherwise), int32 scale codes of their rows, 1 <= moduli <= 16 and k < 2^17 whatever the
 // shape (a shard's results are only useful summed with the others').
@@ -314,12 +327,8 @@ inline ProductShape check_crt_residue_products_arguments(const at::Tensor& a, co
                                                          const at::Tensor& scale_a,
                                                          const at::Tensor& scale_b, int64_t moduli,
                                                          const char* op) {
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  const ProductShape shape = check_operands(a, bt, op);
   check_moduli(moduli, op);
-  check_row_vector(scale_a, shape.m, at::kInt, op, "scale_a");
-  check_row_vector(scale_b, shape.n, at::kInt, op, "scale_b");
+  const ProductShape shape = check_shard_operands(a, bt, scale_a, scale_b, "scale_a", "scale_b", op);
   check_crt_inner(shape.k, op);
   return shape;
 }
@@ -369,12 +378,8 @@ inline int total_k_digit_bits_checked(int64_t total_k, bool int8, const char* op
 inline ProductShape check_slice_levels_arguments(const at::Tensor& a, const at::Tensor& bt,
                                                  const at::Tensor& tau_a, const at::Tensor& tau_b,
                                                  int64_t slices, int64_t total_k, const char* op) {
-  check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  const ProductShape shape = check_operands(a, bt, op);
   check_slices(slices, op);
-  check_row_vector(tau_a, shape.m, at::kInt, op, "tau_a");
-  check_row_vector(tau_b, shape.n, at::kInt, op, "tau_b");
+  const ProductShape shape = check_shard_operands(a, bt, tau_a, tau_b, "tau_a", "tau_b", op);
   check_total_k(shape.k, total_k, op);
   return shape;
 }

@@ -1,12 +1,24 @@
 """Helpers shared by the test modules."""
 
 import math
+import re
 from fractions import Fraction
 
 import pytest
 import torch
 
+import ozaki
 from ozaki import accuracy
+
+# The dtypes of the public products, as test parameters, and the real dtype of each.
+REAL_GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
+REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
+           torch.complex128: torch.float64, torch.complex64: torch.float32}
+REAL_DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
+COMPLEX_DTYPES = [pytest.param(torch.complex128, id="complex128"),
+                  pytest.param(torch.complex64, id="complex64")]
+ALL_DTYPES = REAL_DTYPES + COMPLEX_DTYPES
+BACKENDS = ("auto", "fp16", "int8", "crt")
 
 
 def cpu_and_cuda():
@@ -58,6 +70,34 @@ def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):
     yb = y.detach().cpu().contiguous().view(int_type)
     differing = (xb != yb).sum().item()
     assert differing == 0, f"{differing} of {x.numel()} entries differ bitwise"
+
+
+def seeded_operands(shapes, dtype, seed, device, phi=1.0):
+    """Tensors of the given shapes from one seeded CPU generator, moved to device."""
+    g = seeded(seed)
+    return [phi_tensor(tuple(shape), dtype, g, phi).to(device) for shape in shapes]
+
+
+def ones(*shape, dtype=torch.float64):
+    """A tensor of ones, for argument checks that fail before any product."""
+    return torch.ones(shape, dtype=dtype)
+
+
+def error_cases(cases):
+    """pytest params from rows (id, args, kwargs, exception, message)."""
+    return [pytest.param(*case[1:], id=case[0]) for case in cases]
+
+
+def assert_wrong_out_is_named(name, product, shape, wrong_dtype, device):
+    """product(out=...) rejects an out of the transposed shape and one of wrong_dtype, with
+    messages naming the function and out; product's result is float64 of the given shape."""
+    transposed = tuple(reversed(shape))
+    with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's shape "
+                                                   f"{shape}, got {transposed}")):
+        product(out=torch.empty(transposed, dtype=torch.float64, device=device))
+    with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's dtype "
+                                                   f"torch.float64, got {wrong_dtype}")):
+        product(out=torch.empty(shape, dtype=wrong_dtype, device=device))
 
 
 def assert_usage_error(parse, argv, message, capsys):

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from .crt import power_of_two
+from .operands import check_tensor
 
 __all__ = [
     "exact_matmul",
@@ -83,20 +84,7 @@ _BIT_VIEWS = {torch.float64: (np.float64, np.int64), torch.float32: (np.float32,
 
 def _check_float_matrix(func: str, name: str, value, *, finite: bool = True) -> torch.Tensor:
     """Validate a 2-D float32/float64 tensor argument and return it."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{func}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    if value.dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(
-            f"{func}: {name} must have dtype torch.float64 or torch.float32, got {value.dtype}"
-        )
-    if value.dim() != 2:
-        raise ValueError(
-            f"{func}: {name} must be a 2-D matrix, got {value.dim()} dimension(s) "
-            f"with shape {tuple(value.shape)}"
-        )
-    if finite and not bool(torch.isfinite(value).all()):
-        raise ValueError(f"{func}: {name} must contain only finite values (found inf or NaN)")
-    return value
+    return check_tensor(func, name, value, finite=finite)
 
 
 def _check_inner_sizes(func: str, A: torch.Tensor, B: torch.Tensor) -> None:
@@ -534,16 +522,7 @@ def componentwise_errors(
     return errors
 
 
-def componentwise_error(
-    C: torch.Tensor,
-    E,
-    A: torch.Tensor,
-    B: torch.Tensor,
-    rows: Sequence[int] | None = None,
-    cols: Sequence[int] | None = None,
-    *,
-    magnitudes=None,
-) -> float:
+def componentwise_error(C, E, A, B, rows=None, cols=None, *, magnitudes=None) -> float:
     """Largest componentwise error ``max |C_ij - E_ij| / (|A||B|)_ij``.
 
     See :func:`componentwise_errors` for the arguments and the treatment of
@@ -907,15 +886,8 @@ def dot_condition(x: torch.Tensor, y: torch.Tensor) -> float:
     equal length.
     """
     func = "dot_condition"
-    for name, value in (("x", x), ("y", y)):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{func}: {name} must be a torch.Tensor, got {type(value).__name__}")
-        if value.dtype not in _SUPPORTED_DTYPES:
-            raise TypeError(f"{func}: {name} must have dtype torch.float64 or torch.float32, got {value.dtype}")
-        if value.dim() != 1:
-            raise ValueError(f"{func}: {name} must be 1-D, got shape {tuple(value.shape)}")
-        if not bool(torch.isfinite(value).all()):
-            raise ValueError(f"{func}: {name} must contain only finite values (found inf or NaN)")
+    check_tensor(func, "x", x, ranks=(1,), finite=True)
+    check_tensor(func, "y", y, ranks=(1,), finite=True)
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"{func}: x and y must have the same length, got {x.shape[0]} and {y.shape[0]}")
     row, col = x.reshape(1, -1), y.reshape(-1, 1)

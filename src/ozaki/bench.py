@@ -134,46 +134,45 @@ def build_parser():
                         help="exponent spread of the inputs (rand - 0.5) * exp(phi * randn)")
     parser.add_argument("--seed", type=nonnegative_int, default=0,
                         help="seed of the inputs and the sampled entries (same for every shape)")
-    parser.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=list(DTYPES),
-                        dest="dtypes", metavar="DTYPE",
-                        help="operand precisions: float64 measures native dgemm and the ozaki "
-                             "dgemm rows, float32 native sgemm and the ozaki sgemm rows (on "
-                             "float32 copies of the inputs); the floor units are measured "
-                             "whatever the dtypes")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
-                        metavar="MODE",
-                        help="ozaki rows measured for each dtype and backend: default = "
-                             "ozaki.dgemm(A, B) / ozaki.sgemm(A, B) (backend auto: the library's "
-                             "defaults; others: backend=B alone); plan = ozaki.plan with the same "
-                             "arguments alone; nearest = the default call with "
-                             "rounding='nearest'; auto = automatic slice count in fast mode "
-                             "(dgemm; fp16 and int8); fixed = --slices (dgemm) and --sgemm-slices "
-                             "(sgemm) in fast mode for fp16 and int8, --moduli (dgemm) and "
-                             "--sgemm-moduli (sgemm) for crt; all-pairs = --all-pairs-slices with "
-                             "fast=False (dgemm; fp16 and int8). Backend auto has only default, "
-                             "plan and nearest rows. Natives and floor units are always "
-                             "measured; without default, the 'x default' column stays empty")
-    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS),
-                        metavar="BACKEND",
-                        help="backends of the ozaki rows (ozaki.dgemm's backend=): auto = "
-                             "the library's choice, crt = scheme II (INT8 GEMMs on residues), "
-                             "int8 / fp16 = scheme I with INT8 / FP16 slices. The INT8 floor "
-                             "unit is measured when auto, crt or int8 is among them")
-    parser.add_argument("--slices", type=slice_count, nargs="*", default=[8, 10, 12],
-                        metavar="S", help="fixed slice counts timed with ozaki.dgemm in fast "
-                                          "mode, backends fp16 and int8 (mode fixed)")
-    parser.add_argument("--sgemm-slices", type=slice_count, nargs="*", default=[],
-                        metavar="S", help="fixed slice counts timed with ozaki.sgemm in fast "
-                                          "mode, backends fp16 and int8 (mode fixed)")
-    parser.add_argument("--all-pairs-slices", type=slice_count, nargs="*", default=[8],
-                        metavar="S", help="fixed slice counts timed with ozaki.dgemm and "
-                                          "fast=False, backends fp16 and int8 (mode all-pairs)")
-    parser.add_argument("--moduli", type=moduli_count, nargs="*", default=[14, 15, 16],
-                        metavar="M", help="moduli counts (1..16) timed with ozaki.dgemm and "
-                                          "backend='crt' (mode fixed)")
-    parser.add_argument("--sgemm-moduli", type=moduli_count, nargs="*", default=[7, 8],
-                        metavar="M", help="moduli counts (1..16) timed with ozaki.sgemm and "
-                                          "backend='crt' (mode fixed)")
+    selections = [
+        ("--dtype", "dtypes", list(DTYPES), "DTYPE",
+         "operand precisions: float64 measures native dgemm and the ozaki dgemm rows, float32 "
+         "native sgemm and the ozaki sgemm rows (on float32 copies of the inputs); the floor "
+         "units are measured whatever the dtypes"),
+        ("--modes", "modes", list(MODES), "MODE",
+         "ozaki rows measured for each dtype and backend: default = ozaki.dgemm(A, B) / "
+         "ozaki.sgemm(A, B) (backend auto: the library's defaults; others: backend=B alone); "
+         "plan = ozaki.plan with the same arguments alone; nearest = the default call with "
+         "rounding='nearest'; auto = automatic slice count in fast mode (dgemm; fp16 and int8); "
+         "fixed = --slices (dgemm) and --sgemm-slices (sgemm) in fast mode for fp16 and int8, "
+         "--moduli (dgemm) and --sgemm-moduli (sgemm) for crt; all-pairs = --all-pairs-slices "
+         "with fast=False (dgemm; fp16 and int8). Backend auto has only default, plan and "
+         "nearest rows. Natives and floor units are always measured; without default, the "
+         "'x default' column stays empty"),
+        ("--backends", "backends", list(BACKENDS), "BACKEND",
+         "backends of the ozaki rows (ozaki.dgemm's backend=): auto = the library's choice, crt "
+         "= scheme II (INT8 GEMMs on residues), int8 / fp16 = scheme I with INT8 / FP16 slices. "
+         "The INT8 floor unit is measured when auto, crt or int8 is among them"),
+    ]
+    for option, dest, choices, metavar, text in selections:
+        parser.add_argument(option, nargs="+", choices=choices, default=list(choices), dest=dest,
+                            metavar=metavar, help=text)
+    fixed_counts = [
+        ("--slices", slice_count, [8, 10, 12], "fixed slice counts timed with ozaki.dgemm in "
+                                               "fast mode, backends fp16 and int8 (mode fixed)"),
+        ("--sgemm-slices", slice_count, [], "fixed slice counts timed with ozaki.sgemm in fast "
+                                            "mode, backends fp16 and int8 (mode fixed)"),
+        ("--all-pairs-slices", slice_count, [8], "fixed slice counts timed with ozaki.dgemm and "
+                                                 "fast=False, backends fp16 and int8 (mode "
+                                                 "all-pairs)"),
+        ("--moduli", moduli_count, [14, 15, 16], "moduli counts (1..16) timed with ozaki.dgemm "
+                                                 "and backend='crt' (mode fixed)"),
+        ("--sgemm-moduli", moduli_count, [7, 8], "moduli counts (1..16) timed with ozaki.sgemm "
+                                                 "and backend='crt' (mode fixed)"),
+    ]
+    for option, count_type, default, text in fixed_counts:
+        parser.add_argument(option, type=count_type, nargs="*", default=default,
+                            metavar="S" if count_type is slice_count else "M", help=text)
     parser.add_argument("--repeats", type=positive_int, default=5,
                         help="timed runs per row (the median is reported)")
     parser.add_argument("--large-repeats", type=positive_int, default=3,

@@ -14,6 +14,7 @@ import numbers
 import torch
 
 from .complex import complex_parts
+from .operands import check_tensor
 from .options import Options
 from .product import check_operands, real_product
 
@@ -48,9 +49,7 @@ def check_addend(name, C, dtype, device, shape):
 
 def check_gemm(name, A, B, C, alpha, beta):
     """Everything ozaki::gemm needs of its tensors and scalars; returns the result's shape."""
-    if not isinstance(A, torch.Tensor) or A.dtype not in REAL_OF:
-        raise TypeError(f"{name}: A must be a float64, float32, complex128 or complex64 tensor, got "
-                        f"{getattr(A, 'dtype', type(A).__name__)}")
+    check_tensor(name, "A", A, REAL_OF, (2, 3))
     check_operands(name, A, B, A.dtype, ranks=(2, 3))
     check_scalar(name, "alpha", alpha, A.dtype)
     check_scalar(name, "beta", beta, A.dtype)

@@ -14,23 +14,13 @@ import torch
 from .blas import copy_out
 from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF
+from .operands import at_least, check_alike, check_tensor
 from .options import Options
 
-SUPPORTED = ", ".join(str(dtype) for dtype in REAL_OF)
-
-
 def _check(name, a, b):
-    for arg, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in REAL_OF:
-            raise TypeError(f"{name}: {arg} must be one of {SUPPORTED}, got {t.dtype}")
-        if t.dim() == 0:
-            raise ValueError(f"{name}: {arg} must have at least one dimension, got a 0-d tensor")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{name}: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"{name}: a and b must be on the same device, got {a.device} and {b.device}")
+    check_tensor(name, "a", a, REAL_OF, at_least(1))
+    check_tensor(name, "b", b, REAL_OF, at_least(1))
+    check_alike(name, ("a", "b"), a, b)
     k_a, k_b = a.shape[-1], b.shape[0] if b.dim() == 1 else b.shape[-2]
     if k_a != k_b:
         raise ValueError(f"{name}: a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} "

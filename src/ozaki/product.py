@@ -12,6 +12,7 @@ from . import _ops, fixed_counts
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
+from .operands import FLOATS, check_alike, check_tensor
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
 
@@ -22,25 +23,17 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
     other = {("ozaki.dgemm", torch.float64): "ozaki.sgemm",
              ("ozaki.sgemm", torch.float32): "ozaki.dgemm"}.get((name, dtype))
     for arg, t in (("A", A), ("B", B)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != dtype:
-            if other is None:  # A's dtype decides: only B can mismatch
-                hint = " (B must have A's dtype)"
-            elif t.dtype in (torch.float32, torch.float64):
-                hint = f" (use {other} for {t.dtype})"
-            else:
-                hint = ""
-            raise TypeError(f"{name}: {arg} must be {dtype}, got {t.dtype}{hint}")
-        if t.dim() not in ranks:
-            wanted = " or ".join(f"{r}-D" for r in ranks)
-            raise ValueError(f"{name}: {arg} must be {wanted}, got {t.dim()}-D with shape "
-                             f"{tuple(t.shape)}")
+        if other is None:  # A's dtype decides: only B can mismatch
+            hint = " (B must have A's dtype)"
+        elif getattr(t, "dtype", None) in FLOATS:
+            hint = f" (use {other} for {t.dtype})"
+        else:
+            hint = ""
+        check_tensor(name, arg, t, (dtype,), ranks, hint=hint)
     if A.dim() != B.dim() or A.shape[:-2] != B.shape[:-2]:
         raise ValueError(f"{name}: A is {tuple(A.shape)} and B is {tuple(B.shape)}; batched "
                          "operands need the same batch size (ozaki.matmul broadcasts)")
-    if A.device != B.device:
-        raise ValueError(f"{name}: A and B must be on the same device, got {A.device} and {B.device}")
+    check_alike(name, ("A", "B"), A, B)
     if A.shape[-1] != B.shape[-2]:
         raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
                          f"{tuple(B.shape)} (A.shape[-1] must equal B.shape[-2])")

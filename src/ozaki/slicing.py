@@ -1,7 +1,7 @@
 """Slice counts and digit widths of Ozaki scheme I with FP16 or INT8 slices (docs/algorithm.md).
 
 Mirrors the integer formulas of csrc/scheme.h so the Python layer can report and choose plans;
-tests/test_split.py checks the two agree through the split operator.
+tests/test_split_ops.py checks the two agree through the split operator.
 """
 
 from dataclasses import dataclass

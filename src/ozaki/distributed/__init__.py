@@ -9,6 +9,7 @@ ozaki.sgemm (ozaki/distributed/dtensor.py). Communication is torch.distributed's
 
 import torch
 
+from ..operands import check_alike, check_tensor
 from ..options import Options
 from .collectives import RankGroup, option_code
 from .inner import inner_product
@@ -64,19 +65,9 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
 
 
 def _check_local(name, a, b):
-    for arg, t in (("a_local", a), ("b_local", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in _DTYPES:
-            raise TypeError(f"{name}: {arg} must be float64 or float32, got {t.dtype}")
-        if t.dim() != 2:
-            raise ValueError(f"{name}: {arg} must be 2-D, got shape {tuple(t.shape)}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{name}: a_local and b_local must have the same dtype, got {a.dtype} and "
-                        f"{b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"{name}: a_local and b_local must be on the same device, got {a.device} "
-                         f"and {b.device}")
+    check_tensor(name, "a_local", a)
+    check_tensor(name, "b_local", b)
+    check_alike(name, ("a_local", "b_local"), a, b)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{name}: a_local is {tuple(a.shape)} and b_local is {tuple(b.shape)}; "
                          "a_local.shape[1] must equal b_local.shape[0]")

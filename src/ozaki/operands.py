@@ -1,0 +1,48 @@
+"""The one check of tensor arguments, shared by every public function: each message names the
+function, the argument and the value received, in the same words everywhere."""
+
+import torch
+
+FLOATS = (torch.float64, torch.float32)
+
+
+def at_least(rank):
+    """Dimension counts from rank up (for check_tensor's ranks)."""
+    return range(rank, 64)
+
+
+def _listed(words):
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _ranks_wanted(ranks):
+    if isinstance(ranks, range) and len(ranks) > 2:
+        return f"at least {ranks.start}-D"
+    return _listed([f"{rank}-D" for rank in ranks])
+
+
+def check_tensor(func, arg, value, dtypes=FLOATS, ranks=(2,), *, hint="", finite=False):
+    """value is a torch.Tensor of one of dtypes whose number of dimensions is in ranks (and only
+    finite entries when finite). hint is appended to the dtype message. Returns value."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dtype not in dtypes:
+        raise TypeError(f"{func}: {arg} must be {_listed([str(d) for d in dtypes])}, got "
+                        f"{value.dtype}{hint}")
+    if value.dim() not in ranks:
+        raise ValueError(f"{func}: {arg} must be {_ranks_wanted(ranks)}, got {value.dim()}-D with "
+                         f"shape {tuple(value.shape)}")
+    if finite and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{func}: {arg} must contain only finite values (found inf or NaN)")
+    return value
+
+
+def check_alike(func, names, a, b):
+    """Two tensors of one dtype on one device; names are theirs as the user passed them."""
+    first, second = names
+    if a.dtype != b.dtype:
+        raise TypeError(f"{func}: {first} and {second} must have the same dtype, got {a.dtype} "
+                        f"and {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{func}: {first} and {second} must be on the same device, got "
+                         f"{a.device} and {b.device}")
