@@ -313,6 +313,19 @@ OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t d
                               format);
 }
 
+// The INT32 sum of products of symmetric residues for modulus I, reduced to [0, p_I).
+template <int I>
+OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
+  constexpr uint32_t p = kModuli[I];
+  if constexpr (p == 256) {
+    return static_cast<uint32_t>(sum) & 255u;
+  } else {
+    // sum + a multiple of p at least 2^31 - 2^14: in [0, 2^32), one unsigned remainder.
+    constexpr uint32_t offset = ((uint32_t(1) << 31) - (uint32_t(1) << 14) + p - 1) / p * p;
+    return (static_cast<uint32_t>(sum) + offset) % p;
+  }
+}
+
 // The exact X = (A'B')_ij, |X| < P / 2, from R_i = y_i X mod p_i (residues[i]: the INT32 GEMM
 // result of modulus i, whose B residues carry the weight y_i = (P / p_i)^-1 mod p_i; any
 // representative with |R_i| < 2^31 - 2^14, which exact GEMMs with k <= kCrtMaxInner meet), rounded
@@ -327,16 +340,8 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
-    constexpr uint32_t p = kModuli[i];
     using Term = CrtTerm<N, i>;
-    uint32_t u;
-    if constexpr (p == 256) {
-      u = static_cast<uint32_t>(residues[i]) & 255u;
-    } else {
-      // R_i + a multiple of p at least 2^31 - 2^14: in [0, 2^32), one unsigned remainder.
-      constexpr uint32_t offset = ((uint32_t(1) << 31) - (uint32_t(1) << 14) + p - 1) / p * p;
-      u = (static_cast<uint32_t>(residues[i]) + offset) % p;
-    }
+    const uint32_t u = unsigned_residue<i>(residues[i]);
     limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
     limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
     limbs[2] += static_cast<uint64_t>(u) * Term::partial2;

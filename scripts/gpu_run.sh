@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
@@ -17,7 +17,9 @@
 # exact writes exact_crt.log/json (exact scheme II against native: scripts/exact_crt_bench.py; EXACT_SIZES
 # and EXACT_DRAWS override its sizes and draws);
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
-# ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py).
+# ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py);
+# programs (not in all) writes programs.json/md/log: a block conjugate-gradient solve and a
+# Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -87,6 +89,11 @@ fi
 if [[ ,$what, == *,distributed,* ]]; then
   echo "== several GPUs"
   python3 scripts/distributed_bench.py --out "$OUT" 2>&1 | tee "$OUT/distributed.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,programs,* ]]; then
+  echo "== real programs under ozaki.enable"
+  python3 scripts/programs_bench.py --json "$OUT/programs.json" --markdown "$OUT/programs.md" 2>&1 | tee "$OUT/programs.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,blocks,* ]]; then

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "../checks.h"
@@ -23,6 +25,7 @@
 #include "../row_stats_output.h"
 #include "../workspace.h"
 #include "batch.cuh"
+#include "crt_fused.cuh"
 #include "int8_gemm.cuh"
 #include "launch.cuh"
 
@@ -397,6 +400,19 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Entry (gi, gj) of the product (rows of the flattened a and bt) from the N INT32 residue sums of
+// its exact integer (any representatives, see crt_reconstruct), rounded once; rows or columns with
+// NaN/Inf get the IEEE answer.
+template <int N, typename T>
+__device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi, int64_t gj,
+                                           const int32_t (&residues)[N]) {
+  if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
+    return static_cast<T>(nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k));
+  }
+  return static_cast<T>(crt_reconstruct<N>(residues, row_scale(in.scale_a[gi]),
+                                           row_scale(in.scale_b[gj]), format_of<T>()));
+}
+
 // Entries per thread of the reconstruction: 4 consecutive columns, so each modulus's results come
 // in one 16-byte load (result rows are padded to kResultAlign = 4 entries, and so aligned).
 constexpr int kReconstructColumns = 4;
@@ -416,8 +432,6 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
-    const bool row_nonfinite = in.nonfinite_a[gi];
-    const RowScale c_a = row_scale(in.scale_a[gi]);
     const int32_t* row_products = products + e * N * plane + i * ld;
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
          g += int64_t(gridDim.x) * blockDim.x) {
@@ -431,20 +445,13 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
       for (int c = 0; c < kReconstructColumns; ++c) {
         const int64_t j = j0 + c;
         if (j >= chunk.cols) break;
-        const int64_t gj = chunk.b_row(e, j);
-        double value;
-        if (row_nonfinite || in.nonfinite_b[gj]) {
-          value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
-        } else {
-          int32_t residues[N];
+        int32_t residues[N];
 #pragma unroll
-          for (int modulus = 0; modulus < N; ++modulus) {
-            const int4& r = loaded[modulus];
-            residues[modulus] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
-          }
-          value = crt_reconstruct<N>(residues, c_a, row_scale(in.scale_b[gj]), format_of<T>());
+        for (int modulus = 0; modulus < N; ++modulus) {
+          const int4& r = loaded[modulus];
+          residues[modulus] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
         }
-        out[chunk.out_index(e, i, j)] = static_cast<T>(value);
+        out[chunk.out_index(e, i, j)] = rounded_entry<N>(in, gi, chunk.b_row(e, j), residues);
       }
     }
   }
@@ -537,6 +544,104 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk);
 }
 
+// ---- gemm_crt, fused path ------------------------------------------------------------------------
+
+// One block per tile of each element of the chunk: the residue products kept on chip
+// (crt_fused.cuh), then each entry rebuilt and rounded as reconstruct_kernel does.
+template <int N, typename Tile, typename T>
+__global__ void __launch_bounds__(Tile::kThreads)
+    fused_crt_kernel(ResidueRows a_residues, ResidueRows b_residues, int64_t k_stride, Chunk chunk,
+                     CrtOperands<T> in, T* out) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  constexpr int Rows = Tile::kRows, Cols = Tile::kCols;
+  const int64_t row0 = int64_t(blockIdx.y) * Rows, col0 = int64_t(blockIdx.x) * Cols;
+  for (int64_t e = blockIdx.z; e < chunk.elements; e += gridDim.z) {
+    const uint8_t* kept =
+        fused_residue_tile<N, Tile>(a_residues, b_residues, k_stride, e, row0, col0, shared);
+    for (int t = threadIdx.x; t < Rows * Cols; t += Tile::kThreads) {
+      const int r = t / Cols, c = t % Cols;
+      if (row0 + r >= chunk.rows || col0 + c >= chunk.cols) continue;
+      int32_t residues[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) residues[i] = kept[int64_t(i) * Rows * Cols + t];
+      out[chunk.out_index(e, row0 + r, col0 + c)] =
+          rounded_entry<N>(in, chunk.a_row(e, row0 + r), chunk.b_row(e, col0 + c), residues);
+    }
+    __syncthreads();  // the kept residues are read before the next element's products
+  }
+}
+
+template <int N, typename Tile, typename T>
+void launch_fused_crt(const ResidueRows& a_residues, const ResidueRows& b_residues,
+                      int64_t k_stride, const Chunk& chunk, const CrtOperands<T>& in, T* out,
+                      cudaStream_t stream) {
+  const auto kernel = fused_crt_kernel<N, Tile, T>;
+  const int64_t bytes = Tile::shared_bytes(N);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(chunk.cols, Tile::kCols)),
+                  static_cast<unsigned>(ceil_div(chunk.rows, Tile::kRows)),
+                  static_cast<unsigned>(std::min<int64_t>(chunk.elements, 65535)));
+  kernel<<<grid, Tile::kThreads, bytes, stream>>>(a_residues, b_residues, k_stride, chunk, in, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The fused path keeps only the residues in the workspace (no INT32 products), chunk by chunk
+// within this budget by default.
+constexpr int64_t kDefaultFusedWorkspaceBytes = int64_t(4) << 30;
+
+// The fused path's tile: 128 x 64 outputs, 8 warps of 32 x 32, 128-byte k stages, 3 buffers
+// (the fastest of the shapes scripts/probes/fused_tiles.cu compares).
+using CrtTile = FusedTile<128, 64>;
+
+// gemm_crt on the fused path: per chunk, the residues of its rows of A and columns of B, then one
+// fused kernel that writes the chunk's entries of out.
+template <int N, typename T>
+void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget,
+                           T* out, const at::TensorOptions& options) {
+  const int64_t batch = product.batch, m = product.m, n = product.n;
+  const int64_t k_stride = round_up(in.k, kInnerAlign);
+  const WorkspaceShape shape{k_stride, N, 0, 1, 0, 1};
+  const BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget);
+  const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
+  const int64_t chunk_cols = plan.within.cols;
+  at::Tensor a_residues = at::empty({chunk_elements * N * chunk_rows * k_stride}, options.dtype(at::kChar));
+  at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
+  int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
+  int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const auto residues = truncated_residues<N>(in);
+  for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
+    const int64_t elements = std::min(chunk_elements, batch - e0);
+    for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, m - i0);
+      residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
+      for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
+        const int64_t cols = std::min(chunk_cols, n - j0);
+        residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
+        const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
+        launch_fused_crt<N, CrtTile>(ResidueRows{a_res, rows}, ResidueRows{b_res, cols}, k_stride,
+                                     chunk, in, out, stream);
+      }
+    }
+  }
+}
+
+// Whether gemm_crt takes the fused path (docs/algorithm.md, "Scheme II paths"): products of at
+// most 2^31 multiply-adds per element, where it measured faster; OZAKI_CRT_PATH = cublas or fused
+// (read at every call) overrides the rule.
+inline bool fused_crt_path(int64_t m, int64_t n, int64_t k) {
+  const char* value = std::getenv("OZAKI_CRT_PATH");
+  if (value != nullptr && *value != 0) {
+    const std::string path(value);
+    TORCH_CHECK(path == "cublas" || path == "fused",
+                "OZAKI_CRT_PATH must be cublas or fused, got '", path, "'");
+    return path == "fused";
+  }
+  constexpr double kFusedUpTo = 2147483648.0;  // 2^31, about 1290^3
+  return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= kFusedUpTo;
+}
+
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
@@ -549,14 +654,22 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
   at::Tensor out = at::empty(shape.out_sizes(), a.options());
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  const bool fused = fused_crt_path(m, n, k);
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes
+                                             : (fused ? kDefaultFusedWorkspaceBytes
+                                                      : kDefaultWorkspaceBytes);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
                                    scale_a.const_data_ptr<int>(), scale_b.const_data_ptr<int>(),
                                    nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
+    scalar_t* result = out.mutable_data_ptr<scalar_t>();
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
-      gemm_crt_chunks<decltype(count)::value, scalar_t>(in, shape, budget,
-                                                        out.mutable_data_ptr<scalar_t>(), a.options());
+      constexpr int N = decltype(count)::value;
+      if (fused) {
+        gemm_crt_fused_chunks<N, scalar_t>(in, shape, budget, result, a.options());
+      } else {
+        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options());
+      }
     });
   });
   return out;

@@ -7,6 +7,7 @@ number with a 5-bit significand, c = (16 + f) 2^(e - 4), held as the int32 code 
 (csrc/crt.h, row_scale).
 """
 
+import bisect
 import functools
 import math
 from fractions import Fraction
@@ -43,15 +44,23 @@ EXACT_MODULI = MODULI + (191, 181, 179, 173, 167, 163, 157, 151, 149, 139, 137, 
 MAX_EXACT_MODULI = len(EXACT_MODULI)
 
 
+def _exact_limits():
+    """P / 2 - P 2^-30 for the products P of the first 1, 2, ... EXACT_MODULI (increasing)."""
+    limits, product = [], 1
+    for p in EXACT_MODULI:
+        product *= p
+        limits.append(Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS))
+    return tuple(limits)
+
+
+_EXACT_LIMITS = _exact_limits()
+
+
 def exact_moduli(bound: Fraction):
     """Fewest exact-scheme-II moduli whose product P recovers every integer of magnitude up to
     `bound` (P / 2 - P 2^-30 >= bound, the reconstruction's margin); None when 40 cannot."""
-    product = 1
-    for count, p in enumerate(EXACT_MODULI, start=1):
-        product *= p
-        if Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS) >= bound:
-            return count
-    return None
+    count = bisect.bisect_left(_EXACT_LIMITS, bound) + 1
+    return count if count <= MAX_EXACT_MODULI else None
 
 
 def wide_scale_bits(moduli: int, k: int):
@@ -79,7 +88,12 @@ def wide_predicted_error(moduli: int, k: int) -> Fraction:
     """Predicted truncation of wide scheme II relative to 1 / (c_a_i c_b_j) (c: the norm scales):
     a row scaled by 2^E_i, E_i = t_a + floor(log2 c_a_i), rounds each entry by at most 1/2 while
     2^-E_i < 2^(1 - t_a) c_a_i, so 2^-t_a + 2^-t_b (one bit above scheme II's 5-bit scales)."""
-    t_a, t_b = wide_scale_bits(moduli, k)
+    return _wide_predicted_error(moduli, rounding_growth(k))
+
+
+@functools.lru_cache(maxsize=None)
+def _wide_predicted_error(moduli: int, g: int) -> Fraction:
+    t_a, t_b = _wide_scale_bits(moduli, g)
     return Fraction(1, 1 << t_a) + Fraction(1, 1 << t_b)
 
 

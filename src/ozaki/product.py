@@ -469,10 +469,8 @@ def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=
     the backend, slices and fast mode (scheme I) or moduli (scheme II), GEMM count, and the
     predicted error level against the native one. A and B may also be (batch, m, k) and
     (batch, k, n) batches: the one plan ozaki.matmul uses for the whole batch."""
-    if not isinstance(A, torch.Tensor) or A.dtype not in (torch.float64, torch.float32):
-        raise TypeError(f"ozaki.plan: A must be a float64 or float32 tensor, got "
-                        f"{getattr(A, 'dtype', type(A).__name__)}")
     name = "ozaki.plan"
+    check_tensor(name, "A", A, FLOATS, (2, 3))
     check_operands(name, A, B, A.dtype, ranks=(2, 3))
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     if 0 in (*A.shape, B.shape[-1]):

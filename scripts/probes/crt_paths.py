@@ -1,0 +1,118 @@
+"""Scheme II's CUDA paths side by side (docs/benchmarks.md, "Scheme II paths"): for each shape,
+native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
+per modulus, the fused kernel, and the shape rule) and the default plan, with the
+time, the ratio to native and the peak memory beyond A and B; every path's result is checked
+bit for bit against the first.
+
+    python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15] [--json PATH]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import ozaki
+
+DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384",
+                  "16384,16384,64", "8192,8192,8192", "16384,16384,16384"]
+PATHS = ["cublas", "fused", "rule"]
+
+
+def shape_value(text):
+    try:
+        m, k, n = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a shape is m,k,n (three integers), got {text!r}")
+    if min(m, k, n) < 1:
+        raise argparse.ArgumentTypeError(f"shape sides must be >= 1, got {text!r}")
+    return m, k, n
+
+
+def timed(call, repeats):
+    """(median seconds, last result, peak bytes allocated during the calls)."""
+    result = call()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(repeats):
+        del result
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = call()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result, torch.cuda.max_memory_allocated() - base
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", type=shape_value, nargs="+",
+                        default=[shape_value(s) for s in DEFAULT_SHAPES])
+    parser.add_argument("--moduli", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    rows = []
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, moduli {args.moduli}, "
+          f"phi 0.5, median of {args.repeats}")
+    print("| m | k | n | what | ms | x native | peak GiB beyond A, B (result included) |")
+    print("|---|---|---|---|---|---|---|")
+    for m, k, n in args.shapes:
+        g = torch.Generator(device="cuda").manual_seed(m + k + n)
+        A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
+        B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+        repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
+        native, _, native_peak = timed(lambda: A @ B, repeats)
+        cases = [("native", None, native, native_peak, None)]
+        reference = None
+        for path in PATHS + ["default"]:
+            if path == "default":
+                os.environ.pop("OZAKI_CRT_PATH", None)
+                call = lambda: ozaki.dgemm(A, B)  # noqa: E731
+            else:
+                if path == "rule":
+                    os.environ.pop("OZAKI_CRT_PATH", None)
+                else:
+                    os.environ["OZAKI_CRT_PATH"] = path
+                call = lambda: ozaki.dgemm(A, B, moduli=args.moduli)  # noqa: E731
+            try:
+                seconds, result, peak = timed(call, repeats)
+            except torch.OutOfMemoryError:
+                cases.append((path, None, None, None, "out of memory"))
+                continue
+            same = None
+            if path != "default":
+                if reference is None:
+                    reference = result
+                same = bool(torch.equal(result.view(torch.int64), reference.view(torch.int64)))
+            cases.append((path, same, seconds, peak, None))
+            del result
+        os.environ.pop("OZAKI_CRT_PATH", None)
+        for path, same, seconds, peak, note in cases:
+            if note is not None:
+                print(f"| {m} | {k} | {n} | {path} | {note} | | |")
+                continue
+            label = path if same is None else f"{path} (bits {'equal' if same else 'DIFFER'})"
+            print(f"| {m} | {k} | {n} | {label} | {seconds * 1e3:.3f} | {native / seconds:.2f} | "
+                  f"{peak / 2 ** 30:.2f} |")
+            rows.append({"m": m, "k": k, "n": n, "what": path, "bits_equal": same,
+                         "seconds": seconds, "native_seconds": native, "peak_bytes": peak})
+        sys.stdout.flush()
+        del A, B, reference
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "moduli": args.moduli, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

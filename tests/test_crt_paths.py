@@ -1,0 +1,88 @@
+"""Scheme II's two CUDA paths (docs/algorithm.md, "Scheme II paths"): cuBLAS INT8 GEMMs per
+modulus with the INT32 products in memory, and the fused kernel that keeps their residues on
+chip. Both give the CPU's bits, on shapes that end inside a 128 x 64 tile, a warp's 32 x 32 block
+or a 128-byte k stage, with NaN/Inf rows, in batches and under workspace chunking."""
+
+import pytest
+import torch
+
+import ozaki
+from ozaki import crt
+from helpers import assert_bitwise_equal, phi_tensor, seeded
+
+PATHS = ["cublas", "fused", ""]  # "" : the rule's choice
+# (m, k, n): single entries, sides around the 32-row warp blocks and the 128 x 64 tiles, k around
+# the 128-byte stages and the 16-byte padding, one side small, k past a few stages
+SHAPES = [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 100, 129), (127, 200, 63), (128, 1000, 64),
+          (129, 16, 65), (300, 17, 200), (40, 5000, 70), (1000, 300, 3), (3, 130, 1000),
+          (256, 129, 192), (130, 384, 66)]
+MODULI = [1, 2, 7, 15, 16]
+
+
+def operands(batch, m, k, n, dtype, seed, specials=True):
+    """phi = 1 operands; one row of A and one column of B hold NaN and Inf when specials."""
+    g = seeded(seed)
+    A = phi_tensor((*batch, m, k), dtype, g, 1.0)
+    B = phi_tensor((*batch, k, n), dtype, g, 1.0)
+    if specials and m > 1 and n > 1:
+        A[..., m // 2, k // 2] = float("nan")
+        B[..., k - 1, n - 1] = float("inf")
+    return A, B
+
+
+def product(A, B, moduli, path, device, monkeypatch):
+    monkeypatch.setenv("OZAKI_CRT_PATH", path)
+    gemm = ozaki.dgemm if A.dtype == torch.float64 else ozaki.sgemm
+    if A.dim() == 2:
+        return gemm(A.to(device), B.to(device), backend="crt", moduli=moduli).cpu()
+    return ozaki.matmul(A.to(device), B.to(device), backend="crt", moduli=moduli).cpu()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("moduli", MODULI)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_path_gives_the_cpu_bits(shape, moduli, dtype, monkeypatch):
+    m, k, n = shape
+    moduli = max(moduli, crt.smallest_moduli(k))  # fewer cannot hold a scaled product of k terms
+    A, B = operands((), m, k, n, dtype, seed=m + 3 * k + 7 * n + moduli)
+    expected = product(A, B, moduli, "cublas", "cpu", monkeypatch)
+    assert expected.isfinite().any()
+    for path in PATHS:
+        assert_bitwise_equal(product(A, B, moduli, path, "cuda", monkeypatch), expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("batch,shape", [((3,), (70, 45, 130)), ((5,), (1, 300, 1)),
+                                         ((2, 2), (33, 64, 17))])
+def test_batches_give_the_cpu_bits(batch, shape, monkeypatch):
+    A, B = operands(batch, *shape, torch.float64, seed=sum(shape))
+    expected = product(A, B, 15, "cublas", "cpu", monkeypatch)
+    for path in PATHS:
+        assert_bitwise_equal(product(A, B, 15, path, "cuda", monkeypatch), expected)
+
+
+@pytest.mark.cuda
+def test_workspace_chunks_give_the_same_bits(monkeypatch):
+    """A 1 MiB workspace splits the fused path's residues into many chunks of rows and columns."""
+    A, B = operands((), 300, 520, 260, torch.float64, seed=5)
+    whole = product(A, B, 15, "fused", "cuda", monkeypatch)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", "1")
+    assert_bitwise_equal(product(A, B, 15, "fused", "cuda", monkeypatch), whole)
+    assert_bitwise_equal(product(A, B, 15, "cublas", "cpu", monkeypatch), whole)
+
+
+@pytest.mark.cuda
+def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
+    """The planned scheme-II product (no moduli given) does not depend on the path either."""
+    A, B = operands((), 200, 3000, 150, torch.float64, seed=9, specials=False)
+    results = [product(A, B, None, path, "cuda", monkeypatch) for path in PATHS]
+    for result in results[1:]:
+        assert_bitwise_equal(result, results[0])
+
+
+@pytest.mark.cuda
+def test_an_unknown_path_is_named(monkeypatch):
+    A, B = operands((), 4, 5, 3, torch.float64, seed=1)
+    with pytest.raises(RuntimeError, match="OZAKI_CRT_PATH must be cublas or fused, got 'tiles'"):
+        product(A, B, 3, "tiles", "cuda", monkeypatch)
