@@ -1,6 +1,7 @@
-// Every ozaki operator schema, in one place. Kernels are registered per device in csrc/cpu and
-// csrc/cuda (the public ozaki::gemm's in Python); the public Python API (ozaki/) validates user
-// input and calls these. Fake kernels for torch.compile are in ozaki/library.py.
+// Every ozaki operator schema, in one place. Kernels are registered per device, each backend's in
+// one table: csrc/cpu/register.cpp and csrc/cuda/register.cu (the public ozaki::gemm's in Python);
+// the public Python API (ozaki/) validates user input and calls these. Fake kernels for
+// torch.compile are in ozaki/library.py.
 #include <Python.h>
 #include <torch/library.h>
 

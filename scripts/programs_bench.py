@@ -66,7 +66,7 @@ def build_parser():
                         help="noise added to K's diagonal (bounds its smallest eigenvalue)")
     parser.add_argument("--ns-size", type=positive_int, default=4096, metavar="N",
                         help="order of the Newton-Schulz matrix A")
-    parser.add_argument("--ns-iterations", type=positive_int, default=10,
+    parser.add_argument("--ns-iterations", type=positive_int, default=12,
                         help="Newton-Schulz iterations (two products each)")
     parser.add_argument("--repeats", type=positive_int, default=3,
                         help="timed runs per case and mode (the median is reported)")

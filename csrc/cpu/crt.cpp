@@ -5,7 +5,6 @@
 // partial sum is an integer below 2^31.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <array>
@@ -17,6 +16,7 @@
 #include "../crt_exact.h"
 #include "../row_stats_output.h"
 #include "../workspace.h"
+#include "ops.h"
 #include "rows.h"
 
 namespace ozaki::cpu {
@@ -45,6 +45,8 @@ void for_each_row_norm_square_sum(const at::Tensor& a, const int* tau, Write wri
     });
   });
 }
+
+}  // namespace
 
 at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
   constexpr const char* op = "ozaki::row_norm_scales";
@@ -109,6 +111,8 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
   return sums;
 }
 
+namespace {
+
 // Per row: the magnitude digits (exact in Out: float64 for the GEMM below, int8 for
 // crt_magnitude_digits) of a (rows, k) or (batch, rows, k) operand, tau and norm (the rows' norm
 // scale codes) indexed by the rows of the flattened operand; gain: crt_magnitude_gain.
@@ -151,6 +155,8 @@ double smallest_scaled_product(const at::Tensor& da, const at::Tensor& db, int64
   }
   return smallest;
 }
+
+}  // namespace
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                          const at::Tensor& tau_b, const at::Tensor& norm_a,
@@ -204,6 +210,8 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, cons
   });
   return digits;
 }
+
+namespace {
 
 // Residues of rows [first, first + count) of a, modulus i at out[(i * count + r) * k + l]
 // (weighted: B's, see crt_reconstruct).
@@ -312,6 +320,8 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale
                             budget, round_chunk);
 }
 
+}  // namespace
+
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
@@ -338,6 +348,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   });
   return out;
 }
+
+namespace {
 
 // ---- gemm_crt_exact -----------------------------------------------------------------------------
 
@@ -399,6 +411,8 @@ void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int
                             exact_residues<T>(a.size(1), exponent_a, exponent_b, crt), budget,
                             round_chunk);
 }
+
+}  // namespace
 
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
@@ -485,21 +499,6 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
     });
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
-  m.impl("row_norm_scales", &row_norm_scales);
-  m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
-  m.impl("crt_row_scales", &crt_row_scales);
-  m.impl("row_norm_square_sums", &row_norm_square_sums);
-  m.impl("crt_magnitude", &crt_magnitude);
-  m.impl("crt_magnitude_digits", &crt_magnitude_digits);
-  m.impl("gemm_crt", &gemm_crt);
-  m.impl("gemm_crt_exact", &gemm_crt_exact);
-  m.impl("crt_residue_products", &crt_residue_products);
-  m.impl("crt_round", &crt_round);
 }
 
 }  // namespace ozaki::cpu

@@ -3,12 +3,12 @@
 // (docs/accuracy.md); and of ozaki::sampled_magnitudes, the fixed-count check's sample.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <optional>
 #include <utility>
 
 #include "../checks.h"
+#include "ops.h"
 
 namespace ozaki::cpu {
 namespace {
@@ -32,6 +32,8 @@ std::pair<at::Tensor, at::Tensor> magnitude_digit_rows(const at::Tensor& a, cons
   return {high, low};
 }
 
+}  // namespace
+
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b, int64_t total_k) {
   constexpr const char* op = "ozaki::magnitude_product";
@@ -53,6 +55,8 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
   return high_high.add_(cross.mul_(pow2(-grid_bits)));
 }
 
+namespace {
+
 // Entry (r, c): the lanes of csrc/scheme.h's order, then their pairwise sum, as the CUDA kernel
 // adds them.
 template <typename T>
@@ -64,6 +68,8 @@ double sampled_magnitude(const T* a_row, int tau_a, const T* b_row, int tau_b, i
   }
   return lanes[0];
 }
+
+}  // namespace
 
 at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                               const at::Tensor& tau_b, const at::Tensor& usable_a,
@@ -101,13 +107,6 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
     });
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
-  m.impl("magnitude_product", &magnitude_product);
-  m.impl("sampled_magnitudes", &sampled_magnitudes);
 }
 
 }  // namespace ozaki::cpu

@@ -7,11 +7,11 @@
 // ozaki::nearest_from_levels), the code the CUDA backend runs.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include "../checks.h"
 #include "../exact.h"
 #include "../workspace.h"
+#include "ops.h"
 #include "rows.h"
 
 namespace ozaki::cpu {
@@ -122,6 +122,8 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowD
   for_each_chunk_products<T>(a, bt, tau_a, tau_b, slices, fast, beta, workspace_bytes, round_chunk);
 }
 
+}  // namespace
+
 at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                        const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
                        const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
@@ -185,13 +187,6 @@ at::Tensor slice_levels(const at::Tensor& a, const at::Tensor& bt, const at::Ten
                                       beta, budget, write_levels);
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
-  m.impl("gemm_slices", &gemm_slices);
-  m.impl("slice_levels", &slice_levels);
 }
 
 }  // namespace ozaki::cpu

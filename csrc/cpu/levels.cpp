@@ -2,16 +2,15 @@
 // product (csrc/levels.h), entry by entry.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <tuple>
 #include <utility>
 
 #include "../checks.h"
 #include "../levels.h"
+#include "ops.h"
 
 namespace ozaki::cpu {
-namespace {
 
 std::tuple<at::Tensor, at::Tensor> round_levels(const at::Tensor& levels, const at::Tensor& tau_a,
                                                 const at::Tensor& tau_b, const at::Tensor& span_a,
@@ -49,9 +48,5 @@ std::tuple<at::Tensor, at::Tensor> round_levels(const at::Tensor& levels, const 
   });
   return {out, undecided};
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) { m.impl("round_levels", &round_levels); }
 
 }  // namespace ozaki::cpu

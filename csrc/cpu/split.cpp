@@ -1,14 +1,13 @@
 // CPU kernels of ozaki::row_stats and ozaki::split_rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include "../checks.h"
 #include "../row_stats_output.h"
+#include "ops.h"
 #include "rows.h"
 
 namespace ozaki::cpu {
-namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
@@ -42,13 +41,6 @@ at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices
     });
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
-  m.impl("row_stats", &row_stats);
-  m.impl("split_rows", &split_rows);
 }
 
 }  // namespace ozaki::cpu

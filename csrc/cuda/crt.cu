@@ -11,7 +11,6 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +27,7 @@
 #include "crt_fused.cuh"
 #include "int8_gemm.cuh"
 #include "launch.cuh"
+#include "ops.h"
 
 namespace ozaki::cuda {
 namespace {
@@ -94,6 +94,8 @@ at::Tensor row_norm_reduction(const at::Tensor& a, const at::Tensor& tau, at::Sc
   return out;
 }
 
+}  // namespace
+
 at::Tensor row_norm_scales(const at::Tensor& a, const at::Tensor& tau) {
   return row_norm_reduction<WriteNormScale, int>(a, tau, at::kInt, "ozaki::row_norm_scales");
 }
@@ -102,6 +104,8 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
   return row_norm_reduction<WriteNormSquareSum, int64_t>(a, tau, at::kLong,
                                                          "ozaki::row_norm_square_sums");
 }
+
+namespace {
 
 // ---- row_stats_with_norm_scales, crt_row_scales ------------------------------------------------
 
@@ -134,6 +138,8 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   if (threadIdx.x == 0) norm_scale[row] = norm_scale_code(square_sum, t);
 }
 
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
     const at::Tensor& a) {
   constexpr const char* op = "ozaki::row_stats_with_norm_scales";
@@ -153,6 +159,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   return {out.tau, out.bit_span, out.nonfinite, scales};
 }
 
+namespace {
+
 __global__ void row_scales_kernel(const int* norm_scales, const int* tau, const int* bit_span,
                                   int64_t rows, int t, int* out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
@@ -160,6 +168,8 @@ __global__ void row_scales_kernel(const int* norm_scales, const int* tau, const 
     out[i] = crt_row_scale_code(norm_scales[i], tau[i], bit_span[i], t);
   }
 }
+
+}  // namespace
 
 at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
                           const at::Tensor& bit_span, int64_t t) {
@@ -177,6 +187,8 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
+
+namespace {
 
 // ---- crt_magnitude -------------------------------------------------------------------------------
 
@@ -208,6 +220,8 @@ at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, cons
   return digits;
 }
 
+}  // namespace
+
 // The digits of every entry as int8 (rows, k), contiguous for int8_matmul: its products of two of
 // them are crt_magnitude's, and a k-shard's products add up to the whole rows'.
 at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
@@ -224,6 +238,8 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, cons
   });
   return digits;
 }
+
+namespace {
 
 constexpr int kMinThreads = 256;
 
@@ -252,6 +268,8 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
   }
   if (threadIdx.x == 0) block_min[blockIdx.x] = shared[0];
 }
+
+}  // namespace
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                          const at::Tensor& tau_b, const at::Tensor& norm_a,
@@ -304,6 +322,8 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   }
   return at::cat(minima).min();
 }
+
+namespace {
 
 // ---- gemm_crt ------------------------------------------------------------------------------------
 
@@ -642,6 +662,8 @@ inline bool fused_crt_path(int64_t m, int64_t n, int64_t k) {
   return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= kFusedUpTo;
 }
 
+}  // namespace
+
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
@@ -674,6 +696,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   });
   return out;
 }
+
+namespace {
 
 // ---- gemm_crt_exact --------------------------------------------------------------------------
 
@@ -822,6 +846,8 @@ __global__ void __launch_bounds__(kReconstructThreads, 3)
   }
 }
 
+}  // namespace
+
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
                           const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
@@ -906,6 +932,8 @@ at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
   return out;
 }
 
+namespace {
+
 // One entry per thread: products (N, m, n), summed over the shards, rebuilt and rounded as
 // reconstruct_kernel does.
 template <int N, typename T>
@@ -922,6 +950,8 @@ __global__ void round_products_kernel(const int32_t* products, int64_t m, int64_
         crt_reconstruct<N>(residues, row_scale(scale_a[i]), row_scale(scale_b[j]), format_of<T>()));
   }
 }
+
+}  // namespace
 
 at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
                      const at::Tensor& scale_b, at::ScalarType dtype) {
@@ -943,21 +973,6 @@ at::Tensor crt_round(const at::Tensor& products, const at::Tensor& scale_a,
     });
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
-  m.impl("row_norm_scales", &row_norm_scales);
-  m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
-  m.impl("crt_row_scales", &crt_row_scales);
-  m.impl("row_norm_square_sums", &row_norm_square_sums);
-  m.impl("crt_magnitude", &crt_magnitude);
-  m.impl("crt_magnitude_digits", &crt_magnitude_digits);
-  m.impl("gemm_crt", &gemm_crt);
-  m.impl("gemm_crt_exact", &gemm_crt_exact);
-  m.impl("crt_residue_products", &crt_residue_products);
-  m.impl("crt_round", &crt_round);
 }
 
 }  // namespace ozaki::cuda

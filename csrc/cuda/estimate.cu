@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <optional>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "batch.cuh"
 #include "half_gemm.cuh"
 #include "launch.cuh"
+#include "ops.h"
 
 namespace ozaki::cuda {
 namespace {
@@ -66,6 +66,8 @@ at::Tensor digit_product(const at::Tensor& x, const at::Tensor& y, const Product
   return out;
 }
 
+}  // namespace
+
 at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                              const at::Tensor& tau_b, int64_t total_k) {
   constexpr const char* op = "ozaki::magnitude_product";
@@ -89,6 +91,8 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
                                .add_(digit_product(da.second, db.first, shape).to(at::kDouble));
   return high_high.add_(cross.mul_(pow2(-grid_bits)));
 }
+
+namespace {
 
 // One block of kSampleLanes threads per entry (r, c) of ozaki::sampled_magnitudes: thread t sums
 // lane t, then the lanes are added pairwise in csrc/scheme.h's order (the CPU kernel's) and the
@@ -114,6 +118,8 @@ __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, cons
   }
   if (t == 0) out[pair] = sampled_entry(lanes[0], i, j, rows);
 }
+
+}  // namespace
 
 at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                               const at::Tensor& tau_b, const at::Tensor& usable_a,
@@ -143,13 +149,6 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
-  m.impl("magnitude_product", &magnitude_product);
-  m.impl("sampled_magnitudes", &sampled_magnitudes);
 }
 
 }  // namespace ozaki::cuda

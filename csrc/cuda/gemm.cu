@@ -13,7 +13,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <type_traits>
 
@@ -23,6 +22,7 @@
 #include "batch.cuh"
 #include "half_gemm.cuh"
 #include "int8_gemm.cuh"
+#include "ops.h"
 #include "split.cuh"
 
 namespace ozaki::cuda {
@@ -326,6 +326,8 @@ void level_chunks(const Operands<T>& in, const ProductShape& product, int slices
   for_each_chunk_products<Digit>(in, product, slices, fast, beta, budget, options, write_levels);
 }
 
+}  // namespace
+
 at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                        const at::Tensor& tau_b, const at::Tensor& span_a, const at::Tensor& span_b,
                        const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t slices,
@@ -386,13 +388,6 @@ at::Tensor slice_levels(const at::Tensor& a, const at::Tensor& bt, const at::Ten
     }
   });
   return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
-  m.impl("gemm_slices", &gemm_slices);
-  m.impl("slice_levels", &slice_levels);
 }
 
 }  // namespace ozaki::cuda

@@ -2,14 +2,13 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include "../checks.h"
 #include "../workspace.h"
 #include "int8_gemm.cuh"
+#include "ops.h"
 
 namespace ozaki::cuda {
-namespace {
 
 at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt) {
   constexpr const char* op = "ozaki::int8_matmul";
@@ -30,9 +29,5 @@ at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt) {
                   a16.const_data_ptr<int8_t>(), n, m, k_stride, out.mutable_data_ptr<int32_t>(), ld);
   return ld == n ? out : out.narrow(1, 0, n).contiguous();
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("int8_matmul", &int8_matmul); }
 
 }  // namespace ozaki::cuda

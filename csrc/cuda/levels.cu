@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <tuple>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "../checks.h"
 #include "../levels.h"
 #include "launch.cuh"
+#include "ops.h"
 
 namespace ozaki::cuda {
 namespace {
@@ -33,6 +33,8 @@ __global__ void round_levels_kernel(const double* levels, int64_t m, int64_t n, 
     undecided[e] = entry_undecided;
   }
 }
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor> round_levels(const at::Tensor& levels, const at::Tensor& tau_a,
                                                 const at::Tensor& tau_b, const at::Tensor& span_a,
@@ -62,9 +64,5 @@ std::tuple<at::Tensor, at::Tensor> round_levels(const at::Tensor& levels, const 
   });
   return {out, undecided};
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("round_levels", &round_levels); }
 
 }  // namespace ozaki::cuda

@@ -3,13 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <type_traits>
 
 #include "../checks.h"
 #include "../row_stats_output.h"
 #include "launch.cuh"
+#include "ops.h"
 #include "split.cuh"
 
 namespace ozaki::cuda {
@@ -105,8 +105,6 @@ template void launch_split_rows<float, int8_t>(const float*, int64_t, const RowB
 template void launch_split_rows<double, int8_t>(const double*, int64_t, const RowBlocks&, int64_t,
                                                 const int*, int, int, int8_t*, cudaStream_t);
 
-namespace {
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> row_stats(const at::Tensor& a) {
   check_matrix(a, "ozaki::row_stats", "a");
   const c10::cuda::CUDAGuard guard(a.device());
@@ -136,13 +134,6 @@ at::Tensor split_rows(const at::Tensor& a, const at::Tensor& tau, int64_t slices
                       at::cuda::getCurrentCUDAStream());
   });
   return padded.narrow(2, 0, k).contiguous();
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
-  m.impl("row_stats", &row_stats);
-  m.impl("split_rows", &split_rows);
 }
 
 }  // namespace ozaki::cuda

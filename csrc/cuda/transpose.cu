@@ -5,13 +5,13 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "../checks.h"
+#include "ops.h"
 
 namespace ozaki::cuda {
 namespace {
@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(kTile * kTileRows)
   }
 }
 
+}  // namespace
+
 at::Tensor transposed(const at::Tensor& b) {
   constexpr const char* op = "ozaki::transposed";
   check_transposed_argument(b, op);
@@ -90,9 +92,5 @@ at::Tensor transposed(const at::Tensor& b) {
   });
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(ozaki, CUDA, m) { m.impl("transposed", &transposed); }
 
 }  // namespace ozaki::cuda

@@ -131,6 +131,7 @@ class Estimates:
         self.k = a.shape[-1]
         self.norms = norms
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
+        self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -186,9 +187,11 @@ class Estimates:
     def exact_norm_bound(self, norm_a, norm_b) -> Fraction:
         """Exact scheme II: an upper bound of every |A'B'|_ij, A' and B' the rows scaled to
         integers (_ops.integer_exponents), from the rows' norm scales by Cauchy-Schwarz."""
-        local = torch.stack([_largest_integer_norm(self.stats_a, norm_a),
-                             _largest_integer_norm(self.stats_b, norm_b)])
-        bound_a, bound_b = self.combine_max(local).tolist()
+        known = self._norm_bounds
+        if known is not None and known[0] is norm_a and known[1] is norm_b:
+            bound_a, bound_b = known[2:]
+        else:
+            bound_a, bound_b = self.combine_max(self._largest_integer_norms(norm_a, norm_b)).tolist()
         # each float64 2^q / g is within a rounding of the exact ratio
         return Fraction(bound_a) * Fraction(bound_b) * (1 + Fraction(1, 1 << 50)) ** 2
 
@@ -208,16 +211,22 @@ class Estimates:
         # the float64 sum of k terms errs by under k 2^-53 relative
         return Fraction(bound) * (1 + Fraction(self.k, 1 << 52))
 
+    def _largest_integer_norms(self, norm_a, norm_b):
+        return torch.stack([_largest_integer_norm(self.stats_a, norm_a),
+                            _largest_integer_norm(self.stats_b, norm_b)])
+
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
         (c: the norm scales)."""
         local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
                                    _usable_rows(self.stats_a), _usable_rows(self.stats_b))
-        # the largest span comes in the same device-to-host read: plan_for's exact-INT8 check
-        # asks for it next
-        local = torch.stack([-local.double(), self.local_max_span().double()])
-        negated, span = self.combine_max(local).tolist()
+        # the largest span and exact scheme II's norm bounds come in the same device-to-host
+        # read: plan_for asks for them next
+        local = torch.cat([torch.stack([-local.double(), self.local_max_span().double()]),
+                           self._largest_integer_norms(norm_a, norm_b)])
+        negated, span, bound_a, bound_b = self.combine_max(local).tolist()
         self._max_span = int(span)
+        self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
 
 
