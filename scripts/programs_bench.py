@@ -12,12 +12,12 @@ programs under ozaki.enable".
   sanity figure |I - A X|_F.
 
 Fixed iteration counts, so both modes do the same work. Per case: the median time of --repeats
-runs after one warm-up, native and ozaki, their ratio, the sanity figures (computed natively) and
+runs after one warm-up, native and ozaki, their ratio, the sanity figures (with correctly rounded
+products, so that neither mode's rounding favours its own result) and
 the relative difference of the two results.
 """
 import argparse
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -28,6 +28,7 @@ import torch
 import ozaki
 from ozaki.cli import (HelpFormatter, check_output_path, device_name, nonnegative_int,
                        positive_int, resolve_device)
+from ozaki.bench import write_outputs
 from ozaki.progress import Progress
 
 PROGRAMS = ("cg", "newton-schulz")
@@ -190,7 +191,7 @@ def short_plan(plan):
 
 
 def measure(program, label, inputs, run, sanity, products, args):
-    """One row: both modes timed on the same inputs, their sanity figures (computed natively)."""
+    """One row: both modes timed on the same inputs, their sanity figures (rounded_product)."""
     native_ms, native = timed(run, args.device, args.repeats, under_ozaki=False)
     ozaki_ms, under = timed(run, args.device, args.repeats, under_ozaki=True)
     plan = ozaki.plan(*inputs)
@@ -200,13 +201,19 @@ def measure(program, label, inputs, run, sanity, products, args):
                 plan=str(plan), plan_short=short_plan(plan))
 
 
+def rounded_product(A, X):
+    """A @ X correctly rounded (ozaki's rounding="nearest"): the sanity figures' products, so that
+    native rounding errors that cancel those of the native result do not flatter it."""
+    return ozaki.dgemm(A, X, rounding="nearest")
+
+
 def cg_cases(args, K):
     for r in args.rhs:
         B = right_hand_sides(args.cg_size, r, args.seed, args.device)
         norms = torch.linalg.vector_norm(B, dim=0)
 
         def residual(X, B=B, norms=norms):
-            return float((torch.linalg.vector_norm(B - K @ X, dim=0) / norms).max())
+            return float((torch.linalg.vector_norm(B - rounded_product(K, X), dim=0) / norms).max())
 
         yield ("cg", f"n = {args.cg_size}, r = {r}, {args.cg_iterations} iterations", (K, B),
                lambda B=B: conjugate_gradients(K, B, args.cg_iterations), residual,
@@ -217,7 +224,7 @@ def ns_case(args, A):
     eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
     return ("newton-schulz", f"n = {args.ns_size}, {args.ns_iterations} iterations", (A, A),
             lambda: newton_schulz(A, args.ns_iterations),
-            lambda X: float(torch.linalg.norm(eye - A @ X)), 2 * args.ns_iterations)
+            lambda X: float(torch.linalg.norm(eye - rounded_product(A, X))), 2 * args.ns_iterations)
 
 
 SANITY = {"cg": "max_j |b_j - K x_j| / |b_j|", "newton-schulz": "|I - A X|_F"}
@@ -230,7 +237,7 @@ def format_markdown(rows, meta):
     lines = [f"**{meta['device']}, torch {meta['torch']}, ozaki {meta['ozaki']}, {meta['date']}; "
              f"median of {repeats} run{'s' if repeats > 1 else ''} after one warm-up**", "",
              "Sanity: " + "; ".join(f"{name} {what}" for name, what in SANITY.items())
-             + " (computed natively for both). rel. difference = |X_ozaki - X_native|_F / "
+             + " (A X and K X correctly rounded, for both). rel. difference = |X_ozaki - X_native|_F / "
              "|X_native|_F. ozaki plan: ozaki.plan of the program's product shape.", "",
              "| " + " | ".join(COLUMNS) + " |",
              "|" + "|".join(":---" if c in ("program", "case", "ozaki plan") else "---:"
@@ -241,26 +248,6 @@ def format_markdown(rows, meta):
                  f"{r['ozaki_sanity']:.3e}", f"{r['difference']:.1e}", r["plan_short"])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # strict JSON has no nan / inf
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def write_outputs(args, rows, meta):
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(_json_safe({"meta": meta, "rows": rows}), handle, indent=1)
-            handle.write("\n")
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(format_markdown(rows, meta))
 
 
 def main(argv=None):
@@ -279,7 +266,7 @@ def main(argv=None):
         for case in cases:
             row = measure(*case, args)
             rows.append(row)
-            write_outputs(args, rows, meta)
+            write_outputs(args, rows, meta, format_markdown)
             progress.step(f"{row['program']} {row['case']}: native {row['native_ms']:.2f} ms, "
                           f"ozaki {row['ozaki_ms']:.2f} ms ({row['ratio']:.2f}x); sanity "
                           f"{row['native_sanity']:.3e} / {row['ozaki_sanity']:.3e}")
@@ -294,7 +281,7 @@ def main(argv=None):
         del A
     progress.close()
     meta["complete"] = True
-    write_outputs(args, rows, meta)
+    write_outputs(args, rows, meta, format_markdown)
     sys.stdout.write(format_markdown(rows, meta))
 
 

@@ -330,23 +330,24 @@ f64, f32 = torch.float64, torch.float32
 _t = ones
 
 
-# (id, arguments (A, B, C) and keywords, exception, message)
+# (id, arguments (A, B, C) and keywords, exception, message); AB: operands that fit
+AB = (_t(3, 4), _t(4, 2))
 ERRORS = [
-    ("transa-X", (_t(3, 4), _t(4, 2)), {"transa": "X"}, ValueError,
+    ("transa-X", AB, {"transa": "X"}, ValueError,
      r"ozaki.gemm: transa must be False, True, 'N', 'T' or 'C', got 'X'"),
-    ("transb-lowercase", (_t(3, 4), _t(4, 2)), {"transb": "t"}, ValueError,
+    ("transb-lowercase", AB, {"transb": "t"}, ValueError,
      r"ozaki.gemm: transb must be False, True, 'N', 'T' or 'C', got 't'"),
-    ("transa-int", (_t(3, 4), _t(4, 2)), {"transa": 1}, ValueError,
+    ("transa-int", AB, {"transa": 1}, ValueError,
      r"ozaki.gemm: transa must be .*, got 1"),
-    ("alpha-str", (_t(3, 4), _t(4, 2)), {"alpha": "2"}, TypeError,
+    ("alpha-str", AB, {"alpha": "2"}, TypeError,
      r"ozaki.gemm: alpha must be a number, got str '2'"),
-    ("alpha-bool", (_t(3, 4), _t(4, 2)), {"alpha": True}, TypeError,
+    ("alpha-bool", AB, {"alpha": True}, TypeError,
      r"ozaki.gemm: alpha must be a number, got bool True"),
-    ("beta-none", (_t(3, 4), _t(4, 2), _t(3, 2)), {"beta": None}, TypeError,
+    ("beta-none", AB + (_t(3, 2),), {"beta": None}, TypeError,
      r"ozaki.gemm: beta must be a number, got NoneType"),
-    ("alpha-complex-real-operands", (_t(3, 4), _t(4, 2)), {"alpha": 2j}, TypeError,
+    ("alpha-complex-real-operands", AB, {"alpha": 2j}, TypeError,
      r"ozaki.gemm: alpha = 2j is complex but the operands are torch.float64"),
-    ("beta-complex-real-operands", (_t(3, 4), _t(4, 2), _t(3, 2)), {"beta": 1 + 1j}, TypeError,
+    ("beta-complex-real-operands", AB + (_t(3, 2),), {"beta": 1 + 1j}, TypeError,
      r"ozaki.gemm: beta = \(1\+1j\) is complex but the operands are torch.float64"),
     ("C-dtype", (_t(3, 4), _t(4, 2), _t(3, 2, dtype=f32)), {"beta": 1}, TypeError,
      r"ozaki.gemm: C must be torch.float64 like A and B, got torch.float32"),
@@ -369,17 +370,17 @@ ERRORS = [
     ("batch-and-matrix", (_t(2, 3, 4), _t(4, 2)), {}, ValueError,
      r"batched operands need the same batch size"),
     ("inner", (_t(3, 4), _t(5, 2)), {}, ValueError, r"ozaki.gemm: inner dimensions differ"),
-    ("inner-after-transb", (_t(3, 4), _t(4, 2)), {"transb": "T"}, ValueError,
+    ("inner-after-transb", AB, {"transb": "T"}, ValueError,
      r"ozaki.gemm: inner dimensions differ"),
-    ("backend", (_t(3, 4), _t(4, 2)), {"backend": "bogus"}, ValueError,
+    ("backend", AB, {"backend": "bogus"}, ValueError,
      r"ozaki.gemm: backend must be one of 'auto', 'fp16', 'int8', 'crt', got 'bogus'"),
-    ("slices", (_t(3, 4), _t(4, 2)), {"slices": 0}, ValueError,
+    ("slices", AB, {"slices": 0}, ValueError,
      r"ozaki.gemm: slices must be between 1 and 40, got 0"),
-    ("rounding", (_t(3, 4), _t(4, 2)), {"rounding": "up"}, ValueError,
+    ("rounding", AB, {"rounding": "up"}, ValueError,
      r"ozaki.gemm: rounding must be None or 'nearest', got 'up'"),
-    ("moduli-fp16", (_t(3, 4), _t(4, 2)), {"backend": "fp16", "moduli": 8}, ValueError,
+    ("moduli-fp16", AB, {"backend": "fp16", "moduli": 8}, ValueError,
      r"ozaki.gemm: moduli applies to backend='crt'"),
-    ("slices-crt", (_t(3, 4), _t(4, 2)), {"backend": "crt", "slices": 3}, ValueError,
+    ("slices-crt", AB, {"backend": "crt", "slices": 3}, ValueError,
      r"ozaki.gemm: slices applies to the scheme-I backends"),
 ]
 

@@ -564,6 +564,23 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk);
 }
 
+// What gemm_crt and gemm_crt_exact do once their arguments are checked: a's device made current,
+// and the result: zeros when the product is empty (nothing else to do), else uninitialised, with
+// k within scheme II's exact INT32 sums.
+struct CrtCall {
+  c10::cuda::CUDAGuard guard;
+  at::Tensor out;
+  bool empty;
+};
+inline CrtCall start_crt_call(const at::Tensor& a, const ProductShape& shape, const char* op) {
+  const bool empty = shape.batch == 0 || shape.m == 0 || shape.n == 0 || shape.k == 0;
+  if (!empty) check_crt_inner(shape.k, op);
+  return CrtCall{c10::cuda::CUDAGuard(a.device()),
+                 empty ? at::zeros(shape.out_sizes(), a.options())
+                       : at::empty(shape.out_sizes(), a.options()),
+                 empty};
+}
+
 // ---- gemm_crt, fused path ------------------------------------------------------------------------
 
 // One block per tile of each element of the chunk: the residue products kept on chip
@@ -670,13 +687,12 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
-  const int64_t m = shape.m, k = shape.k, n = shape.n;
   check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
-  const c10::cuda::CUDAGuard guard(a.device());
-  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
-  check_crt_inner(k, op);
-  at::Tensor out = at::empty(shape.out_sizes(), a.options());
-  const bool fused = fused_crt_path(m, n, k);
+  CrtCall call = start_crt_call(a, shape, op);
+  if (call.empty) return call.out;
+  at::Tensor out = call.out;
+  const int64_t k = shape.k;
+  const bool fused = fused_crt_path(shape.m, shape.n, k);
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes
                                              : (fused ? kDefaultFusedWorkspaceBytes
                                                       : kDefaultWorkspaceBytes);
@@ -854,12 +870,11 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   constexpr const char* op = "ozaki::gemm_crt_exact";
   const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
                                                             nonfinite_a, nonfinite_b, moduli, op);
-  const int64_t m = shape.m, k = shape.k, n = shape.n;
   check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
-  const c10::cuda::CUDAGuard guard(a.device());
-  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
-  check_crt_inner(k, op);
-  at::Tensor out = at::empty(shape.out_sizes(), a.options());
+  CrtCall call = start_crt_call(a, shape, op);
+  if (call.empty) return call.out;
+  at::Tensor out = call.out;
+  const int64_t k = shape.k;
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

@@ -83,15 +83,20 @@ __device__ __forceinline__ int swizzled(int r, int q) {
   return r * 64 + ((q ^ ((r >> 1) & 3)) << 4);
 }
 
-// The operands of one pipeline stage: k bytes [kt * Depth, (kt + 1) * Depth) of modulus i's
-// residues of the tile's Rows rows of a (at buffer) and Cols rows of b (after them), each row
-// swizzled; zeros past the operands' rows and k_stride.
+// The operand pipeline of a tile: stage after stage, modulus by modulus and k in order, into
+// Tile::kStages buffers of Tile::kStageBytes at `buffers`, one cp.async group per stage.
 template <int N, typename Tile>
 struct StageLoader {
   ResidueRows a, b;
   int64_t k_stride, e, row0, col0;
+  uint8_t* buffers;
+  int k_tiles;  // stages per modulus
+  int modulus = 0, kt = 0;  // the next stage to load
 
-  __device__ __forceinline__ void operator()(int modulus, int kt, uint8_t* buffer) const {
+  // k bytes [kt * Depth, (kt + 1) * Depth) of modulus i's residues of the tile's Rows rows of a
+  // (at buffer) and Cols rows of b (after them), each row swizzled; zeros past the operands' rows
+  // and k_stride.
+  __device__ __forceinline__ void load(int modulus, int kt, uint8_t* buffer) const {
     constexpr int Rows = Tile::kRows, Cols = Tile::kCols, Chunks = Tile::kChunks;
     const int64_t k0 = int64_t(kt) * Tile::kDepth;
     for (int c = threadIdx.x; c < (Rows + Cols) * Chunks; c += Tile::kThreads) {
@@ -107,6 +112,23 @@ struct StageLoader {
       copy_async_16(shared_address(buffer + (is_a ? 0 : Rows * Tile::kDepth) +
                                    swizzled<Tile::kDepth>(r, q)),
                     source, valid);
+    }
+  }
+
+  // The next stage into buffer `stage` (no commit).
+  __device__ __forceinline__ void next(int stage) {
+    load(modulus, kt, buffers + stage * Tile::kStageBytes);
+    if (++kt == k_tiles) {
+      kt = 0;
+      ++modulus;
+    }
+  }
+
+  // The first kStages - 1 stages of `total`, one group each.
+  __device__ __forceinline__ void start(int total) {
+    for (int s = 0; s < Tile::kStages - 1; ++s) {
+      if (s < total) next(s);
+      commit_async();
     }
   }
 };
@@ -136,26 +158,15 @@ __device__ const uint8_t* fused_residue_tile(ResidueRows a, ResidueRows b, int64
   const int k_tiles = static_cast<int>((k_stride + Tile::kDepth - 1) / Tile::kDepth);
   const int total = N * k_tiles;
 
-  const StageLoader<N, Tile> load_stage{a, b, k_stride, e, row0, col0};
-  int load_modulus = 0, load_kt = 0;
-  const auto load_next = [&](int stage) {
-    load_stage(load_modulus, load_kt, shared + stage * Tile::kStageBytes);
-    if (++load_kt == k_tiles) {
-      load_kt = 0;
-      ++load_modulus;
-    }
-  };
-  for (int s = 0; s < Stages - 1; ++s) {
-    if (s < total) load_next(s);
-    commit_async();
-  }
+  StageLoader<N, Tile> loader{a, b, k_stride, e, row0, col0, shared, k_tiles};
+  loader.start(total);
 
   int32_t acc[MI][NI][4] = {};
   int modulus = 0, kt = 0;
   for (int t = 0; t < total; ++t) {
     wait_async<Stages - 2>();
     __syncthreads();  // stage t is in; every warp is done with the stage loaded next
-    if (t + Stages - 1 < total) load_next((t + Stages - 1) % Stages);
+    if (t + Stages - 1 < total) loader.next((t + Stages - 1) % Stages);
     commit_async();
 
     const uint8_t* buffer = shared + (t % Stages) * Tile::kStageBytes;

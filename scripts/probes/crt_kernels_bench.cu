@@ -14,18 +14,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "../csrc/crt.h"
+#include "../../csrc/crt.h"
+#include "check.cuh"
 
 using namespace ozaki;
-
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));           \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 
 // ---- valid residue products -----------------------------------------------------------------

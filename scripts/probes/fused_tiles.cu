@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../csrc/cuda/crt_fused.cuh"
+#include "check.cuh"
 
 using namespace ozaki;
 using namespace ozaki::cuda;
@@ -93,19 +94,8 @@ __device__ const uint8_t* wgmma_residue_tile(ResidueRows a, ResidueRows b, int64
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k_tiles = static_cast<int>((k_stride + Tile::kDepth - 1) / Tile::kDepth);
   const int total = N * k_tiles;
-  const StageLoader<N, Tile> load_stage{a, b, k_stride, e, row0, col0};
-  int load_modulus = 0, load_kt = 0;
-  const auto load_next = [&](int stage) {
-    load_stage(load_modulus, load_kt, base + stage * Tile::kStageBytes);
-    if (++load_kt == k_tiles) {
-      load_kt = 0;
-      ++load_modulus;
-    }
-  };
-  for (int s = 0; s < Stages - 1; ++s) {
-    if (s < total) load_next(s);
-    commit_async();
-  }
+  StageLoader<N, Tile> loader{a, b, k_stride, e, row0, col0, base, k_tiles};
+  loader.start(total);
 
   int32_t acc[64];
   int modulus = 0, kt = 0;
@@ -113,7 +103,7 @@ __device__ const uint8_t* wgmma_residue_tile(ResidueRows a, ResidueRows b, int64
     wait_async<Stages - 2>();
     fence_async_shared();
     __syncthreads();  // stage t is in; the products of stage t - 1 are complete in every warp
-    if (t + Stages - 1 < total) load_next((t + Stages - 1) % Stages);
+    if (t + Stages - 1 < total) loader.next((t + Stages - 1) % Stages);
     commit_async();
 
     const uint32_t a_base = shared_address(base + (t % Stages) * Tile::kStageBytes);
@@ -150,14 +140,6 @@ __device__ const uint8_t* wgmma_residue_tile(ResidueRows a, ResidueRows b, int64
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
 
 __global__ void random_residues(int8_t* x, int64_t count, uint32_t seed) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;

@@ -676,14 +676,8 @@ def _portable_exp(x: torch.Tensor) -> torch.Tensor:
     return _times_two_to_the(polynomial, n.clamp(-2044, 2044))
 
 
-def phi_matrix(
-    rows: int,
-    cols: int,
-    phi: float,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float64,
-    device="cpu",
-) -> torch.Tensor:
+def phi_matrix(rows: int, cols: int, phi: float, generator: torch.Generator | None = None,
+               dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
     """Random ``rows x cols`` matrix ``(rand - 0.5) * exp(phi * randn)``.
 
     The standard test input of the Ozaki-scheme papers: ``phi`` (>= 0) sets the
@@ -709,15 +703,9 @@ def phi_matrix(
             return result
 
 
-def exponent_range_matrix(
-    rows: int,
-    cols: int,
-    low: int,
-    high: int,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float64,
-    device="cpu",
-) -> torch.Tensor:
+def exponent_range_matrix(rows: int, cols: int, low: int, high: int,
+                          generator: torch.Generator | None = None,
+                          dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
     """Random matrix ``+-(1 + 9 * rand) * 10**e`` with ``e`` uniform in [low, high].
 
     Every entry is nonzero with a random sign and a decimal exponent drawn
@@ -828,15 +816,9 @@ def _gendot_pair(
     return [x[p] for p in order], [y[p] for p in order]
 
 
-def gendot_matrices(
-    m: int,
-    k: int,
-    n: int,
-    condition: float,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float64,
-    device="cpu",
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gendot_matrices(m: int, k: int, n: int, condition: float,
+                    generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+                    device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Matrices whose DIAGONAL products are ill-conditioned dot products.
 
     For ``p = 0 .. max(m, n) - 1`` an independent GenDot pair ``(x_p, y_p)`` of

@@ -800,14 +800,20 @@ def _json_safe(value):
     return value
 
 
-def write_outputs(args, rows, meta):
+def write_json(path, meta, rows):
+    """meta and rows as strict JSON (non-finite floats as strings), for the benchmark scripts too."""
+    with open(path, "w") as handle:
+        json.dump(_json_safe({"meta": meta, "rows": rows}), handle, indent=1)
+        handle.write("\n")
+
+
+def write_outputs(args, rows, meta, markdown=None):
+    """--json and --markdown (markdown(rows, meta) gives the table; this bench's by default)."""
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(_json_safe({"meta": meta, "rows": rows}), handle, indent=1)
-            handle.write("\n")
+        write_json(args.json, meta, rows)
     if args.markdown:
         with open(args.markdown, "w") as handle:
-            handle.write(format_markdown(rows, meta))
+            handle.write((markdown or format_markdown)(rows, meta))
 
 
 # ---------------------------------------------------------------------------
