@@ -63,6 +63,17 @@ def test_batches_give_the_cpu_bits(batch, shape, monkeypatch):
 
 
 @pytest.mark.cuda
+def test_more_row_tiles_than_a_grid_side_holds(monkeypatch):
+    """65535 * 128 + 100 rows: more 128-row tiles than grid y holds (the kernel loops past it);
+    the fused path gives the cuBLAS path's bits (both exact, and both match the CPU above)."""
+    A, B = operands((), 65535 * 128 + 100, 8, 3, torch.float64, seed=6)
+    A, B = A.cuda(), B.cuda()
+    fused = product(A, B, 15, "fused", "cuda", monkeypatch)
+    assert_bitwise_equal(fused, product(A, B, 15, "cublas", "cuda", monkeypatch))
+    assert fused[-100:].isfinite().any()
+
+
+@pytest.mark.cuda
 def test_workspace_chunks_give_the_same_bits(monkeypatch):
     """A 1 MiB workspace splits the fused path's residues into many chunks of rows and columns."""
     A, B = operands((), 300, 520, 260, torch.float64, seed=5)

@@ -583,7 +583,8 @@ inline CrtCall start_crt_call(const at::Tensor& a, const ProductShape& shape, co
 
 // ---- gemm_crt, fused path ------------------------------------------------------------------------
 
-// One block per tile of each element of the chunk: the residue products kept on chip
+// One block per tile of each element of the chunk (column tiles along grid x, row tiles along y
+// and elements along z, looping past the grid's limits): the residue products kept on chip
 // (crt_fused.cuh), then each entry rebuilt and rounded as reconstruct_kernel does.
 template <int N, typename Tile, typename T>
 __global__ void __launch_bounds__(Tile::kThreads)
@@ -591,20 +592,24 @@ __global__ void __launch_bounds__(Tile::kThreads)
                      CrtOperands<T> in, T* out) {
   extern __shared__ __align__(128) uint8_t shared[];
   constexpr int Rows = Tile::kRows, Cols = Tile::kCols;
-  const int64_t row0 = int64_t(blockIdx.y) * Rows, col0 = int64_t(blockIdx.x) * Cols;
+  const int64_t col0 = int64_t(blockIdx.x) * Cols;
+  const int64_t row_tiles = (chunk.rows + Rows - 1) / Rows;
   for (int64_t e = blockIdx.z; e < chunk.elements; e += gridDim.z) {
-    const uint8_t* kept =
-        fused_residue_tile<N, Tile>(a_residues, b_residues, k_stride, e, row0, col0, shared);
-    for (int t = threadIdx.x; t < Rows * Cols; t += Tile::kThreads) {
-      const int r = t / Cols, c = t % Cols;
-      if (row0 + r >= chunk.rows || col0 + c >= chunk.cols) continue;
-      int32_t residues[N];
+    for (int64_t row_tile = blockIdx.y; row_tile < row_tiles; row_tile += gridDim.y) {
+      const int64_t row0 = row_tile * Rows;
+      const uint8_t* kept =
+          fused_residue_tile<N, Tile>(a_residues, b_residues, k_stride, e, row0, col0, shared);
+      for (int t = threadIdx.x; t < Rows * Cols; t += Tile::kThreads) {
+        const int r = t / Cols, c = t % Cols;
+        if (row0 + r >= chunk.rows || col0 + c >= chunk.cols) continue;
+        int32_t residues[N];
 #pragma unroll
-      for (int i = 0; i < N; ++i) residues[i] = kept[int64_t(i) * Rows * Cols + t];
-      out[chunk.out_index(e, row0 + r, col0 + c)] =
-          rounded_entry<N>(in, chunk.a_row(e, row0 + r), chunk.b_row(e, col0 + c), residues);
+        for (int i = 0; i < N; ++i) residues[i] = kept[int64_t(i) * Rows * Cols + t];
+        out[chunk.out_index(e, row0 + r, col0 + c)] =
+            rounded_entry<N>(in, chunk.a_row(e, row0 + r), chunk.b_row(e, col0 + c), residues);
+      }
+      __syncthreads();  // the kept residues are read before the next tile's products
     }
-    __syncthreads();  // the kept residues are read before the next element's products
   }
 }
 
@@ -616,9 +621,10 @@ void launch_fused_crt(const ResidueRows& a_residues, const ResidueRows& b_residu
   const int64_t bytes = Tile::shared_bytes(N);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)));
+  constexpr int64_t kMaxGridSide = 65535;  // grid y and z; the kernel loops past them
   const dim3 grid(static_cast<unsigned>(ceil_div(chunk.cols, Tile::kCols)),
-                  static_cast<unsigned>(ceil_div(chunk.rows, Tile::kRows)),
-                  static_cast<unsigned>(std::min<int64_t>(chunk.elements, 65535)));
+                  static_cast<unsigned>(std::min(ceil_div(chunk.rows, Tile::kRows), kMaxGridSide)),
+                  static_cast<unsigned>(std::min(chunk.elements, kMaxGridSide)));
   kernel<<<grid, Tile::kThreads, bytes, stream>>>(a_residues, b_residues, k_stride, chunk, in, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
