@@ -44,12 +44,18 @@ EXACT_MODULI = MODULI + (191, 181, 179, 173, 167, 163, 157, 151, 149, 139, 137, 
 MAX_EXACT_MODULI = len(EXACT_MODULI)
 
 
+def recoverable(product: int) -> Fraction:
+    """The largest |X| the reconstruction recovers from residues modulo moduli whose product is
+    `product`: P / 2 - P 2^-30 (its margin, csrc/crt.h)."""
+    return Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
+
+
 def _exact_limits():
     """P / 2 - P 2^-30 for the products P of the first 1, 2, ... EXACT_MODULI (increasing)."""
     limits, product = [], 1
     for p in EXACT_MODULI:
         product *= p
-        limits.append(Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS))
+        limits.append(recoverable(product))
     return tuple(limits)
 
 
@@ -73,7 +79,7 @@ def wide_scale_bits(moduli: int, k: int):
 @functools.lru_cache(maxsize=None)
 def _wide_scale_bits(moduli: int, g: int):
     product = math.prod(EXACT_MODULI[:moduli])
-    limit = Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
+    limit = recoverable(product)
     best = None
     for total in range(0, 2 * product.bit_length() + 1):
         t_a = total // 2
@@ -150,7 +156,7 @@ def scale_bits(moduli: int, k: int):
 @functools.lru_cache(maxsize=None)  # a few dozen (moduli, g) pairs; every plan asks for them
 def _scale_bits(moduli: int, g: int):
     product = moduli_product(moduli)
-    limit = Fraction(product, 2) - Fraction(product, 1 << RECONSTRUCTION_MARGIN_BITS)
+    limit = recoverable(product)
     best = None
     for total in range(0, 2 * MAX_SCALE_BITS + 1):
         t_a = total // 2
