@@ -396,6 +396,39 @@ void with_moduli_count(int moduli, F f) {
   with_constant<1, kMaxModuli>(moduli, f);
 }
 
+#ifdef __CUDACC__
+// Calls f(row, j0) for every row < rows and every group of four columns j0 = 4 g, g < groups, of
+// it: rows along grid y, groups along grid x and the threads.
+template <typename F>
+__device__ void for_each_four_columns(int64_t rows, int64_t groups, F f) {
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      f(row, 4 * g);
+    }
+  }
+}
+
+// The N INT32 products of four neighbouring entries of a row, modulus i's at first + i * plane
+// (16-byte aligned): all N loads are issued before any arithmetic reads them.
+template <int N>
+struct FourEntries {
+  int4 planes[N];
+  __device__ FourEntries(const int32_t* first, int64_t plane) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) planes[i] = __ldg(reinterpret_cast<const int4*>(first + i * plane));
+  }
+  // The N products of entry c (0 to 3).
+  __device__ void of_entry(int c, int32_t (&products)[N]) const {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int4& r = planes[i];
+      products[i] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
+    }
+  }
+};
+#endif
+
 // ---- Plan inputs (docs/accuracy.md, "Scheme II") ------------------------------------------------
 
 // ceil(|a| 2^-tau 2^16)^2: summed over a row (exactly, in uint64) it bounds ||row||^2 from above

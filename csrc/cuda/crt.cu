@@ -435,7 +435,7 @@ __device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi,
 
 // Entries per thread of the reconstruction: 4 consecutive columns, so each modulus's results come
 // in one 16-byte load (result rows are padded to kResultAlign = 4 entries, and so aligned).
-constexpr int kReconstructColumns = 4;
+constexpr int kReconstructColumns = 4;  // FourEntries and for_each_four_columns
 constexpr int kReconstructThreads = 256;
 
 // The N INT32 results of each entry (e, i, j) rebuilt into the exact integer and rounded once;
@@ -447,34 +447,20 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
                                    CrtOperands<T> in, T* out) {
   static_assert(kResultAlign % kReconstructColumns == 0);
   const int64_t plane = chunk.rows * ld;
-  const int64_t groups = ld / kReconstructColumns;
-  for (int64_t row = blockIdx.y; row < chunk.elements * chunk.rows; row += gridDim.y) {
+  for_each_four_columns(chunk.elements * chunk.rows, ld / kReconstructColumns, [&](int64_t row, int64_t j0) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
-    const int32_t* row_products = products + e * N * plane + i * ld;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t j0 = g * kReconstructColumns;
-      int4 loaded[N];  // all N loads in flight before the arithmetic
+    const FourEntries<N> loaded(products + e * N * plane + i * ld + j0, plane);
 #pragma unroll
-      for (int modulus = 0; modulus < N; ++modulus) {
-        loaded[modulus] = __ldg(reinterpret_cast<const int4*>(row_products + modulus * plane + j0));
-      }
-#pragma unroll
-      for (int c = 0; c < kReconstructColumns; ++c) {
-        const int64_t j = j0 + c;
-        if (j >= chunk.cols) break;
-        int32_t residues[N];
-#pragma unroll
-        for (int modulus = 0; modulus < N; ++modulus) {
-          const int4& r = loaded[modulus];
-          residues[modulus] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
-        }
-        out[chunk.out_index(e, i, j)] = rounded_entry<N>(in, gi, chunk.b_row(e, j), residues);
-      }
+    for (int c = 0; c < kReconstructColumns; ++c) {
+      const int64_t j = j0 + c;
+      if (j >= chunk.cols) break;
+      int32_t residues[N];
+      loaded.of_entry(c, residues);
+      out[chunk.out_index(e, i, j)] = rounded_entry<N>(in, gi, chunk.b_row(e, j), residues);
     }
-  }
+  });
 }
 
 // The exact INT32 residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk

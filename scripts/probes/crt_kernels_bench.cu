@@ -76,40 +76,26 @@ template <int N, int V, typename T>
 __global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, const int* scale_a,
                             const int* scale_b, T* out) {
   const int64_t plane = rows * ld;
-  const int64_t groups = ld / kColumns;
-  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+  for_each_four_columns(rows, ld / kColumns, [&](int64_t row, int64_t j0) {
     const RowScale c_a = row_scale(scale_a[row]);
-    const int32_t* row_products = products + row * ld;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t j0 = g * kColumns;
-      int4 loaded[N];
+    const FourEntries<N> loaded(products + row * ld + j0, plane);
 #pragma unroll
-      for (int m = 0; m < N; ++m) {
-        loaded[m] = __ldg(reinterpret_cast<const int4*>(row_products + m * plane + j0));
+    for (int c = 0; c < kColumns; ++c) {
+      const int64_t j = j0 + c;
+      int32_t residues[N];
+      loaded.of_entry(c, residues);
+      double value;
+      if constexpr (V == kLoadsOnly) {
+        int64_t sum = 0;
+#pragma unroll
+        for (int m = 0; m < N; ++m) sum += residues[m];
+        value = static_cast<double>(sum);
+      } else {
+        value = crt_reconstruct<N>(residues, c_a, row_scale(scale_b[j]), format_of<T>());
       }
-#pragma unroll
-      for (int c = 0; c < kColumns; ++c) {
-        const int64_t j = j0 + c;
-        int32_t residues[N];
-#pragma unroll
-        for (int m = 0; m < N; ++m) {
-          const int4& r = loaded[m];
-          residues[m] = c == 0 ? r.x : (c == 1 ? r.y : (c == 2 ? r.z : r.w));
-        }
-        double value;
-        if constexpr (V == kLoadsOnly) {
-          int64_t sum = 0;
-#pragma unroll
-          for (int m = 0; m < N; ++m) sum += residues[m];
-          value = static_cast<double>(sum);
-        } else {
-          value = crt_reconstruct<N>(residues, c_a, row_scale(scale_b[j]), format_of<T>());
-        }
-        out[row * ld + j] = static_cast<T>(value);
-      }
+      out[row * ld + j] = static_cast<T>(value);
     }
-  }
+  });
 }
 
 __global__ void make_scales(int* scales, int64_t count, int base, uint64_t seed) {
