@@ -282,6 +282,44 @@ inline ProductShape check_gemm_crt_exact_arguments(const at::Tensor& a, const at
   return shape;
 }
 
+// The layout of crt_left_residues' result for operand a: int8 (moduli, m, k_stride), or
+// (batch, moduli, m, k_stride) for a batch, k_stride = k rounded up to kResidueRowAlign.
+inline std::vector<int64_t> left_residue_sizes(const at::Tensor& a, int64_t moduli) {
+  const int64_t k = a.size(-1);
+  const int64_t k_stride = (k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
+  if (a.dim() == 3) return {a.size(0), moduli, a.size(1), k_stride};
+  return {moduli, a.size(0), k_stride};
+}
+
+// The arguments of ozaki::crt_left_residues: a float64/float32 (m, k) or (batch, m, k) contiguous
+// operand, int32 per-row scales (codes, or exponents when exact) and a moduli count the scheme
+// allows.
+inline void check_crt_left_residues_arguments(const at::Tensor& a, const at::Tensor& scale,
+                                              int64_t moduli, bool exact, const char* op) {
+  const ProductShape shape = check_operands(a, a, op);
+  check_operand_vector(scale, shape, true, at::kInt, op, "scale");
+  const int64_t limit = exact ? kExactMaxModuli : kMaxModuli;
+  TORCH_CHECK(moduli >= 1 && moduli <= limit, op, ": moduli must be in [1, ", limit, "], got ",
+              moduli);
+  check_crt_inner(shape.k, op);
+}
+
+// The optional prepared residues of a product's a (crt_left_residues' result for `moduli`):
+// on a's device, int8, contiguous, of crt_left_residues' shape.
+inline void check_residues_a(const std::optional<at::Tensor>& residues, const at::Tensor& a,
+                             int64_t moduli, const char* op) {
+  if (!residues.has_value()) return;
+  const at::Tensor& r = *residues;
+  const std::vector<int64_t> sizes = left_residue_sizes(a, moduli);
+  TORCH_CHECK(r.scalar_type() == at::kChar && r.is_contiguous() &&
+                  r.sizes() == at::IntArrayRef(sizes),
+              op, ": residues_a must be a contiguous int8 tensor of shape ", at::IntArrayRef(sizes),
+              " (crt_left_residues of a for ", moduli, " moduli), got ", r.scalar_type(), " ",
+              r.sizes());
+  TORCH_CHECK(r.device() == a.device(), op, ": residues_a must be on a's device ", a.device(),
+              ", got ", r.device());
+}
+
 // The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.
 inline void check_int8_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
   for (const auto* t : {&a, &bt}) {

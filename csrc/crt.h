@@ -21,6 +21,8 @@ constexpr int kModuli[kMaxModuli] = {256, 255, 253, 251, 247, 241, 239, 233,
                                      229, 227, 223, 217, 211, 199, 197, 193};
 // Products of residues are at most 2^14: k of them stay below 2^31 (exact INT32 accumulation).
 constexpr int64_t kCrtMaxInner = (int64_t(1) << 17) - 1;
+// Rows of stored INT8 residues are padded with zeros to a multiple of this many entries (16 bytes).
+constexpr int64_t kResidueRowAlign = 16;
 // Rounded operands are int64: every |A'_il| <= 2^62 + 1/2.
 constexpr int kCrtMaxScaleBits = 62;
 // Norm bounds use squares of magnitudes rounded up onto the grid 2^-16 of the row's maximum.

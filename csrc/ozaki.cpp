@@ -65,17 +65,25 @@ TORCH_LIBRARY(ozaki, m) {
       "Tensor usable_a, Tensor usable_b) -> Tensor");
   // C = a @ bt.T from A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j) (scale codes scale_a, scale_b): A'B'
   // exactly from INT8 residues of the first `moduli` moduli, rounded once as A'B' / (c_a_i c_b_j).
-  // The scales must keep |A'B'| below P / 2. (m, n) or (batch, m, n).
+  // The scales must keep |A'B'| below P / 2. (m, n) or (batch, m, n). residues_a: a's residues
+  // from crt_left_residues(a, scale_a, moduli, false), used instead of computing them again.
   m.def(
       "gemm_crt(Tensor a, Tensor bt, Tensor scale_a, Tensor scale_b, Tensor nonfinite_a, "
-      "Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
+      "Tensor nonfinite_b, int moduli, int workspace_bytes, Tensor? residues_a=None) -> Tensor");
   // C = a @ bt.T, correctly rounded: rows of a scaled by 2^exponent_a_i and of bt by 2^exponent_b_j
   // (exponents that make every entry an integer; others are rounded to integers first), their
   // product rebuilt exactly from INT8 residues of the first `moduli` (up to 40) moduli and rounded
-  // once. The exponents must keep |A'B'| below P / 2. (m, n) or (batch, m, n).
+  // once. The exponents must keep |A'B'| below P / 2. (m, n) or (batch, m, n). residues_a: as
+  // gemm_crt's, from crt_left_residues(a, exponent_a, moduli, true).
   m.def(
       "gemm_crt_exact(Tensor a, Tensor bt, Tensor exponent_a, Tensor exponent_b, "
-      "Tensor nonfinite_a, Tensor nonfinite_b, int moduli, int workspace_bytes) -> Tensor");
+      "Tensor nonfinite_a, Tensor nonfinite_b, int moduli, int workspace_bytes, "
+      "Tensor? residues_a=None) -> Tensor");
+  // The INT8 residues that gemm_crt (exact = false: scale holds scale codes) or gemm_crt_exact
+  // (exact: scale holds exponents) computes for a's rows, int8 (moduli, m, k_stride) or (batch,
+  // moduli, m, k_stride), rows padded with zeros to k_stride = k rounded up to 16: computed once,
+  // they serve every product of a with the same scales and moduli (ozaki.prepare).
+  m.def("crt_left_residues(Tensor a, Tensor scale, int moduli, bool exact) -> Tensor");
   // ---- k-sharded products (docs/distributed.md): a rank holds columns [k0, k0 + k) of A's rows and
   // the same rows of B; tau/span/scale are the whole rows' (the same on every rank). Each operator
   // below returns integers (or values on a fixed grid) whose sum over the shards is exact in any

@@ -19,31 +19,23 @@ import torch
 import ozaki
 
 
-def phi_matrix(rows, cols, phi, seed, dtype):
-    """Entries (u - 0.5) exp(phi z), u uniform and z standard normal: exponent spread grows with
-    phi."""
+def spread_matrix(rows, cols, spread, seed, dtype):
+    """Entries (u - 1/2) 2^e, u uniform in [0, 1) and e a uniform integer in [-spread, spread]:
+    exact arithmetic on the generator's bits only, so every machine draws the same entries."""
     g = torch.Generator().manual_seed(seed)
     u = torch.rand(rows, cols, generator=g, dtype=torch.float64)
-    z = torch.randn(rows, cols, generator=g, dtype=torch.float64)
-    return ((u - 0.5) * torch.exp(phi * z)).to(dtype)
-
-
-def wide_rows(rows, cols, seed, dtype):
-    """Rows whose entries span about 2^-60 to 2^60 (2^-40 to 2^40 for float32)."""
-    span = 60 if dtype == torch.float64 else 40
-    g = torch.Generator().manual_seed(seed)
-    exponents = torch.randint(-span, span + 1, (rows, cols), generator=g).to(torch.float64)
-    signs = torch.randint(0, 2, (rows, cols), generator=g).to(torch.float64) * 2 - 1
-    return (signs * torch.rand(rows, cols, generator=g, dtype=torch.float64).add(1) *
-            torch.pow(2.0, exponents)).to(dtype)
+    e = torch.randint(-spread, spread + 1, (rows, cols), generator=g)
+    return torch.ldexp(u - 0.5, e).to(dtype)
 
 
 def cases():
-    """(name, function returning the result) pairs; operands are made on the CPU."""
+    """(name, (A, B), keyword arguments of ozaki.gemm) rows; operands are made on the CPU."""
     out = []
     for dtype, name in [(torch.float64, "f64"), (torch.float32, "f32")]:
-        A, B = phi_matrix(37, 300, 0.5, 1, dtype), phi_matrix(300, 29, 0.5, 2, dtype)
-        wide_a, wide_b = wide_rows(23, 150, 3, dtype), wide_rows(150, 19, 4, dtype)
+        A, B = spread_matrix(37, 300, 2, 1, dtype), spread_matrix(300, 29, 2, 2, dtype)
+        wide = 60 if dtype == torch.float64 else 40  # rows spanning about 2^-wide to 2^wide
+        wide_a = spread_matrix(23, 150, wide, 3, dtype)
+        wide_b = spread_matrix(150, 19, wide, 4, dtype)
         special_a = A.clone()
         special_a[3, 7], special_a[5, 0], special_a[9, 9] = float("nan"), float("inf"), -float("inf")
         settings = [("default", {}), ("nearest", {"rounding": "nearest"}),
@@ -55,15 +47,15 @@ def cases():
             out.append((f"{name}-{label}", (A, B), options))
             out.append((f"{name}-{label}-wide", (wide_a, wide_b), options))
         out.append((f"{name}-special", (special_a, B), {}))
-        out.append((f"{name}-big", (phi_matrix(700, 600, 1.0, 5, dtype),
-                                    phi_matrix(600, 96, 1.0, 6, dtype)), {}))
-        batch_a = phi_matrix(3 * 20, 64, 1.0, 7, dtype).reshape(3, 20, 64)
-        batch_b = phi_matrix(3 * 64, 11, 1.0, 8, dtype).reshape(3, 64, 11)
+        out.append((f"{name}-big", (spread_matrix(700, 600, 4, 5, dtype),
+                                    spread_matrix(600, 96, 4, 6, dtype)), {}))
+        batch_a = spread_matrix(3 * 20, 64, 4, 7, dtype).reshape(3, 20, 64)
+        batch_b = spread_matrix(3 * 64, 11, 4, 8, dtype).reshape(3, 64, 11)
         out.append((f"{name}-batched", (batch_a, batch_b), {}))
-    complex_a = torch.complex(phi_matrix(15, 80, 1.0, 9, torch.float64),
-                              phi_matrix(15, 80, 1.0, 10, torch.float64))
-    complex_b = torch.complex(phi_matrix(80, 12, 1.0, 11, torch.float64),
-                              phi_matrix(80, 12, 1.0, 12, torch.float64))
+    complex_a = torch.complex(spread_matrix(15, 80, 4, 9, torch.float64),
+                              spread_matrix(15, 80, 4, 10, torch.float64))
+    complex_b = torch.complex(spread_matrix(80, 12, 4, 11, torch.float64),
+                              spread_matrix(80, 12, 4, 12, torch.float64))
     out.append(("c128", (complex_a, complex_b), {}))
     return out
 

@@ -11,10 +11,13 @@ programs under ozaki.enable".
 - newton-schulz: X <- X (2I - A X) for A = I + 0.1 randn / sqrt(n), two products per iteration;
   sanity figure |I - A X|_F.
 
-Fixed iteration counts, so both modes do the same work. Per case: the median time of --repeats
-runs after one warm-up, native and ozaki, their ratio, the sanity figures (with correctly rounded
-products, so that neither mode's rounding favours its own result) and
-the relative difference of the two results.
+Three modes: native; under ozaki.enable(); and under ozaki.enable() with the fixed left operand
+(K, A) prepared by ozaki.prepare at the start of each run (its cost included).
+
+Fixed iteration counts, so every mode does the same work. Per case: the median time of --repeats
+runs after one warm-up per mode, the ratios to native, whether the prepared run gave the ozaki
+run's bits, the sanity figures (with correctly rounded products, so that neither mode's rounding
+favours its own result) and the relative difference of the native and ozaki results.
 """
 import argparse
 import datetime
@@ -161,11 +164,19 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def timed(run, device, repeats, under_ozaki):
-    """Median milliseconds of `repeats` runs after one untimed one, and the last run's result."""
+MODES = ("native", "ozaki", "prepared")
+
+
+def timed(run, device, repeats, mode, fixed=None):
+    """Median milliseconds of `repeats` runs after one untimed one, and the last run's result.
+    mode: native, ozaki (under ozaki.enable) or prepared (under ozaki.enable, with the program's
+    fixed left operand prepared at the start of each run: ozaki.prepare's cost is timed too)."""
     def call():
-        if under_ozaki:
+        if mode == "ozaki":
             with ozaki.enable():
+                return run()
+        if mode == "prepared":
+            with ozaki.enable(), ozaki.prepare(fixed):
                 return run()
         return run()
 
@@ -191,12 +202,17 @@ def short_plan(plan):
 
 
 def measure(program, label, inputs, run, sanity, products, args):
-    """One row: both modes timed on the same inputs, their sanity figures (rounded_product)."""
-    native_ms, native = timed(run, args.device, args.repeats, under_ozaki=False)
-    ozaki_ms, under = timed(run, args.device, args.repeats, under_ozaki=True)
+    """One row: every mode timed on the same inputs, the sanity figures (rounded_product), and
+    whether the prepared run gave the ozaki run's bits. inputs[0] is the fixed left operand."""
+    native_ms, native = timed(run, args.device, args.repeats, "native")
+    ozaki_ms, under = timed(run, args.device, args.repeats, "ozaki")
+    prepared_ms, prepared = timed(run, args.device, args.repeats, "prepared", fixed=inputs[0])
     plan = ozaki.plan(*inputs)
     return dict(program=program, case=label, products=products, native_ms=native_ms,
-                ozaki_ms=ozaki_ms, ratio=ozaki_ms / native_ms, native_sanity=sanity(native),
+                ozaki_ms=ozaki_ms, ratio=ozaki_ms / native_ms, prepared_ms=prepared_ms,
+                prepared_ratio=prepared_ms / native_ms,
+                prepared_same_bits=bool(torch.equal(prepared, under)),
+                native_sanity=sanity(native),
                 ozaki_sanity=sanity(under), difference=relative_difference(under, native),
                 plan=str(plan), plan_short=short_plan(plan))
 
@@ -229,7 +245,8 @@ def ns_case(args, A):
 
 SANITY = {"cg": "max_j |b_j - K x_j| / |b_j|", "newton-schulz": "|I - A X|_F"}
 COLUMNS = ("program", "case", "products", "native ms", "ozaki ms", "ozaki / native",
-           "sanity native", "sanity ozaki", "rel. difference", "ozaki plan")
+           "prepared ms", "prepared / native", "prepared bits = ozaki", "sanity native",
+           "sanity ozaki", "rel. difference", "ozaki plan")
 
 
 def format_markdown(rows, meta):
@@ -244,7 +261,9 @@ def format_markdown(rows, meta):
                             for c in COLUMNS) + "|"]
     for r in rows:
         cells = (r["program"], r["case"], str(r["products"]), f"{r['native_ms']:.2f}",
-                 f"{r['ozaki_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['native_sanity']:.3e}",
+                 f"{r['ozaki_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['prepared_ms']:.2f}",
+                 f"{r['prepared_ratio']:.2f}", "yes" if r["prepared_same_bits"] else "**no**",
+                 f"{r['native_sanity']:.3e}",
                  f"{r['ozaki_sanity']:.3e}", f"{r['difference']:.1e}", r["plan_short"])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -268,7 +287,8 @@ def main(argv=None):
             rows.append(row)
             write_outputs(args, rows, meta, format_markdown)
             progress.step(f"{row['program']} {row['case']}: native {row['native_ms']:.2f} ms, "
-                          f"ozaki {row['ozaki_ms']:.2f} ms ({row['ratio']:.2f}x); sanity "
+                          f"ozaki {row['ozaki_ms']:.2f} ms ({row['ratio']:.2f}x), prepared "
+                          f"{row['prepared_ms']:.2f} ms ({row['prepared_ratio']:.2f}x); sanity "
                           f"{row['native_sanity']:.3e} / {row['ozaki_sanity']:.3e}")
 
     if "cg" in args.programs:

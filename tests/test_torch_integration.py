@@ -59,6 +59,12 @@ def crt_exact_args(device, batch=None, count=24):
     return (a, bt, _ops.integer_exponents(sa), _ops.integer_exponents(sb), sa[2], sb[2], count, 0)
 
 
+def with_residues(args, exact):
+    """gemm_crt's or gemm_crt_exact's arguments with a's residues (crt_left_residues) appended."""
+    a, _, scale_a, *_, count, _ = args
+    return (*args, OPS.crt_left_residues(a, scale_a, count, exact))
+
+
 def magnitude_args(device, batch=None):
     a, bt, sa, sb, *_ = row_operands(device, batch)
     return (a, bt, sa[0], sb[0])
@@ -139,6 +145,12 @@ OPCHECK_CASES = {
     "gemm_crt-batched": (OPS.gemm_crt, lambda d: crt_args(d, 3)),
     "gemm_crt_exact": (OPS.gemm_crt_exact, crt_exact_args),
     "gemm_crt_exact-batched": (OPS.gemm_crt_exact, lambda d: crt_exact_args(d, 3)),
+    "gemm_crt-residues": (OPS.gemm_crt, lambda d: with_residues(crt_args(d), False)),
+    "gemm_crt_exact-residues-batched": (OPS.gemm_crt_exact,
+                                        lambda d: with_residues(crt_exact_args(d, 3), True)),
+    "crt_left_residues": (OPS.crt_left_residues, lambda d: crt_args(d)[::2][:2] + (8, False)),
+    "crt_left_residues-exact-batched": (OPS.crt_left_residues,
+                                        lambda d: crt_exact_args(d, 3)[::2][:2] + (24, True)),
     "int8_matmul": (OPS.int8_matmul, int8_args),
     "magnitude_product-total_k": (OPS.magnitude_product,
                                   lambda d: (*magnitude_args(d), 2 * magnitude_args(d)[0].shape[1])),

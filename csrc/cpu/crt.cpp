@@ -269,6 +269,50 @@ auto truncated_residues(int64_t k, const int* scale_a, const int* scale_b) {
   };
 }
 
+// Element e's part of prepared residues of a (crt_left_residues), element_size entries each;
+// nullptr when there are none.
+const int8_t* prepared_element(const std::optional<at::Tensor>& residues, int64_t e,
+                               int64_t element_size) {
+  return residues.has_value() ? residues->const_data_ptr<int8_t>() + e * element_size : nullptr;
+}
+
+// residues, except that a's rows (weighted = false) come from prepared, a's residues of this
+// element in crt_left_residues' layout (moduli planes of m rows of k_stride entries), when given.
+template <typename T, typename Residues>
+auto with_prepared_a(Residues residues, const int8_t* prepared, int moduli, int64_t m, int64_t k) {
+  return [=](const T* data, int64_t first, int64_t count, bool weighted, double* out) {
+    if (weighted || prepared == nullptr) return residues(data, first, count, weighted, out);
+    const int64_t k_stride = round_up(k, kResidueRowAlign);
+    for (int i = 0; i < moduli; ++i) {
+      for (int64_t r = 0; r < count; ++r) {
+        const int8_t* row = prepared + (i * m + first + r) * k_stride;
+        std::copy(row, row + k, out + (i * count + r) * k);
+      }
+    }
+  };
+}
+
+// Writes the residues of every row of the 2-D a as crt_left_residues lays them out (moduli
+// planes of m rows, k_stride entries each, zero past k) from residue_product_chunks' residues,
+// a chunk of rows at a time.
+template <typename T, typename Residues>
+void write_left_residues(const at::Tensor& a, int moduli, Residues residues, int8_t* out) {
+  const int64_t m = a.size(0), k = a.size(1), k_stride = round_up(k, kResidueRowAlign);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, moduli * k));
+  std::fill(out, out + moduli * m * k_stride, int8_t(0));
+  std::vector<double> values(moduli * std::min(chunk, m) * k);
+  for (int64_t first = 0; first < m; first += chunk) {
+    const int64_t count = std::min(chunk, m - first);
+    residues(a.const_data_ptr<T>(), first, count, false, values.data());
+    for (int i = 0; i < moduli; ++i) {
+      for (int64_t r = 0; r < count; ++r) {
+        const double* from = values.data() + (i * count + r) * k;
+        std::copy(from, from + k, out + (i * m + first + r) * k_stride);
+      }
+    }
+  }
+}
+
 // C_ij rebuilt from its N residue products, modulus i's at entry[i * plane], and rounded once to
 // T (gemm_crt's and crt_round's entries alike).
 template <int N, typename T, typename Product>
@@ -308,7 +352,7 @@ void round_chunk_entries(const at::Tensor& a, const at::Tensor& bt, const bool* 
 template <int N, typename T>
 void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
                      const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b,
-                     int64_t budget, at::Tensor& out) {
+                     int64_t budget, const int8_t* prepared_a, at::Tensor& out) {
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
     round_chunk_entries<T>(a, bt, nonfinite_a, nonfinite_b, out, i0, rows, j0, cols,
                            [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
@@ -316,18 +360,23 @@ void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale
                                                     scale_b[gj]);
                            });
   };
-  residue_product_chunks<T>(a, bt, N, truncated_residues<N, T>(a.size(1), scale_a, scale_b),
-                            budget, round_chunk);
+  residue_product_chunks<T>(
+      a, bt, N,
+      with_prepared_a<T>(truncated_residues<N, T>(a.size(1), scale_a, scale_b), prepared_a, N,
+                         a.size(0), a.size(1)),
+      budget, round_chunk);
 }
 
 }  // namespace
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
-                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                    const std::optional<at::Tensor>& residues_a) {
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
+  check_residues_a(residues_a, a, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -342,7 +391,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
             batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
             scale_a.const_data_ptr<int>() + e * m, scale_b.const_data_ptr<int>() + e * n,
             nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-            budget, out_e);
+            budget, prepared_element(residues_a, e, moduli * m * round_up(k, kResidueRowAlign)),
+            out_e);
       }
     });
   });
@@ -392,7 +442,7 @@ template <typename T>
 void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int* exponent_a,
                             const int* exponent_b, const bool* nonfinite_a,
                             const bool* nonfinite_b, const ExactCrt& crt, int64_t budget,
-                            at::Tensor& out) {
+                            const int8_t* prepared_a, at::Tensor& out) {
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
     with_limb_count(crt, [&](auto limbs) {
       round_chunk_entries<T>(
@@ -408,18 +458,22 @@ void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int
     });
   };
   residue_product_chunks<T>(a, bt, crt.moduli,
-                            exact_residues<T>(a.size(1), exponent_a, exponent_b, crt), budget,
-                            round_chunk);
+                            with_prepared_a<T>(exact_residues<T>(a.size(1), exponent_a, exponent_b,
+                                                                 crt),
+                                               prepared_a, crt.moduli, a.size(0), a.size(1)),
+                            budget, round_chunk);
 }
 
 }  // namespace
 
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
-                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                          const std::optional<at::Tensor>& residues_a) {
   constexpr const char* op = "ozaki::gemm_crt_exact";
   const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
                                                             nonfinite_a, nonfinite_b, moduli, op);
+  check_residues_a(residues_a, a, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -433,7 +487,37 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
           batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
           exponent_a.const_data_ptr<int>() + e * m, exponent_b.const_data_ptr<int>() + e * n,
           nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-          crt, budget, out_e);
+          crt, budget, prepared_element(residues_a, e, moduli * m * round_up(k, kResidueRowAlign)),
+          out_e);
+    }
+  });
+  return out;
+}
+
+at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64_t moduli,
+                             bool exact) {
+  constexpr const char* op = "ozaki::crt_left_residues";
+  check_crt_left_residues_arguments(a, scale, moduli, exact, op);
+  at::Tensor out = at::empty(left_residue_sizes(a, moduli), a.options().dtype(at::kChar));
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, m = a.size(-2), k = a.size(-1);
+  const int64_t element_size = moduli * m * round_up(k, kResidueRowAlign);
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    for (int64_t e = 0; e < batch; ++e) {
+      const at::Tensor a_e = batch_element(a, batched, e);
+      const int* scale_e = scale.const_data_ptr<int>() + e * m;
+      int8_t* out_e = out.mutable_data_ptr<int8_t>() + e * element_size;
+      if (exact) {
+        const ExactCrt crt = exact_crt(static_cast<int>(moduli));
+        write_left_residues<scalar_t>(a_e, crt.moduli,
+                                      exact_residues<scalar_t>(k, scale_e, nullptr, crt), out_e);
+      } else {
+        with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+          constexpr int N = decltype(count)::value;
+          write_left_residues<scalar_t>(a_e, N, truncated_residues<N, scalar_t>(k, scale_e, nullptr),
+                                        out_e);
+        });
+      }
     }
   });
   return out;

@@ -22,6 +22,7 @@ TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
   m.impl("gemm_crt_exact", &gemm_crt_exact);
+  m.impl("crt_left_residues", &crt_left_residues);
   m.impl("crt_residue_products", &crt_residue_products);
   m.impl("crt_round", &crt_round);
   m.impl("int8_matmul", &int8_matmul);

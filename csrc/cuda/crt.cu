@@ -41,7 +41,7 @@ constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(12) << 30;
 constexpr int64_t kExactMinColumns = 1024;
 // INT8 operand rows and INT32 result rows are padded to 16 bytes.
-constexpr int64_t kInnerAlign = 16;
+constexpr int64_t kInnerAlign = kResidueRowAlign;
 constexpr int64_t kResultAlign = 4;
 
 // ---- row_norm_scales, row_norm_square_sums ----------------------------------------------------
@@ -468,11 +468,13 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
 // residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
 // finish(products, ld, chunk, stream) consumes each chunk's results (modulus i's of element e in
 // the plane products + (e * moduli + i) * chunk.rows * ld, row r at + r * ld) before the next
-// chunk's GEMMs overwrite them on the same stream.
+// chunk's GEMMs overwrite them on the same stream. prepared_a: a's residues of every element
+// (crt_left_residues' layout), read instead of computed; nullptr computes them.
 template <typename T, typename Residues, typename Finish>
 void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int moduli,
                             int64_t budget, const at::TensorOptions& options, Residues residues,
-                            Finish finish, int64_t min_columns = kMinColumns) {
+                            Finish finish, int64_t min_columns = kMinColumns,
+                            const int8_t* prepared_a = nullptr) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t N = moduli;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
@@ -488,7 +490,8 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
   const int64_t chunk_cols = plan.within.cols;
   const int64_t ld = round_up(chunk_cols, kResultAlign);
-  at::Tensor a_residues = at::empty({chunk_elements * N * chunk_rows * k_stride}, options.dtype(at::kChar));
+  const int64_t a_rows = prepared_a != nullptr ? 0 : chunk_rows;
+  at::Tensor a_residues = at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld}, options.dtype(at::kInt));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
@@ -497,22 +500,29 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   const bool single_row_chunk = chunk_rows >= m;
+  const bool compute_a = prepared_a == nullptr;
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
-    if (single_row_chunk) residues(in.a, RowBlocks{e0 * m, m, elements, m}, a_res, false, stream);
+    if (compute_a && single_row_chunk) {
+      residues(in.a, RowBlocks{e0 * m, m, elements, m}, a_res, false, stream);
+    }
     for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
       const int64_t cols = std::min(chunk_cols, n - j0);
       residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
       for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
         const int64_t rows = std::min(chunk_rows, m - i0);
-        if (!single_row_chunk) {
+        if (compute_a && !single_row_chunk) {
           residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
         }
+        // The chunk's residues of a: modulus planes of `rows` rows computed just now, or of m rows
+        // in the prepared ones.
+        const int8_t* a_chunk = compute_a ? a_res : prepared_a + (e0 * N * m + i0) * k_stride;
+        const int64_t a_plane = (compute_a ? rows : m) * k_stride;
         // Element e's residues and results of every modulus follow element e - 1's. One call per
         // modulus: a single strided-batched call over the moduli is slower (docs/benchmarks.md).
-        const GemmBatch per_element{elements, N * cols * k_stride, N * rows * k_stride, N * rows * ld};
+        const GemmBatch per_element{elements, N * cols * k_stride, N * a_plane, N * rows * ld};
         for (int64_t i = 0; i < N; ++i) {
-          exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_res + i * rows * k_stride,
+          exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_chunk + i * a_plane,
                                   cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
         }
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
@@ -536,10 +546,10 @@ auto truncated_residues(const CrtOperands<T>& in) {
   };
 }
 
-// gemm_crt's chunks: each rebuilt and rounded into out.
+// gemm_crt's chunks: each rebuilt and rounded into out (prepared_a: residue_product_chunks').
 template <int N, typename T>
 void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget, T* out,
-                     const at::TensorOptions& options) {
+                     const at::TensorOptions& options, const int8_t* prepared_a) {
   const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
     const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
@@ -547,7 +557,8 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
     reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk);
+  residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk,
+                         kMinColumns, prepared_a);
 }
 
 // What gemm_crt and gemm_crt_exact do once their arguments are checked: a's device made current,
@@ -623,34 +634,42 @@ constexpr int64_t kDefaultFusedWorkspaceBytes = int64_t(4) << 30;
 // (the fastest of the shapes scripts/probes/fused_tiles.cu compares).
 using CrtTile = FusedTile<128, 64>;
 
-// gemm_crt on the fused path: per chunk, the residues of its rows of A and columns of B, then one
-// fused kernel that writes the chunk's entries of out.
+// gemm_crt on the fused path: per chunk, the residues of its rows of A (unless prepared_a holds
+// them, in crt_left_residues' layout) and columns of B (once per element group when one chunk
+// holds all of B's columns), then one fused kernel that writes the chunk's entries of out.
 template <int N, typename T>
 void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget,
-                           T* out, const at::TensorOptions& options) {
+                           T* out, const at::TensorOptions& options, const int8_t* prepared_a) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   const WorkspaceShape shape{k_stride, N, 0, 1, 0, 1};
   const BatchChunkPlan plan = plan_batch_chunks(batch, m, n, shape, budget);
   const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
   const int64_t chunk_cols = plan.within.cols;
-  at::Tensor a_residues = at::empty({chunk_elements * N * chunk_rows * k_stride}, options.dtype(at::kChar));
+  const bool compute_a = prepared_a == nullptr;
+  const int64_t a_rows = compute_a ? chunk_rows : 0;
+  at::Tensor a_residues = at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const auto residues = truncated_residues<N>(in);
+  const bool whole_b = chunk_cols >= n;
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
+    if (whole_b) residues(in.bt, RowBlocks{e0 * n, n, elements, n}, b_res, true, stream);
     for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, m - i0);
-      residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
+      if (compute_a) residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
+      const ResidueRows a_chunk =
+          compute_a ? ResidueRows{a_res, rows, rows}
+                    : ResidueRows{prepared_a + (e0 * N * m + i0) * k_stride, rows, m};
       for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
         const int64_t cols = std::min(chunk_cols, n - j0);
-        residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
+        if (!whole_b) residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
-        launch_fused_crt<N, CrtTile>(ResidueRows{a_res, rows}, ResidueRows{b_res, cols}, k_stride,
-                                     chunk, in, out, stream);
+        launch_fused_crt<N, CrtTile>(a_chunk, ResidueRows{b_res, cols, cols}, k_stride, chunk, in,
+                                     out, stream);
       }
     }
   }
@@ -675,11 +694,14 @@ inline bool fused_crt_path(int64_t m, int64_t n, int64_t k) {
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
-                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                    const std::optional<at::Tensor>& residues_a) {
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
+  check_residues_a(residues_a, a, moduli, op);
+  const int8_t* prepared_a = residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;
@@ -696,9 +718,9 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
       constexpr int N = decltype(count)::value;
       if (fused) {
-        gemm_crt_fused_chunks<N, scalar_t>(in, shape, budget, result, a.options());
+        gemm_crt_fused_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a);
       } else {
-        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options());
+        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a);
       }
     });
   });
@@ -792,6 +814,16 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
   };
 }
 
+// exact_residues' tables on the current stream: int32 (2 * moduli * kExactTableShifts).
+at::Tensor exact_tables(const ExactCrt& crt, const at::TensorOptions& options) {
+  at::Tensor tables = at::empty({2 * crt.moduli * kExactTableShifts}, options.dtype(at::kInt));
+  uint32_t* table_data = reinterpret_cast<uint32_t*>(tables.mutable_data_ptr<int32_t>());
+  exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0,
+                       at::cuda::getCurrentCUDAStream()>>>(crt, table_data);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return tables;
+}
+
 // reconstruct_kernel for exact scheme II: two consecutive columns per thread (one 8-byte load per
 // modulus; the per-modulus constants read once for both), the (row, column pair) items of the
 // chunk numbered flat so every thread has work whatever the chunk's width, and registers capped
@@ -858,22 +890,22 @@ __global__ void __launch_bounds__(kReconstructThreads, 3)
 
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
-                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes) {
+                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                          const std::optional<at::Tensor>& residues_a) {
   constexpr const char* op = "ozaki::gemm_crt_exact";
   const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
                                                             nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
+  check_residues_a(residues_a, a, moduli, op);
+  const int8_t* prepared_a = residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;
   const int64_t k = shape.k;
   const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor tables = at::empty({2 * moduli * kExactTableShifts}, a.options().dtype(at::kInt));
-  uint32_t* table_data = reinterpret_cast<uint32_t*>(tables.mutable_data_ptr<int32_t>());
-  exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0, stream>>>(crt, table_data);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const at::Tensor tables = exact_tables(crt, a.options());
+  const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
                                    exponent_a.const_data_ptr<int>(), exponent_b.const_data_ptr<int>(),
@@ -892,7 +924,37 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
                            exact_residues(in, crt, table_data), round_chunk,
-                           kExactMinColumns);
+                           kExactMinColumns, prepared_a);
+  });
+  return out;
+}
+
+at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64_t moduli,
+                             bool exact) {
+  constexpr const char* op = "ozaki::crt_left_residues";
+  check_crt_left_residues_arguments(a, scale, moduli, exact, op);
+  check_same_device(a, {&scale}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor out = at::empty(left_residue_sizes(a, moduli), a.options().dtype(at::kChar));
+  const bool batched = a.dim() == 3;
+  const int64_t batch = batched ? a.size(0) : 1, m = a.size(-2), k = a.size(-1);
+  if (out.numel() == 0) return out;
+  const RowBlocks rows{0, m, batch, m};
+  int8_t* out_data = out.mutable_data_ptr<int8_t>();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), nullptr, k,
+                                   scale.const_data_ptr<int>(), nullptr, nullptr, nullptr};
+    if (exact) {
+      const ExactCrt crt = exact_crt(static_cast<int>(moduli));
+      const at::Tensor tables = exact_tables(crt, a.options());
+      exact_residues(in, crt, reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>()))(
+          in.a, rows, out_data, false, stream);
+    } else {
+      with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+        truncated_residues<decltype(count)::value>(in)(in.a, rows, out_data, false, stream);
+      });
+    }
   });
   return out;
 }

@@ -34,11 +34,14 @@ struct FusedTile {
   }
 };
 
-// The INT8 residues of a chunk's rows, as launch_residues writes them: row r of modulus i of
-// element e at data + ((e * N + i) * count + r) * k_stride, k_stride a multiple of 16, zero past k.
+// The INT8 residues of a chunk's `count` rows, as launch_residues writes them: row r of modulus i
+// of element e at data + ((e * N + i) * plane + r) * k_stride, k_stride a multiple of 16, zero
+// past k; plane = count for a chunk's own residues, the operand's row count for prepared ones
+// (data then points at the chunk's first row).
 struct ResidueRows {
   const int8_t* data;
   int64_t count;
+  int64_t plane;
 };
 
 __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
@@ -108,7 +111,7 @@ struct StageLoader {
       const int64_t k = k0 + q * 16;
       const bool valid = row < operand.count && k < k_stride;
       const int8_t* source = operand.data;
-      if (valid) source += ((e * N + modulus) * operand.count + row) * k_stride + k;
+      if (valid) source += ((e * N + modulus) * operand.plane + row) * k_stride + k;
       copy_async_16(shared_address(buffer + (is_a ? 0 : Rows * Tile::kDepth) +
                                    swizzled<Tile::kDepth>(r, q)),
                     source, valid);

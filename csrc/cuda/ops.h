@@ -55,10 +55,14 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, cons
                                 int64_t total_k);
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
-                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes);
+                    const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                    const std::optional<at::Tensor>& residues_a);
 at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& exponent_a,
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
-                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes);
+                          const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                          const std::optional<at::Tensor>& residues_a);
+at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64_t moduli,
+                             bool exact);
 at::Tensor crt_residue_products(const at::Tensor& a, const at::Tensor& bt,
                                 const at::Tensor& scale_a, const at::Tensor& scale_b,
                                 int64_t moduli, int64_t workspace_bytes);

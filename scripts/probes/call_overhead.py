@@ -1,5 +1,5 @@
-"""Where a product's time goes: torch.profiler over ozaki.dgemm calls (fixed moduli and the
-default plan) at one shape, with the host time per call against the GPU kernels' time, and the
+"""Where a product's time goes: torch.profiler over ozaki.dgemm calls (fixed moduli, the default
+plan, and the default plan with A prepared by ozaki.prepare) at one shape, with the host time per call against the GPU kernels' time, and the
 operators and kernels that take most of it.
 
     python scripts/probes/call_overhead.py [--size 1024] [--calls 20]
@@ -41,9 +41,14 @@ def main(argv=None):
         A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
         B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
     print(f"default plan at {shape}: {ozaki.plan(A, B)}")
-    for label, call in [("native", lambda: A @ B),
-                        (f"moduli={args.moduli}", lambda: ozaki.dgemm(A, B, moduli=args.moduli)),
-                        ("default", lambda: ozaki.dgemm(A, B))]:
+    handles = []  # the prepared A's handle, held from its call on
+    calls = [("native", lambda: A @ B),
+             (f"moduli={args.moduli}", lambda: ozaki.dgemm(A, B, moduli=args.moduli)),
+             ("default", lambda: ozaki.dgemm(A, B)),
+             ("default, A prepared", lambda: ozaki.dgemm(A, B))]
+    for label, call in calls:
+        if label.endswith("prepared"):
+            handles.append(ozaki.prepare(A))
         for _ in range(3):
             call()
         torch.cuda.synchronize()

@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   }
   std::printf("m %lld n %lld k %lld, %d moduli: cuBLAS INT8 GEMMs %.3f ms, %.0f TOPS\n",
               (long long)m, (long long)n, (long long)k, N, cublas_ms, ops / cublas_ms * 1e-9);
-  const ResidueRows ra{a, m}, rb{b, n};
+  const ResidueRows ra{a, m, m}, rb{b, n, n};
   run<WgmmaTile>("64x128 wgmma depth 128 x4", ra, rb, k, ops, cublas_ms);
   run<FusedTile<128, 64, 32, 32, 128, 3>>("128x64 warp 32x32 depth 128 x3", ra, rb, k, ops, cublas_ms);
   run<FusedTile<128, 64, 32, 32, 128, 4>>("128x64 warp 32x32 depth 128 x4", ra, rb, k, ops, cublas_ms);

@@ -15,12 +15,13 @@ from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and t
 from .blas import dgemm, gemm, sgemm
 from .dropin import enable
 from .matmul import matmul
+from .prepared import Prepared, prepare
 from .product import plan
 from .slicing import SlicePlan
 
 __version__ = "0.1.0"
-__all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "SlicePlan", "accuracy",
-           "distributed", "__version__"]
+__all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "prepare", "Prepared",
+           "SlicePlan", "accuracy", "distributed", "__version__"]
 
 
 def __getattr__(name):

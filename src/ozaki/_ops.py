@@ -97,11 +97,12 @@ def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -
                                          usable_b)
 
 
-def gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli: int, workspace: int = 0):
+def gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli: int, workspace: int = 0,
+             residues_a=None):
     """a @ bt.T by scheme II: RN(A'B' / (c_a_i c_b_j)) with A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j)
-    (scale codes scale_a, scale_b)."""
+    (scale codes scale_a, scale_b). residues_a: crt_left_residues(a, scale_a, moduli), if kept."""
     return torch.ops.ozaki.gemm_crt(a, bt, scale_a, scale_b, stats_a[2], stats_b[2], moduli,
-                                    workspace)
+                                    workspace, residues_a)
 
 
 def integer_exponents(stats):
@@ -110,15 +111,23 @@ def integer_exponents(stats):
     return (stats[1] - stats[0]).int()
 
 
-def gemm_crt_exact(a, bt, stats_a, stats_b, moduli: int, workspace: int = 0, exponents=None):
+def gemm_crt_exact(a, bt, stats_a, stats_b, moduli: int, workspace: int = 0, exponents=None,
+                   residues_a=None):
     """a @ bt.T by exact scheme II, correctly rounded: rows scaled by 2^E to integers
     (integer_exponents), their product rebuilt exactly from `moduli` INT8 residue products.
     exponents: wide scheme II's (E_a, E_b) instead, whose scaled entries are rounded to integers;
-    the product of those is rebuilt exactly and rounded once."""
+    the product of those is rebuilt exactly and rounded once. residues_a:
+    crt_left_residues(a, E_a, moduli, exact=True), if kept."""
     if exponents is None:
         exponents = integer_exponents(stats_a), integer_exponents(stats_b)
     return torch.ops.ozaki.gemm_crt_exact(a, bt, *exponents, stats_a[2], stats_b[2], moduli,
-                                          workspace)
+                                          workspace, residues_a)
+
+
+def crt_left_residues(a, scale, moduli: int, exact: bool) -> torch.Tensor:
+    """The INT8 residues gemm_crt (scale: its scale_a codes) or gemm_crt_exact (exact; scale: its
+    row exponents of a) computes for a's rows, to pass back as residues_a."""
+    return torch.ops.ozaki.crt_left_residues(a, scale, moduli, exact)
 
 
 # ---- k-sharded products (csrc/ozaki.cpp; ozaki/distributed/inner.py) -----------------------------

@@ -106,14 +106,21 @@ def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b)
 
 
 @torch.library.register_fake("ozaki::gemm_crt")
-def _gemm_crt_fake(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes):
+def _gemm_crt_fake(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes,
+                   residues_a=None):
     return a.new_empty(_product_shape(a, bt))
 
 
 @torch.library.register_fake("ozaki::gemm_crt_exact")
 def _gemm_crt_exact_fake(a, bt, exponent_a, exponent_b, nonfinite_a, nonfinite_b, moduli,
-                         workspace_bytes):
+                         workspace_bytes, residues_a=None):
     return a.new_empty(_product_shape(a, bt))
+
+
+@torch.library.register_fake("ozaki::crt_left_residues")
+def _crt_left_residues_fake(a, scale, moduli, exact):
+    k_stride = -(-a.shape[-1] // 16) * 16
+    return a.new_empty((*a.shape[:-2], moduli, a.shape[-2], k_stride), dtype=torch.int8)
 
 
 @torch.library.register_fake("ozaki::int8_matmul")

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import torch
 
-from . import _ops, fixed_counts
+from . import _ops, fixed_counts, prepared
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
@@ -47,10 +47,10 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
 def row_operands(A, B):
     """A with contiguous rows and B's columns as contiguous rows (no copy for B = X.t(), or X.mT
     in a batch)."""
-    return _contiguous_rows(A), _contiguous_rows(B.mT)
+    return row_operand(A), row_operand(B.mT)
 
 
-def _contiguous_rows(x):
+def row_operand(x):
     """x itself when contiguous, else a contiguous copy: on CUDA by ozaki::transposed of x.mT, a
     tiled transpose with coalesced reads and writes (torch's strided copy is not coalesced on one
     side)."""
@@ -200,7 +200,7 @@ class Estimates:
         where rows put huge and tiny entries side by side (units rescaled by 1e20): with
         |A'_il| < 2^u_l for every row i and |B'_lj| < 2^v_l for every column j (the largest
         exponents of column l of A' and row l of B'), |A'B'|_ij < sum_l 2^(u_l + v_l)."""
-        u = _column_exponents(self.a, self.stats_a)
+        u = self._column_exponents_a()
         v = _column_exponents(self.bt, self.stats_b)
         u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
         # per element of a batch; exponents are clamped to 900 so that the sum stays finite (a
@@ -211,6 +211,9 @@ class Estimates:
         # the float64 sum of k terms errs by under k 2^-53 relative
         return Fraction(bound) * (1 + Fraction(self.k, 1 << 52))
 
+    def _column_exponents_a(self):
+        return _column_exponents(self.a, self.stats_a)
+
     def _largest_integer_norms(self, norm_a, norm_b):
         return torch.stack([_largest_integer_norm(self.stats_a, norm_a),
                             _largest_integer_norm(self.stats_b, norm_b)])
@@ -218,8 +221,7 @@ class Estimates:
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
         (c: the norm scales)."""
-        local = _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
-                                   _usable_rows(self.stats_a), _usable_rows(self.stats_b))
+        local = self._crt_magnitude_bound(norm_a, norm_b)
         # the largest span and exact scheme II's norm bounds come in the same device-to-host
         # read: plan_for asks for them next
         local = torch.cat([torch.stack([-local.double(), self.local_max_span().double()]),
@@ -228,6 +230,42 @@ class Estimates:
         self._max_span = int(span)
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
+
+
+    def _crt_magnitude_bound(self, norm_a, norm_b):
+        """ozaki::crt_magnitude of a and bt, a 0-d float64 tensor."""
+        return _ops.crt_magnitude(self.a, self.bt, self.stats_a, self.stats_b, norm_a, norm_b,
+                                  _usable_rows(self.stats_a), _usable_rows(self.stats_b))
+
+
+class KeptEstimates(Estimates):
+    """Estimates of a product whose left operand has kept parts (ozaki.prepare): its magnitude
+    digits and column exponents come from them, the same values Estimates computes."""
+
+    def __init__(self, kept, bt, stats_b, norm_b=None):
+        stats_a, norm_a = kept.stats_and_norms()
+        super().__init__(kept.rows(), bt, stats_a, stats_b,
+                         norms=None if norm_b is None else (norm_a, norm_b))
+        self.kept = kept
+
+    def _column_exponents_a(self):
+        return self.kept.column_exponents(super()._column_exponents_a)
+
+    def _crt_magnitude_bound(self, norm_a, norm_b):
+        """ozaki::crt_magnitude from the kept digits of a and those of bt: the smallest exact
+        digit product over usable pairs times 2^(-2 g), computed a block of columns at a time."""
+        digits_a = self.kept.magnitude_digits()
+        digits_b = _ops.crt_magnitude_digits(self.bt, self.stats_b[0], norm_b)
+        usable_a = _usable_rows(self.stats_a)[:, None]
+        usable_b = _usable_rows(self.stats_b)
+        smallest = torch.full((), float("inf"), dtype=torch.float64, device=self.a.device)
+        cols = max(1, _BOUND_CHUNK_ENTRIES // max(1, self.a.shape[0]))
+        for j0 in range(0, self.bt.shape[0], cols):
+            products = _ops.int8_matmul(digits_a, digits_b[j0:j0 + cols]).double()
+            products.masked_fill_(~usable_a, float("inf"))
+            products.masked_fill_(~usable_b[None, j0:j0 + cols], float("inf"))
+            smallest = torch.minimum(smallest, products.amin())
+        return smallest * 2.0 ** (-2 * crt.magnitude_gain(self.k))
 
 
 def _largest_integer_norm(stats, codes):
@@ -431,18 +469,24 @@ def _fastest_scheme_one(est, dtype):
     return min(plans, key=_int8_cost)
 
 
-def planned_product(a, bt, stats_a, stats_b, est, dtype, options):
-    """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to."""
+def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
+    """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to.
+    kept: a's kept parts (ozaki.prepare), whose residues then serve scheme II."""
     plan, inputs = plan_for(est, dtype, options)
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt" and (plan.exact or plan.wide):
         exponents = inputs.wide_exponents(plan, est.k) if plan.wide else None
+        residues = None
+        if kept is not None:
+            scale_a = _ops.integer_exponents(stats_a) if exponents is None else exponents[0]
+            residues = kept.residues("wide" if plan.wide else "exact", plan.moduli, scale_a)
         C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes(),
-                                exponents)
+                                exponents, residues)
     elif plan.backend == "crt":
         scale_a, scale_b = inputs.scales(plan, est.k)
+        residues = None if kept is None else kept.residues("crt", plan.moduli, scale_a)
         C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
-                          _ops.workspace_bytes())
+                          _ops.workspace_bytes(), residues)
     else:
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
@@ -468,9 +512,17 @@ def real_product(A, B, dtype, options=Options()):
     shape = (*A.shape[:-1], B.shape[-1])
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
-    a, bt = row_operands(A, B)
-    est = _estimates(a, bt, options)
-    return planned_product(a, bt, est.stats_a, est.stats_b, est, dtype, options)
+    kept = prepared.find(A)
+    if kept is None:
+        a, bt = row_operands(A, B)
+        est = _estimates(a, bt, options)
+    else:
+        bt = row_operand(B.mT)
+        if _scheme_two_considered(k, options):
+            est = KeptEstimates(kept, bt, *_row_stats_and_norms(bt))
+        else:
+            est = KeptEstimates(kept, bt, row_stats(bt))
+    return planned_product(est.a, bt, est.stats_a, est.stats_b, est, dtype, options, kept)
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):

@@ -1,0 +1,168 @@
+"""ozaki.prepare: what products A @ B compute from A alone, kept for the products that follow, so
+that an iterative method multiplying the same matrix many times reads it once for them
+(docs/api.md, "Repeated left operands").
+
+While the handle lives (and until it is released), every product with the same A as its left
+operand (the same storage, offset, shape, strides and dtype; in any public function, under
+ozaki.enable too) reuses the kept parts instead of computing them again:
+
+- A's rows as contiguous rows (a copy only when A is not row-contiguous);
+- the row statistics and norm scales the plan reads, scheme II's magnitude digits and the column
+  exponents of exact scheme II's bound;
+- the INT8 residues of A's rows of the last two scheme-II plans that ran (they depend on the
+  moduli count and on whether the plan is truncated, wide or exact).
+
+Every kept part is what the product computes anyway, so results are bit for bit the same with or
+without it. An in-place change of A (anything that bumps its version counter) drops the kept parts
+at the next product; changes that bypass the counter (a NumPy view, a raw pointer) are not seen.
+"""
+
+import weakref
+
+import torch
+
+from . import _ops
+from .operands import FLOATS, check_tensor
+
+#: Residue sets a handle keeps: those of the last plans that ran.
+KEPT_PLANS = 2
+
+#: Handles by the identity of their operand; an entry leaves with its handle.
+_REGISTRY = weakref.WeakValueDictionary()
+
+
+def _identity(A):
+    return (A.device, A.dtype, A.data_ptr(), tuple(A.shape), A.stride())
+
+
+class Prepared:
+    """The kept parts of a left operand A (ozaki.prepare(A)). nbytes: the memory they take now,
+    beyond A; max_bytes: the cap on the residues kept (None: those of KEPT_PLANS plans, moduli *
+    m * round_up(k, 16) bytes each). Use as a context manager, or call release(), to free them."""
+
+    def __init__(self, A, max_bytes):
+        self.A = A
+        self.max_bytes = max_bytes
+        self._key = _identity(A)
+        self._version = A._version
+        self._clear()
+        _REGISTRY[self._key] = self
+
+    def _clear(self):
+        self._rows = None  # A with contiguous rows
+        self._stats = None  # (row_stats, norm scale codes)
+        self._digits = None
+        self._column_exponents = None
+        self._residues = []  # (key, tensor) of the last plans, most recent last
+
+    # ---- what products read -------------------------------------------------------------------
+
+    def rows(self):
+        if self._rows is None:
+            from .product import row_operand  # product imports this module
+            self._rows = row_operand(self.A)
+        return self._rows
+
+    def stats_and_norms(self):
+        """(row_stats, norm scale codes) of A's rows."""
+        if self._stats is None:
+            self._stats = _ops.row_stats_with_norm_scales(self.rows())
+        return self._stats
+
+    def magnitude_digits(self):
+        """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits)."""
+        if self._digits is None:
+            stats, norms = self.stats_and_norms()
+            self._digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
+        return self._digits
+
+    def column_exponents(self, compute):
+        """Exact scheme II's column exponents of A (compute() makes them)."""
+        if self._column_exponents is None:
+            self._column_exponents = compute()
+        return self._column_exponents
+
+    def residues(self, kind, moduli, scale):
+        """A's INT8 residues for a plan of `kind` ("crt", "wide" or "exact") and `moduli`, whose
+        row scales (codes, or exponents for wide and exact) are `scale`; None when they would not
+        fit max_bytes. The last KEPT_PLANS plans' are kept (plans of successive products may
+        alternate between two moduli counts)."""
+        key = (kind, moduli)
+        for index, (known, residues) in enumerate(self._residues):
+            if known == key:
+                self._residues.append(self._residues.pop(index))
+                return residues
+        size = moduli * self.A.shape[0] * (-(-self.A.shape[1] // 16) * 16)
+        while self._residues and (len(self._residues) >= KEPT_PLANS or self._over(size)):
+            self._residues.pop(0)
+        if self._over(size):
+            return None
+        residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
+        self._residues.append((key, residues))
+        return residues
+
+    def _over(self, size):
+        """Whether residues of `size` bytes would take the kept ones past max_bytes."""
+        kept = sum(r.numel() for _, r in self._residues)
+        return self.max_bytes is not None and kept + size > self.max_bytes
+
+    # ---- the handle ---------------------------------------------------------------------------
+
+    @property
+    def nbytes(self):
+        parts = [self._digits, self._column_exponents]
+        if self._rows is not None and self._rows.data_ptr() != self.A.data_ptr():
+            parts.append(self._rows)
+        if self._stats is not None:
+            parts += [*self._stats[0], self._stats[1]]
+        parts += [residues for _, residues in self._residues]
+        return sum(t.numel() * t.element_size() for t in parts if t is not None)
+
+    def current(self):
+        """self, after dropping the kept parts if A changed in place since they were made."""
+        version = self.A._version
+        if version != self._version:
+            self._clear()
+            self._version = version
+        return self
+
+    def release(self):
+        """Frees the kept parts; later products compute everything again."""
+        self._clear()
+        if _REGISTRY.get(self._key) is self:
+            del _REGISTRY[self._key]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        shape = "x".join(map(str, self.A.shape))
+        return (f"ozaki.Prepared({shape} {self.A.dtype} on {self.A.device}, "
+                f"{self.nbytes / 2**20:.1f} MiB kept)")
+
+
+def prepare(A, *, max_bytes=None):
+    """Keep what products A @ B compute from A alone, for the products that follow (module
+    docstring). A: a float64 or float32 matrix on the CPU or a GPU. max_bytes: the most memory
+    the kept INT8 residues may take (None: no cap); residues that would not fit are computed per
+    product instead. Returns a Prepared handle; the parts stay kept while it lives."""
+    name = "ozaki.prepare"
+    check_tensor(name, "A", A, FLOATS, (2,))
+    if A.is_inference():
+        raise ValueError(f"{name}: A is an inference tensor (made under torch.inference_mode), "
+                         "whose in-place changes cannot be detected; prepare a normal tensor")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                  or max_bytes < 0):
+        raise ValueError(f"{name}: max_bytes must be None or an integer >= 0, got {max_bytes!r}")
+    return Prepared(A, max_bytes)
+
+
+def find(A):
+    """The current Prepared handle of left operand A, or None."""
+    if A.dim() != 2 or not _REGISTRY or A.is_inference():
+        return None
+    kept = _REGISTRY.get(_identity(A))
+    return None if kept is None else kept.current()

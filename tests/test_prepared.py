@@ -1,0 +1,237 @@
+"""ozaki.prepare (ozaki/prepared.py): products with a prepared left operand reuse its kept parts
+(rows, row statistics, digits, column exponents, INT8 residues) and give the bits of the same
+products without it, on every plan that keeps something: truncated scheme II on both CUDA paths,
+wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
+
+import pytest
+import torch
+
+import ozaki
+from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, error_cases, ones, phi_pair
+from ozaki import _ops, crt, prepared
+from ozaki.product import Estimates, KeptEstimates, row_operand
+
+#: (id, shape (m, k, n), phi, keyword arguments): the plans a prepared operand serves.
+PLANS = [
+    ("default", (70, 300, 9), 0.5, {}),
+    ("moduli-9", (70, 300, 9), 0.5, {"moduli": 9}),
+    ("wide", (24, 2048, 20), 2.0, {}),  # tests/test_wide_scheme_two.py: plans wide scheme II
+    ("nearest", (33, 200, 17), 1.0, {"rounding": "nearest"}),
+    ("crt-fixed", (33, 200, 17), 1.0, {"backend": "crt", "moduli": 14}),
+    ("int8", (33, 200, 17), 1.0, {"backend": "int8"}),
+    ("fp16-slices", (33, 200, 17), 1.0, {"backend": "fp16", "slices": 4}),
+]
+
+
+def fresh_right(k, n, seed, dtype, device):
+    return phi_pair(1, k, n, 1.0, seed=seed, dtype=dtype, device=device)[1]
+
+
+def plan_kind(A, B, kwargs):
+    plan = ozaki.plan(A, B, **kwargs)
+    if plan.backend != "crt":
+        return None
+    return "wide" if plan.wide else "exact" if plan.exact else "crt"
+
+
+@pytest.mark.filterwarnings("ignore::ozaki.fixed_counts.AccuracyWarning")
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape, phi, kwargs", [pytest.param(*p[1:], id=p[0]) for p in PLANS])
+def test_prepared_products_give_the_same_bits(device, dtype, shape, phi, kwargs):
+    m, k, n = shape
+    A, B = phi_pair(m, k, n, phi, seed=m + k, dtype=dtype, device=device)
+    gemm = REAL_GEMMS[dtype]
+    others = [fresh_right(k, n + i, seed=i, dtype=dtype, device=device) for i in range(2)]
+    expected = [gemm(A, X, **kwargs) for X in [B, *others]]
+    kind = plan_kind(A, others[-1], kwargs)
+    with ozaki.prepare(A) as kept:
+        got = [gemm(A, X, **kwargs) for X in [B, *others]]
+        if kind is not None:  # scheme II keeps A's residues for the last product's plan
+            key, residues = kept._residues[-1]
+            assert key[0] == kind and kept.nbytes >= residues.numel()
+    for g, e in zip(got, expected):
+        assert_bitwise_equal(g, e)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["cublas", "fused"])
+@pytest.mark.parametrize("shape", [(1, 5, 1), (129, 100, 65), (300, 1000, 7)])
+def test_prepared_residues_serve_both_cuda_paths(path, shape, monkeypatch):
+    monkeypatch.setenv("OZAKI_CRT_PATH", path)
+    m, k, n = shape
+    A, B = phi_pair(m, k, n, 1.0, seed=k, device="cuda")
+    A[m // 2, k // 2] = float("nan")
+    cpu = ozaki.dgemm(A.cpu(), B.cpu(), backend="crt", moduli=15)
+    with ozaki.prepare(A):
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(A, B, backend="crt", moduli=15).cpu(), cpu)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_residues_are_computed_once_per_plan(device, monkeypatch):
+    """Products alternating between two moduli counts compute A's residues once for each; a
+    third count replaces the older; max_bytes keeps only what fits."""
+    A = phi_pair(50, 120, 6, 0.5, seed=3, device=device)[0]
+    calls = []
+    original = _ops.crt_left_residues
+    monkeypatch.setattr(_ops, "crt_left_residues", lambda *a: calls.append(a[2]) or original(*a))
+    with ozaki.prepare(A) as kept:
+        for seed, moduli in enumerate([15, 14, 15, 14, 15, 13, 15, 14]):
+            ozaki.dgemm(A, fresh_right(120, 6, seed, torch.float64, device), moduli=moduli)
+        assert [key for key, _ in kept._residues] == [("crt", 15), ("crt", 14)]
+    assert calls == [15, 14, 13, 14]
+    calls.clear()
+    with ozaki.prepare(A, max_bytes=15 * 50 * 128) as kept:
+        for seed, moduli in enumerate([15, 14, 15]):
+            ozaki.dgemm(A, fresh_right(120, 6, seed, torch.float64, device), moduli=moduli)
+        assert [key for key, _ in kept._residues] == [("crt", 15)]
+    assert calls == [15, 14, 15]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("exact", [False, True])
+def test_gemm_uses_the_residues_it_is_given(device, exact):
+    """Residues of another matrix change the result: the operators read residues_a, and give the
+    computed residues' bits for the right ones."""
+    A, B = phi_pair(20, 64, 8, 1.0, seed=5, device=device)
+    other = phi_pair(20, 64, 8, 1.0, seed=6, device=device)[0]
+    a, bt = A.contiguous(), B.t().contiguous()
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    if exact:
+        scale_a = _ops.integer_exponents(stats_a)
+        run = lambda r: _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 30, residues_a=r)  # noqa: E731
+    else:
+        (_, norm_a), (_, norm_b) = (_ops.row_stats_with_norm_scales(x) for x in (a, bt))
+        t_a, t_b = crt.scale_bits(16, 64)
+        scale_a = _ops.crt_row_scales(norm_a, stats_a, t_a)
+        scale_b = _ops.crt_row_scales(norm_b, stats_b, t_b)
+        run = lambda r: _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, 16,  # noqa: E731
+                                      residues_a=r)
+    moduli = 30 if exact else 16
+    right = _ops.crt_left_residues(a, scale_a, moduli, exact)
+    wrong = _ops.crt_left_residues(other.contiguous(), scale_a, moduli, exact)
+    assert_bitwise_equal(run(right), run(None))
+    assert not torch.equal(run(wrong), run(None))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_left_residues_are_the_same_on_cpu_and_cuda(exact, dtype):
+    A = phi_pair(37, 45, 1, 2.0, seed=7, dtype=dtype)[0]
+    A[3, 4] = float("inf")
+    stats, norms = _ops.row_stats_with_norm_scales(A)
+    scale = _ops.integer_exponents(stats) if exact else _ops.crt_row_scales(norms, stats, 40)
+    moduli = 25 if exact else 13
+    cpu = _ops.crt_left_residues(A, scale, moduli, exact)
+    assert cpu.shape == (moduli, 37, 48) and not cpu[..., 45:].any()
+    assert_bitwise_equal(_ops.crt_left_residues(A.cuda(), scale.cuda(), moduli, exact).cpu(), cpu)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_kept_estimate_equals_the_operator(device, monkeypatch):
+    """The digit-product minimum of a prepared operand equals ozaki::crt_magnitude's, with zero
+    and NaN rows and columns that must be left out, over several column blocks."""
+    A, B = phi_pair(40, 90, 30, 2.0, seed=8, device=device)
+    A[5] = 0.0
+    A[7, 3] = float("nan")
+    B[:, 4] = 0.0
+    bt = row_operand(B.mT)
+    (stats_b, norm_b) = _ops.row_stats_with_norm_scales(bt)
+    (stats_a, norm_a) = _ops.row_stats_with_norm_scales(A)
+    plain = Estimates(A, bt, stats_a, stats_b, norms=(norm_a, norm_b))
+    with ozaki.prepare(A) as kept:
+        est = KeptEstimates(kept, bt, stats_b, norm_b)
+        monkeypatch.setattr("ozaki.product._BOUND_CHUNK_ENTRIES", 1)  # one column per block
+        got = est._crt_magnitude_bound(norm_a, norm_b)
+    assert got.item() == plain._crt_magnitude_bound(norm_a, norm_b).item()
+    assert est.exact_entry_bound() == plain.exact_entry_bound()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_in_place_changes_of_a_are_seen(device):
+    A, B = phi_pair(30, 80, 5, 0.5, seed=9, device=device)
+    with ozaki.prepare(A):
+        first = ozaki.dgemm(A, B)
+        A.mul_(3.0).add_(0.25)
+        changed = ozaki.dgemm(A, B)
+        A[0, 0] = 1e200
+        changed_again = ozaki.dgemm(A, B)
+    assert_bitwise_equal(changed_again, ozaki.dgemm(A.clone(), B))
+    assert not torch.equal(first, changed)
+
+
+def test_transposed_and_other_views_of_a_are_not_confused():
+    """Only the same view (storage, offset, shape, strides) reuses the kept parts: A.t() of a
+    square A, a row slice and a prepared transposed view all get their own bits."""
+    X = phi_pair(40, 40, 1, 1.0, seed=10)[0]
+    B = phi_pair(1, 40, 6, 1.0, seed=11)[1]
+    expected = {name: ozaki.dgemm(v, B) for name, v in
+                [("X", X), ("Xt", X.t()), ("rows", X[:20])]}
+    with ozaki.prepare(X), ozaki.prepare(X.t()):
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(X, B), expected["X"])
+            assert_bitwise_equal(ozaki.dgemm(X.t(), B), expected["Xt"])
+            assert_bitwise_equal(ozaki.dgemm(X[:20], B), expected["rows"])
+
+
+def test_prepared_operand_serves_enable_and_matmul():
+    A, B = phi_pair(64, 100, 8, 0.5, seed=12)
+    expected = ozaki.matmul(A, B)
+    with ozaki.prepare(A) as kept, ozaki.enable():
+        assert_bitwise_equal(torch.matmul(A, B), expected)
+        assert_bitwise_equal(A @ B, expected)
+        assert kept._residues
+
+
+def test_release_and_max_bytes():
+    A, B = phi_pair(64, 100, 8, 0.5, seed=13)
+    expected = ozaki.dgemm(A, B)
+    kept = ozaki.prepare(A, max_bytes=0)  # nothing of the residues fits
+    assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert not kept._residues and 0 < kept.nbytes < 15 * 64 * 112  # stats and digits only
+    assert "64x100 torch.float64 on cpu" in repr(kept)
+    kept.release()
+    assert kept.nbytes == 0 and prepared.find(A) is None
+    assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    kept = ozaki.prepare(A)
+    del kept  # the handle alone keeps the parts
+    assert prepared.find(A) is None
+
+
+ERRORS = [
+    ("not-a-tensor", ([[1.0]],), {}, TypeError,
+     r"ozaki.prepare: A must be a torch.Tensor, got list"),
+    ("int", (ones(3, 3, dtype=torch.int32),), {}, TypeError,
+     r"ozaki.prepare: A must be torch.float64 or torch.float32, got torch.int32"),
+    ("3-D", (ones(2, 3, 3),), {}, ValueError,
+     r"ozaki.prepare: A must be 2-D, got 3-D with shape \(2, 3, 3\)"),
+    ("max-bytes-negative", (ones(3, 3),), {"max_bytes": -1}, ValueError,
+     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got -1"),
+    ("max-bytes-bool", (ones(3, 3),), {"max_bytes": True}, ValueError,
+     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got True"),
+]
+
+
+@pytest.mark.parametrize("args, kwargs, error, message", error_cases(ERRORS))
+def test_prepare_errors_name_the_argument(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ozaki.prepare(*args, **kwargs)
+
+
+def test_inference_tensors_are_refused():
+    with torch.inference_mode():
+        A = torch.ones(3, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="ozaki.prepare: A is an inference tensor"):
+        ozaki.prepare(A)
+
+
+def test_wrong_residues_are_refused():
+    A, B = phi_pair(5, 20, 3, 1.0, seed=14)
+    a, bt = A.contiguous(), B.t().contiguous()
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    residues = _ops.crt_left_residues(a, _ops.integer_exponents(stats_a), 20, True)
+    with pytest.raises(RuntimeError, match=r"residues_a must be a contiguous int8 tensor of shape "
+                                           r"\[21, 5, 32\]"):
+        _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 21, residues_a=residues)
