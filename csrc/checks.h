@@ -220,6 +220,20 @@ inline void check_crt_row_scales_arguments(const at::Tensor& norm_scales, const 
               "], got ", t);
 }
 
+// The arguments of ozaki::crt_row_bounds: four contiguous vectors of one length, int32 but for
+// the bool nonfinite.
+inline void check_crt_row_bounds_arguments(const at::Tensor& tau, const at::Tensor& bit_span,
+                                           const at::Tensor& nonfinite,
+                                           const at::Tensor& norm_scales, const char* op) {
+  TORCH_CHECK(tau.dim() == 1, op, ": tau must be 1-D, got ", tau.dim(), "-D of shape ",
+              tau.sizes());
+  const int64_t rows = tau.size(0);
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  check_row_vector(nonfinite, rows, at::kBool, op, "nonfinite");
+  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
+}
+
 // The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).
 inline ProductShape check_crt_magnitude_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,

@@ -468,6 +468,17 @@ OZAKI_HD int crt_row_scale_code(int norm_code, int tau, int span, int t) {
   return (exact ? whole * (1 << kScaleFractionBits) : norm_code) + t * (1 << kScaleFractionBits);
 }
 
+// Exact scheme II's bound on a row's 2-norm once scaled to integers: 2^E ||row||_2 <= 2^E / c for
+// E = bit_span - tau (the exponent that makes every entry an integer) and the row's norm scale
+// c = g 2^e (code norm_code), as the float64 2^(E - e) / g with E - e clamped to [-1000, 1000] (a
+// bound that large rules exact scheme II out anyway); within one rounding of the exact ratio.
+OZAKI_HD double integer_norm_bound(int tau, int bit_span, int norm_code) {
+  const RowScale c = row_scale(norm_code);
+  int64_t q = int64_t(bit_span) - tau - c.exponent;
+  q = q < -1000 ? -1000 : (q > 1000 ? 1000 : q);
+  return pow2(static_cast<int>(q)) / static_cast<double>(c.significand);
+}
+
 // c 2^shift for the norm scale c of a row (its code) and shift near -log2(c): exact, as c's
 // significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code).
 OZAKI_HD double norm_scale_times_two_to_the(int shift, int scale_code) {

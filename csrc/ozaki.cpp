@@ -56,6 +56,13 @@ TORCH_LIBRARY(ozaki, m) {
   // Per row: the code of its scale for budget 2^t (csrc/crt.h, crt_row_scale_code) from the code of
   // its norm scale and its row_stats tau and bit_span.
   m.def("crt_row_scales(Tensor norm_scales, Tensor tau, Tensor bit_span, int t) -> Tensor");
+  // What the plan reads of a set of rows besides the estimate, float64 (2,): the largest
+  // bit_span (0 for no rows), and exact scheme II's bound on the rows' 2-norms once scaled to
+  // integers, the largest csrc/crt.h integer_norm_bound over the usable rows (bit_span > 0, no
+  // NaN/Inf; 0 for none).
+  m.def(
+      "crt_row_bounds(Tensor tau, Tensor bit_span, Tensor nonfinite, Tensor norm_scales) -> "
+      "Tensor");
   // Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j (c: the norm scales
   // norm_a, norm_b) from 7-bit magnitude digits relative to the rows' norms (crt_magnitude_digits):
   // a 0-d float64 tensor, +inf when no usable row meets a usable column. Batched: the minimum over

@@ -206,3 +206,27 @@ def test_planner_prefers_the_cheapest_exact_plan():
     # integers of a few bits: the exact INT8 split is cheaper still
     small = torch.randint(-3, 4, (20, 30)).double()
     assert ozaki.plan(small, small.t()).backend == "int8"
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_row_bounds_are_the_largest_integer_norm_bound(device):
+    """crt_row_bounds: the largest bit span over all rows, and max over usable rows of
+    2^(E - e) / g (E = span - tau, norm scale g 2^e), E - e clamped to +-1000, computed here with
+    Fractions and rounded once; zero and NaN rows are left out of the bound, not of the span."""
+    g = seeded(40)
+    rows = 3000  # several rows per thread of the CUDA block
+    tau = torch.randint(-1100, 1100, (rows,), generator=g, dtype=torch.int32)
+    span = torch.randint(0, 60, (rows,), generator=g, dtype=torch.int32)
+    nonfinite = torch.rand(rows, generator=g) < 0.1
+    codes = torch.randint(-20000, 20000, (rows,), generator=g, dtype=torch.int32)
+    span[:5] = torch.tensor([0, 0, 70, 3, 1], dtype=torch.int32)  # zero rows; the largest span
+    nonfinite[2] = True  # the largest span is in a NaN/Inf row
+    stats = (tau, span, nonfinite)
+    expected_bound = max((Fraction(2) ** max(-1000, min(1000, s - t - (c // 16 - 4))) / (16 + c % 16)
+                          for t, s, f, c in zip(tau.tolist(), span.tolist(), nonfinite.tolist(),
+                                                codes.tolist()) if s > 0 and not f), default=0)
+    got = ozaki._ops.crt_row_bounds(tuple(x.to(device) for x in stats), codes.to(device)).cpu()
+    assert got.tolist() == [70.0, float(expected_bound)]
+    empty = torch.zeros(0, dtype=torch.int32, device=device)
+    none = ozaki._ops.crt_row_bounds((empty, empty, empty.bool()), empty).cpu()
+    assert none.tolist() == [0.0, 0.0]

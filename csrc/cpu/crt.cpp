@@ -98,6 +98,23 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
   return out;
 }
 
+at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
+                          const at::Tensor& nonfinite, const at::Tensor& norm_scales) {
+  check_crt_row_bounds_arguments(tau, bit_span, nonfinite, norm_scales, "ozaki::crt_row_bounds");
+  const int* tau_in = tau.const_data_ptr<int>();
+  const int* span_in = bit_span.const_data_ptr<int>();
+  const bool* nonfinite_in = nonfinite.const_data_ptr<bool>();
+  const int* norm = norm_scales.const_data_ptr<int>();
+  double span = 0.0, bound = 0.0;
+  for (int64_t i = 0; i < tau.size(0); ++i) {
+    span = std::max(span, static_cast<double>(span_in[i]));
+    if (span_in[i] > 0 && !nonfinite_in[i]) {
+      bound = std::max(bound, integer_norm_bound(tau_in[i], span_in[i], norm[i]));
+    }
+  }
+  return at::tensor({span, bound}, tau.options().dtype(at::kDouble));
+}
+
 // The sums themselves: a k-shard's add up (exactly, in int64) to the whole rows' sums.
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
   constexpr const char* op = "ozaki::row_norm_square_sums";

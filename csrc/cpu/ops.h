@@ -46,6 +46,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
     const at::Tensor& a);
 at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
                           const at::Tensor& bit_span, int64_t t);
+at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
+                          const at::Tensor& nonfinite, const at::Tensor& norm_scales);
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau);
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
                          const at::Tensor& tau_b, const at::Tensor& norm_a,

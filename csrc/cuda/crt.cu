@@ -190,6 +190,54 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
 
 namespace {
 
+constexpr int kRowBoundsThreads = 512;
+
+// One block: the largest bit_span and integer_norm_bound (usable rows) over all rows, a max in
+// any order (exact), written to out[0] and out[1].
+__global__ void row_bounds_kernel(const int* tau, const int* bit_span, const bool* nonfinite,
+                                  const int* norm, int64_t rows, double* out) {
+  __shared__ double spans[kRowBoundsThreads], bounds[kRowBoundsThreads];
+  double span = 0.0, bound = 0.0;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    span = fmax(span, static_cast<double>(bit_span[i]));
+    if (bit_span[i] > 0 && !nonfinite[i]) {
+      bound = fmax(bound, integer_norm_bound(tau[i], bit_span[i], norm[i]));
+    }
+  }
+  spans[threadIdx.x] = span;
+  bounds[threadIdx.x] = bound;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      spans[threadIdx.x] = fmax(spans[threadIdx.x], spans[threadIdx.x + half]);
+      bounds[threadIdx.x] = fmax(bounds[threadIdx.x], bounds[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[0] = spans[0];
+    out[1] = bounds[0];
+  }
+}
+
+}  // namespace
+
+at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
+                          const at::Tensor& nonfinite, const at::Tensor& norm_scales) {
+  constexpr const char* op = "ozaki::crt_row_bounds";
+  check_crt_row_bounds_arguments(tau, bit_span, nonfinite, norm_scales, op);
+  check_same_device(tau, {&bit_span, &nonfinite, &norm_scales}, op);
+  const c10::cuda::CUDAGuard guard(tau.device());
+  at::Tensor out = at::empty({2}, tau.options().dtype(at::kDouble));
+  row_bounds_kernel<<<1, kRowBoundsThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      tau.const_data_ptr<int>(), bit_span.const_data_ptr<int>(), nonfinite.const_data_ptr<bool>(),
+      norm_scales.const_data_ptr<int>(), tau.size(0), out.mutable_data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+namespace {
+
 // ---- crt_magnitude -------------------------------------------------------------------------------
 
 template <typename T>

@@ -17,6 +17,7 @@ TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("row_norm_scales", &row_norm_scales);
   m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
   m.impl("crt_row_scales", &crt_row_scales);
+  m.impl("crt_row_bounds", &crt_row_bounds);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);

@@ -1,8 +1,9 @@
 """Scheme II's CUDA paths side by side (docs/benchmarks.md, "Scheme II paths"): for each shape,
 native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
-per modulus, the fused kernel, and the shape rule) and the default plan, with the
-time, the ratio to native and the peak memory beyond A and B; every path's result is checked
-bit for bit against the first.
+per modulus, the fused kernel, and the shape rule), the default plan, and the default plan with A
+prepared (ozaki.prepare, as for repeated products), with the time, the ratio to native and the
+peak memory beyond A and B; every path's result is checked bit for bit against the first, the
+prepared one against the default.
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15] [--json PATH]
 """
@@ -72,11 +73,13 @@ def main(argv=None):
         repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
         native, _, native_peak = timed(lambda: A @ B, repeats)
         cases = [("native", None, native, native_peak, None)]
-        reference = None
-        for path in PATHS + ["default"]:
-            if path == "default":
+        reference = default = kept = None
+        for path in PATHS + ["default", "prepared"]:
+            if path in ("default", "prepared"):
                 os.environ.pop("OZAKI_CRT_PATH", None)
                 call = lambda: ozaki.dgemm(A, B)  # noqa: E731
+                if path == "prepared":  # A's parts kept from the warm-up call on
+                    kept = ozaki.prepare(A)
             else:
                 if path == "rule":
                     os.environ.pop("OZAKI_CRT_PATH", None)
@@ -87,9 +90,17 @@ def main(argv=None):
                 seconds, result, peak = timed(call, repeats)
             except torch.OutOfMemoryError:
                 cases.append((path, None, None, None, "out of memory"))
+                if kept is not None:
+                    kept.release()
                 continue
             same = None
-            if path != "default":
+            if path == "default":
+                default = result
+            elif path == "prepared":
+                same = default is not None and bool(torch.equal(result.view(torch.int64),
+                                                                default.view(torch.int64)))
+                kept.release()
+            else:
                 if reference is None:
                     reference = result
                 same = bool(torch.equal(result.view(torch.int64), reference.view(torch.int64)))
@@ -106,7 +117,7 @@ def main(argv=None):
             rows.append({"m": m, "k": k, "n": n, "what": path, "bits_equal": same,
                          "seconds": seconds, "native_seconds": native, "peak_bytes": peak})
         sys.stdout.flush()
-        del A, B, reference
+        del A, B, reference, default, kept
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -36,9 +36,20 @@ def transposed(b: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.transposed(b)
 
 
+class RowStats(tuple):
+    """(tau, bit_span, nonfinite) of a set of rows (row_stats); usable: the rows that constrain
+    the plans, nonzero and without NaN/Inf, computed once."""
+
+    @property
+    def usable(self):
+        if "_usable" not in self.__dict__:
+            self._usable = (self[1] > 0) & ~self[2]
+        return self._usable
+
+
 def row_stats(a: torch.Tensor):
-    """Per row of a contiguous (rows, k) matrix: (tau, bit_span, nonfinite)."""
-    return torch.ops.ozaki.row_stats(a)
+    """Per row of a contiguous (rows, k) matrix: RowStats (tau, bit_span, nonfinite)."""
+    return RowStats(torch.ops.ozaki.row_stats(a))
 
 
 def split_rows(a: torch.Tensor, tau: torch.Tensor, slices: int) -> torch.Tensor:
@@ -81,7 +92,14 @@ def row_stats_with_norm_scales(a: torch.Tensor):
     """((tau, bit_span, nonfinite), norm_scales): row_stats(a) and row_norm_scales(a, tau) in one
     call (on CUDA one read of a)."""
     tau, bit_span, nonfinite, norm_scales = torch.ops.ozaki.row_stats_with_norm_scales(a)
-    return (tau, bit_span, nonfinite), norm_scales
+    return RowStats((tau, bit_span, nonfinite)), norm_scales
+
+
+def crt_row_bounds(stats, norm_scales) -> torch.Tensor:
+    """float64 (2,): the rows' largest bit span and exact scheme II's bound on their 2-norms once
+    scaled to integers (the largest 2^E / c over usable rows, within a rounding; csrc/crt.h,
+    integer_norm_bound)."""
+    return torch.ops.ozaki.crt_row_bounds(*stats, norm_scales)
 
 
 def crt_row_scales(norm_scales: torch.Tensor, stats, t: int) -> torch.Tensor:

@@ -100,6 +100,11 @@ def _crt_row_scales_fake(norm_scales, tau, bit_span, t):
     return torch.empty_like(norm_scales)
 
 
+@torch.library.register_fake("ozaki::crt_row_bounds")
+def _crt_row_bounds_fake(tau, bit_span, nonfinite, norm_scales):
+    return tau.new_empty((2,), dtype=torch.float64)
+
+
 @torch.library.register_fake("ozaki::crt_magnitude")
 def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b):
     return a.new_empty((), dtype=torch.float64)

@@ -51,6 +51,7 @@ class Prepared:
     def _clear(self):
         self._rows = None  # A with contiguous rows
         self._stats = None  # (row_stats, norm scale codes)
+        self._row_bounds = None
         self._digits = None
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
@@ -68,6 +69,12 @@ class Prepared:
         if self._stats is None:
             self._stats = _ops.row_stats_with_norm_scales(self.rows())
         return self._stats
+
+    def row_bounds(self):
+        """ozaki::crt_row_bounds of A's rows."""
+        if self._row_bounds is None:
+            self._row_bounds = _ops.crt_row_bounds(*self.stats_and_norms())
+        return self._row_bounds
 
     def magnitude_digits(self):
         """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits)."""
@@ -110,7 +117,7 @@ class Prepared:
 
     @property
     def nbytes(self):
-        parts = [self._digits, self._column_exponents]
+        parts = [self._digits, self._column_exponents, self._row_bounds]
         if self._rows is not None and self._rows.data_ptr() != self.A.data_ptr():
             parts.append(self._rows)
         if self._stats is not None:

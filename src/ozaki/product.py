@@ -94,7 +94,9 @@ def _estimates(a, bt, options):
 
 def _usable_rows(stats):
     """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
-    the IEEE value of the plain dot product instead)."""
+    the IEEE value of the plain dot product instead); read once per RowStats."""
+    if isinstance(stats, _ops.RowStats):
+        return stats.usable
     _, span, nonfinite = stats
     return (span > 0) & ~nonfinite
 
@@ -215,8 +217,13 @@ class Estimates:
         return _column_exponents(self.a, self.stats_a)
 
     def _largest_integer_norms(self, norm_a, norm_b):
-        return torch.stack([_largest_integer_norm(self.stats_a, norm_a),
-                            _largest_integer_norm(self.stats_b, norm_b)])
+        """float64 (2,): the integer-norm bounds of a's and bt's rows (crt_row_bounds)."""
+        return self._row_bounds(norm_a, norm_b)[1::2]
+
+    def _row_bounds(self, norm_a, norm_b):
+        """float64 (4,): crt_row_bounds of a's rows, then of bt's."""
+        return torch.cat([_ops.crt_row_bounds(self.stats_a, norm_a),
+                          _ops.crt_row_bounds(self.stats_b, norm_b)])
 
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
@@ -224,10 +231,9 @@ class Estimates:
         local = self._crt_magnitude_bound(norm_a, norm_b)
         # the largest span and exact scheme II's norm bounds come in the same device-to-host
         # read: plan_for asks for them next
-        local = torch.cat([torch.stack([-local.double(), self.local_max_span().double()]),
-                           self._largest_integer_norms(norm_a, norm_b)])
-        negated, span, bound_a, bound_b = self.combine_max(local).tolist()
-        self._max_span = int(span)
+        local = torch.cat([-local.double().reshape(1), self._row_bounds(norm_a, norm_b)])
+        negated, span_a, bound_a, span_b, bound_b = self.combine_max(local).tolist()
+        self._max_span = int(max(span_a, span_b))
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
 
@@ -251,6 +257,9 @@ class KeptEstimates(Estimates):
     def _column_exponents_a(self):
         return self.kept.column_exponents(super()._column_exponents_a)
 
+    def _row_bounds(self, norm_a, norm_b):
+        return torch.cat([self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)])
+
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude from the kept digits of a and those of bt: the smallest exact
         digit product over usable pairs times 2^(-2 g), computed a block of columns at a time."""
@@ -266,20 +275,6 @@ class KeptEstimates(Estimates):
             products.masked_fill_(~usable_b[None, j0:j0 + cols], float("inf"))
             smallest = torch.minimum(smallest, products.amin())
         return smallest * 2.0 ** (-2 * crt.magnitude_gain(self.k))
-
-
-def _largest_integer_norm(stats, codes):
-    """max over usable rows of 2^E ||row||_2 <= 2^E / c (E: the exponent that makes the row's
-    entries integers, c: its norm scale, ||row||_2 c <= 1) as the float64 2^(E - e) / g for
-    c = g 2^e; 0 when no row is usable. Exponents are clamped to +-1000: a bound that large rules
-    exact scheme II out anyway, and a smaller one only grows."""
-    usable = _usable_rows(stats)
-    if not bool(usable.numel()):
-        return torch.zeros((), dtype=torch.float64, device=codes.device)
-    significand, exponent = crt.scale_parts(codes)
-    q = _ops.integer_exponents(stats).long() - exponent
-    ratio = crt.power_of_two(q.clamp(-1000, 1000)) / significand.double()
-    return ratio.masked_fill(~usable, 0.0).amax()
 
 
 #: Entries that _column_exponents reads at once (its temporaries take 12 bytes per entry).
