@@ -130,10 +130,11 @@ def test_left_residues_are_the_same_on_cpu_and_cuda(exact, dtype):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-def test_kept_estimate_equals_the_operator(device, monkeypatch):
+@pytest.mark.parametrize("n", [30, 61])  # the kept digits' path, and the operator's past 2k/3
+def test_kept_estimate_equals_the_operator(device, n, monkeypatch):
     """The digit-product minimum of a prepared operand equals ozaki::crt_magnitude's, with zero
     and NaN rows and columns that must be left out, over several column blocks."""
-    A, B = phi_pair(40, 90, 30, 2.0, seed=8, device=device)
+    A, B = phi_pair(40, 90, n, 2.0, seed=8, device=device)
     A[5] = 0.0
     A[7, 3] = float("nan")
     B[:, 4] = 0.0
@@ -147,6 +148,23 @@ def test_kept_estimate_equals_the_operator(device, monkeypatch):
         got = est._crt_magnitude_bound(norm_a, norm_b)
     assert got.item() == plain._crt_magnitude_bound(norm_a, norm_b).item()
     assert est.exact_entry_bound() == plain.exact_entry_bound()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("unusable", ["rows-of-a", "columns-of-b"])
+def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
+    A, B = phi_pair(6, 20, 5, 1.0, seed=17, device=device)
+    if unusable == "rows-of-a":
+        A.zero_()
+    else:
+        B[0, :] = float("nan")
+    bt = row_operand(B.mT)
+    stats_b, norm_b = _ops.row_stats_with_norm_scales(bt)
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
+    with ozaki.prepare(A) as kept:
+        got = KeptEstimates(kept, bt, stats_b, norm_b)._crt_magnitude_bound(norm_a, norm_b)
+    expected = Estimates(A, bt, stats_a, stats_b)._crt_magnitude_bound(norm_a, norm_b)
+    assert got.item() == expected.item() == float("inf")
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -53,6 +53,7 @@ class Prepared:
         self._stats = None  # (row_stats, norm scale codes)
         self._row_bounds = None
         self._digits = None
+        self._usable_digits = None
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
 
@@ -82,6 +83,13 @@ class Prepared:
             stats, norms = self.stats_and_norms()
             self._digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
         return self._digits
+
+    def usable_digits(self):
+        """The magnitude digits of A's usable rows (nonzero, finite), contiguous."""
+        if self._usable_digits is None:
+            stats, _ = self.stats_and_norms()
+            self._usable_digits = self.magnitude_digits()[stats.usable]
+        return self._usable_digits
 
     def column_exponents(self, compute):
         """Exact scheme II's column exponents of A (compute() makes them)."""
@@ -117,7 +125,7 @@ class Prepared:
 
     @property
     def nbytes(self):
-        parts = [self._digits, self._column_exponents, self._row_bounds]
+        parts = [self._digits, self._usable_digits, self._column_exponents, self._row_bounds]
         if self._rows is not None and self._rows.data_ptr() != self.A.data_ptr():
             parts.append(self._rows)
         if self._stats is not None:
