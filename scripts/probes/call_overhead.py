@@ -62,7 +62,8 @@ def main(argv=None):
                 call()
             torch.cuda.synchronize()
         events = prof.key_averages()
-        gpu = sum(e.self_device_time_total for e in events) / args.calls / 1e3
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        gpu = sum(e.device_time_total for e in kernels) / args.calls / 1e3
         print(f"== {label} at {shape}: {wall * 1e3:.3f} ms per call (wall), GPU kernels "
               f"{gpu:.3f} ms per call")
         print(events.table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
