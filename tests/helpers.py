@@ -88,6 +88,16 @@ def error_cases(cases):
     return [pytest.param(*case[1:], id=case[0]) for case in cases]
 
 
+def error_test(function, cases):
+    """A test, one case per row (id, args, kwargs, exception, message), that function(*args,
+    **kwargs) raises the exception with a message matching the row's."""
+    @pytest.mark.parametrize("args, kwargs, error, message", error_cases(cases))
+    def test(args, kwargs, error, message):
+        with pytest.raises(error, match=message):
+            function(*args, **kwargs)
+    return test
+
+
 def assert_wrong_out_is_named(name, product, shape, wrong_dtype, device):
     """product(out=...) rejects an out of the transposed shape and one of wrong_dtype, with
     messages naming the function and out; product's result is float64 of the given shape."""

@@ -10,7 +10,7 @@ import torch
 
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee,
-                     assert_wrong_out_is_named, cpu_and_cuda, error_cases, ones, seeded)
+                     assert_wrong_out_is_named, cpu_and_cuda, error_test, ones, seeded)
 from helpers import seeded_operands as operands
 from helpers import ALL_DTYPES, BACKENDS, COMPLEX_DTYPES, REAL_DTYPES, REAL_GEMMS, REAL_OF
 from ozaki import accuracy
@@ -379,10 +379,7 @@ MATMUL_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("args, kwargs, error, message", error_cases(MATMUL_ERRORS))
-def test_errors_name_the_argument(args, kwargs, error, message):
-    with pytest.raises(error, match=message):
-        ozaki.matmul(*args, **kwargs)
+test_errors_name_the_argument = error_test(ozaki.matmul, MATMUL_ERRORS)
 
 
 def test_batches_that_do_not_broadcast_raise_like_torch():

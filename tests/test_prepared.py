@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ozaki
-from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, error_cases, ones, phi_pair
+from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, error_test, ones, phi_pair
 from ozaki import _ops, crt, prepared
 from ozaki.product import Estimates, KeptEstimates, row_operand
 
@@ -232,10 +232,7 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("args, kwargs, error, message", error_cases(ERRORS))
-def test_prepare_errors_name_the_argument(args, kwargs, error, message):
-    with pytest.raises(error, match=message):
-        ozaki.prepare(*args, **kwargs)
+test_prepare_errors_name_the_argument = error_test(ozaki.prepare, ERRORS)
 
 
 def test_inference_tensors_are_refused():
