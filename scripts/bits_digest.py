@@ -37,7 +37,8 @@ def cases():
         wide_a = spread_matrix(23, 150, wide, 3, dtype)
         wide_b = spread_matrix(150, 19, wide, 4, dtype)
         special_a = A.clone()
-        special_a[3, 7], special_a[5, 0], special_a[9, 9] = float("nan"), float("inf"), -float("inf")
+        special_a[3, 7], special_a[5, 0] = float("nan"), float("inf")
+        special_a[9, 9] = -float("inf")
         settings = [("default", {}), ("nearest", {"rounding": "nearest"}),
                     ("crt", {"backend": "crt"}), ("crt-9", {"backend": "crt", "moduli": 9}),
                     ("int8", {"backend": "int8"}), ("int8-5-fast", {"backend": "int8", "slices": 5,

@@ -222,9 +222,9 @@ def test_row_bounds_are_the_largest_integer_norm_bound(device):
     span[:5] = torch.tensor([0, 0, 70, 3, 1], dtype=torch.int32)  # zero rows; the largest span
     nonfinite[2] = True  # the largest span is in a NaN/Inf row
     stats = (tau, span, nonfinite)
-    expected_bound = max((Fraction(2) ** max(-1000, min(1000, s - t - (c // 16 - 4))) / (16 + c % 16)
-                          for t, s, f, c in zip(tau.tolist(), span.tolist(), nonfinite.tolist(),
-                                                codes.tolist()) if s > 0 and not f), default=0)
+    rows_of = zip(tau.tolist(), span.tolist(), nonfinite.tolist(), codes.tolist())
+    expected_bound = max((Fraction(2) ** max(-1000, min(1000, s - t - (c // 16 - 4)))
+                          / (16 + c % 16) for t, s, f, c in rows_of if s > 0 and not f), default=0)
     got = ozaki._ops.crt_row_bounds(tuple(x.to(device) for x in stats), codes.to(device)).cpu()
     assert got.tolist() == [70.0, float(expected_bound)]
     empty = torch.zeros(0, dtype=torch.int32, device=device)

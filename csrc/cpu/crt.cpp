@@ -315,7 +315,8 @@ auto with_prepared_a(Residues residues, const int8_t* prepared, int moduli, int6
 template <typename T, typename Residues>
 void write_left_residues(const at::Tensor& a, int moduli, Residues residues, int8_t* out) {
   const int64_t m = a.size(0), k = a.size(1), k_stride = round_up(k, kResidueRowAlign);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, moduli * k));
+  const int64_t chunk =
+      std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, moduli * k));
   std::fill(out, out + moduli * m * k_stride, int8_t(0));
   std::vector<double> values(moduli * std::min(chunk, m) * k);
   for (int64_t first = 0; first < m; first += chunk) {
@@ -531,8 +532,8 @@ at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64
       } else {
         with_moduli_count(static_cast<int>(moduli), [&](auto count) {
           constexpr int N = decltype(count)::value;
-          write_left_residues<scalar_t>(a_e, N, truncated_residues<N, scalar_t>(k, scale_e, nullptr),
-                                        out_e);
+          write_left_residues<scalar_t>(
+              a_e, N, truncated_residues<N, scalar_t>(k, scale_e, nullptr), out_e);
         });
       }
     }

@@ -495,7 +495,8 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
                                    CrtOperands<T> in, T* out) {
   static_assert(kResultAlign % kReconstructColumns == 0);
   const int64_t plane = chunk.rows * ld;
-  for_each_four_columns(chunk.elements * chunk.rows, ld / kReconstructColumns, [&](int64_t row, int64_t j0) {
+  const int64_t rows = chunk.elements * chunk.rows;
+  for_each_four_columns(rows, ld / kReconstructColumns, [&](int64_t row, int64_t j0) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
@@ -539,7 +540,8 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const int64_t chunk_cols = plan.within.cols;
   const int64_t ld = round_up(chunk_cols, kResultAlign);
   const int64_t a_rows = prepared_a != nullptr ? 0 : chunk_rows;
-  at::Tensor a_residues = at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
+  at::Tensor a_residues =
+      at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld}, options.dtype(at::kInt));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
@@ -696,7 +698,8 @@ void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product
   const int64_t chunk_cols = plan.within.cols;
   const bool compute_a = prepared_a == nullptr;
   const int64_t a_rows = compute_a ? chunk_rows : 0;
-  at::Tensor a_residues = at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
+  at::Tensor a_residues =
+      at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
@@ -708,13 +711,17 @@ void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product
     if (whole_b) residues(in.bt, RowBlocks{e0 * n, n, elements, n}, b_res, true, stream);
     for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, m - i0);
-      if (compute_a) residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
+      if (compute_a) {
+        residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
+      }
       const ResidueRows a_chunk =
           compute_a ? ResidueRows{a_res, rows, rows}
                     : ResidueRows{prepared_a + (e0 * N * m + i0) * k_stride, rows, m};
       for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
         const int64_t cols = std::min(chunk_cols, n - j0);
-        if (!whole_b) residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
+        if (!whole_b) {
+          residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
+        }
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
         launch_fused_crt<N, CrtTile>(a_chunk, ResidueRows{b_res, cols, cols}, k_stride, chunk, in,
                                      out, stream);
@@ -749,7 +756,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
   check_residues_a(residues_a, a, moduli, op);
-  const int8_t* prepared_a = residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
+  const int8_t* prepared_a =
+      residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;
@@ -945,7 +953,8 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
                                                             nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
   check_residues_a(residues_a, a, moduli, op);
-  const int8_t* prepared_a = residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
+  const int8_t* prepared_a =
+      residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;

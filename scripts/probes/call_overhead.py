@@ -1,6 +1,6 @@
 """Where a product's time goes: torch.profiler over ozaki.dgemm calls (fixed moduli, the default
-plan, and the default plan with A prepared by ozaki.prepare) at one shape, with the host time per call against the GPU kernels' time, and the
-operators and kernels that take most of it.
+plan, and the default plan with A prepared by ozaki.prepare) at one shape, with the host time per
+call against the GPU kernels' time, and the operators and kernels that take most of it.
 
     python scripts/probes/call_overhead.py [--size 1024] [--calls 20]
     python scripts/probes/call_overhead.py --shape 6000 6000 16 --data kernel
