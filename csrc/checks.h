@@ -318,13 +318,26 @@ inline void check_crt_left_residues_arguments(const at::Tensor& a, const at::Ten
   check_crt_inner(shape.k, op);
 }
 
-// The optional prepared residues of a product's a (crt_left_residues' result for `moduli`):
-// on a's device, int8, contiguous, of crt_left_residues' shape.
-inline void check_residues_a(const std::optional<at::Tensor>& residues, const at::Tensor& a,
-                             int64_t moduli, const char* op) {
-  if (!residues.has_value()) return;
-  const at::Tensor& r = *residues;
+// Prepared residues of a product's a: their data (nullptr when none are given) and the entries of
+// one batch element.
+struct LeftResidues {
+  const int8_t* data;
+  int64_t element_size;
+
+  // Element e's residues, or nullptr.
+  const int8_t* element(int64_t e) const {
+    return data == nullptr ? nullptr : data + e * element_size;
+  }
+};
+
+// The optional prepared residues of a product's a, checked (crt_left_residues' result for
+// `moduli`: on a's device, int8, contiguous, of crt_left_residues' shape).
+inline LeftResidues checked_residues_a(const std::optional<at::Tensor>& residues,
+                                       const at::Tensor& a, int64_t moduli, const char* op) {
   const std::vector<int64_t> sizes = left_residue_sizes(a, moduli);
+  const int64_t element_size = sizes.end()[-3] * sizes.end()[-2] * sizes.end()[-1];
+  if (!residues.has_value()) return LeftResidues{nullptr, element_size};
+  const at::Tensor& r = *residues;
   TORCH_CHECK(r.scalar_type() == at::kChar && r.is_contiguous() &&
                   r.sizes() == at::IntArrayRef(sizes),
               op, ": residues_a must be a contiguous int8 tensor of shape ", at::IntArrayRef(sizes),
@@ -332,6 +345,7 @@ inline void check_residues_a(const std::optional<at::Tensor>& residues, const at
               r.sizes());
   TORCH_CHECK(r.device() == a.device(), op, ": residues_a must be on a's device ", a.device(),
               ", got ", r.device());
+  return LeftResidues{r.const_data_ptr<int8_t>(), element_size};
 }
 
 // The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.

@@ -8,8 +8,9 @@ import torch
 
 import ozaki
 from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, error_test, ones, phi_pair
-from ozaki import _ops, crt, prepared
+from ozaki import _ops, accuracy, crt, prepared
 from ozaki.product import Estimates, KeptEstimates, row_operand
+from test_wide_spans import AUTOMATIC_BACKENDS, CASES, assert_no_worse_than_twice_native
 
 #: (id, shape (m, k, n), phi, keyword arguments): the plans a prepared operand serves.
 PLANS = [
@@ -52,6 +53,26 @@ def test_prepared_products_give_the_same_bits(device, dtype, shape, phi, kwargs)
             assert key[0] == kind and kept.nbytes >= residues.numel()
     for g, e in zip(got, expected):
         assert_bitwise_equal(g, e)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("backend", AUTOMATIC_BACKENDS)
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_rows_of_wide_span_keep_the_promise_when_prepared(device, backend, case):
+    """tests/test_wide_spans.py's rows (units rescaled by 1e20, powers of two to 2^+-90,
+    Vandermonde rows, one huge entry meeting one tiny): products with A prepared, the first and
+    the ones that reuse its parts, are no worse than twice native against the exact product and
+    give the bits of the unprepared call."""
+    A, B = CASES[case]()
+    gemm = REAL_GEMMS[A.dtype]
+    exact = accuracy.exact_matmul(A, B)
+    A, B = A.to(device), B.to(device)
+    expected = gemm(A, B, backend=backend)
+    with ozaki.prepare(A):
+        for _ in range(2):
+            C = gemm(A, B, backend=backend)
+            assert_bitwise_equal(C, expected)
+            assert_no_worse_than_twice_native(C, A.cpu(), B.cpu(), exact)
 
 
 @pytest.mark.cuda

@@ -286,13 +286,6 @@ auto truncated_residues(int64_t k, const int* scale_a, const int* scale_b) {
   };
 }
 
-// Element e's part of prepared residues of a (crt_left_residues), element_size entries each;
-// nullptr when there are none.
-const int8_t* prepared_element(const std::optional<at::Tensor>& residues, int64_t e,
-                               int64_t element_size) {
-  return residues.has_value() ? residues->const_data_ptr<int8_t>() + e * element_size : nullptr;
-}
-
 // residues, except that a's rows (weighted = false) come from prepared, a's residues of this
 // element in crt_left_residues' layout (moduli planes of m rows of k_stride entries), when given.
 template <typename T, typename Residues>
@@ -394,7 +387,7 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   constexpr const char* op = "ozaki::gemm_crt";
   const ProductShape shape =
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
-  check_residues_a(residues_a, a, moduli, op);
+  const LeftResidues prepared = checked_residues_a(residues_a, a, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -409,8 +402,7 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
             batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
             scale_a.const_data_ptr<int>() + e * m, scale_b.const_data_ptr<int>() + e * n,
             nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-            budget, prepared_element(residues_a, e, moduli * m * round_up(k, kResidueRowAlign)),
-            out_e);
+            budget, prepared.element(e), out_e);
       }
     });
   });
@@ -491,7 +483,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   constexpr const char* op = "ozaki::gemm_crt_exact";
   const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
                                                             nonfinite_a, nonfinite_b, moduli, op);
-  check_residues_a(residues_a, a, moduli, op);
+  const LeftResidues prepared = checked_residues_a(residues_a, a, moduli, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
   check_crt_inner(k, op);
@@ -505,8 +497,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
           batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
           exponent_a.const_data_ptr<int>() + e * m, exponent_b.const_data_ptr<int>() + e * n,
           nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-          crt, budget, prepared_element(residues_a, e, moduli * m * round_up(k, kResidueRowAlign)),
-          out_e);
+          crt, budget, prepared.element(e), out_e);
     }
   });
   return out;

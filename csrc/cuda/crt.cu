@@ -755,9 +755,7 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   const ProductShape shape =
       check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
-  check_residues_a(residues_a, a, moduli, op);
-  const int8_t* prepared_a =
-      residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
+  const int8_t* prepared_a = checked_residues_a(residues_a, a, moduli, op).data;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;
@@ -952,9 +950,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
                                                             nonfinite_a, nonfinite_b, moduli, op);
   check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
-  check_residues_a(residues_a, a, moduli, op);
-  const int8_t* prepared_a =
-      residues_a.has_value() ? residues_a->const_data_ptr<int8_t>() : nullptr;
+  const int8_t* prepared_a = checked_residues_a(residues_a, a, moduli, op).data;
   CrtCall call = start_crt_call(a, shape, op);
   if (call.empty) return call.out;
   at::Tensor out = call.out;

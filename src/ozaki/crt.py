@@ -25,6 +25,16 @@ MAX_SCALE_BITS = 62
 RECONSTRUCTION_MARGIN_BITS = 30
 #: Fraction bits of a row scale's significand (csrc/crt.h, kScaleFractionBits).
 SCALE_FRACTION_BITS = 4
+#: Stored INT8 residue rows are padded with zeros to a multiple of this (csrc/crt.h,
+#: kResidueRowAlign).
+RESIDUE_ROW_ALIGN = 16
+
+
+def left_residue_shape(shape, moduli: int):
+    """The shape of ozaki::crt_left_residues' result for an operand of `shape`, (m, k) or
+    (batch, m, k): (moduli, m, k16) or (batch, moduli, m, k16), k16 = k rounded up to 16."""
+    *batch, m, k = shape
+    return (*batch, moduli, m, -(-k // RESIDUE_ROW_ALIGN) * RESIDUE_ROW_ALIGN)
 #: Bits of an entry of a row's RMS size in the plan's magnitude digits (csrc/crt.h,
 #: kCrtMagnitudeHeadroomBits).
 MAGNITUDE_HEADROOM_BITS = 5

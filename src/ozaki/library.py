@@ -6,6 +6,7 @@ Imported by ozaki/__init__.py."""
 import torch
 
 from . import _ops  # noqa: F401  (loads the schemas)
+from . import crt
 from .gemm_op import check_gemm, gemm_kernel
 
 torch.library.impl("ozaki::gemm", ("CPU", "CUDA"), gemm_kernel)
@@ -124,8 +125,7 @@ def _gemm_crt_exact_fake(a, bt, exponent_a, exponent_b, nonfinite_a, nonfinite_b
 
 @torch.library.register_fake("ozaki::crt_left_residues")
 def _crt_left_residues_fake(a, scale, moduli, exact):
-    k_stride = -(-a.shape[-1] // 16) * 16
-    return a.new_empty((*a.shape[:-2], moduli, a.shape[-2], k_stride), dtype=torch.int8)
+    return a.new_empty(crt.left_residue_shape(a.shape, moduli), dtype=torch.int8)
 
 
 @torch.library.register_fake("ozaki::int8_matmul")

@@ -17,11 +17,10 @@ without it. An in-place change of A (anything that bumps its version counter) dr
 at the next product; changes that bypass the counter (a NumPy view, a raw pointer) are not seen.
 """
 
+import math
 import weakref
 
-import torch
-
-from . import _ops
+from . import _ops, crt
 from .operands import FLOATS, check_tensor
 
 #: Residue sets a handle keeps: those of the last plans that ran.
@@ -107,7 +106,7 @@ class Prepared:
             if known == key:
                 self._residues.append(self._residues.pop(index))
                 return residues
-        size = moduli * self.A.shape[0] * (-(-self.A.shape[1] // 16) * 16)
+        size = math.prod(crt.left_residue_shape(self.A.shape, moduli))
         while self._residues and (len(self._residues) >= KEPT_PLANS or self._over(size)):
             self._residues.pop(0)
         if self._over(size):

@@ -95,10 +95,7 @@ def _estimates(a, bt, options):
 def _usable_rows(stats):
     """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
     the IEEE value of the plain dot product instead); read once per RowStats."""
-    if isinstance(stats, _ops.RowStats):
-        return stats.usable
-    _, span, nonfinite = stats
-    return (span > 0) & ~nonfinite
+    return (stats if isinstance(stats, _ops.RowStats) else _ops.RowStats(stats)).usable
 
 
 def masked_min(bound, stats_a, stats_b):
@@ -478,11 +475,12 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     plan, inputs = plan_for(est, dtype, options)
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt" and (plan.exact or plan.wide):
-        exponents = inputs.wide_exponents(plan, est.k) if plan.wide else None
-        residues = None
-        if kept is not None:
-            scale_a = _ops.integer_exponents(stats_a) if exponents is None else exponents[0]
-            residues = kept.residues("wide" if plan.wide else "exact", plan.moduli, scale_a)
+        if plan.wide:
+            exponents = inputs.wide_exponents(plan, est.k)
+        else:
+            exponents = _ops.integer_exponents(stats_a), _ops.integer_exponents(stats_b)
+        residues = (None if kept is None else
+                    kept.residues("wide" if plan.wide else "exact", plan.moduli, exponents[0]))
         C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes(),
                                 exponents, residues)
     elif plan.backend == "crt":
