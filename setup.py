@@ -3,12 +3,19 @@ toolkit (nvcc and the CUDA runtime library) is found: $CUDA_HOME, $CUDA_PATH, to
 toolkit of the nvcc on PATH, /usr/local/cuda, the first that has both. Without one the CPU backend
 is built, with a message saying why.
 
+Scheme II's reduced residue GEMM (csrc/cuda/reduced_gemm.cu) is built when the targets include
+sm_90a and CUTLASS's headers are found ($OZAKI_CUTLASS_INCLUDE, else the nvidia-cutlass
+package's); without them the CUDA backend takes its other scheme-II paths, with a message saying
+why.
+
 Environment overrides: OZAKI_FORCE_CPU=1 builds the CPU backend only; OZAKI_FORCE_CUDA=1 fails
-instead of silently dropping the CUDA backend; OZAKI_CUDA_ARCHS (default "90") lists the
-compute capabilities to build machine code for.
+instead of silently dropping the CUDA backend or its reduced GEMM; OZAKI_CUDA_ARCHS (default
+"90a": Hopper, whose warpgroup MMAs need the "a" target) lists the targets to build machine code
+for.
 """
 
 import glob
+import importlib.util
 import os
 import shutil
 import sys
@@ -75,6 +82,27 @@ def cuda_library_dirs():
     return include_dirs, sorted(set(library_dirs)), link_args
 
 
+def cutlass_include():
+    """The folder holding cutlass/cutlass.h: $OZAKI_CUTLASS_INCLUDE, else the nvidia-cutlass
+    package's (cutlass_library/source/include, found without importing the package), else None."""
+    given = os.environ.get("OZAKI_CUTLASS_INCLUDE")
+    candidates = [given] if given else []
+    spec = importlib.util.find_spec("cutlass_library")
+    if not given and spec is not None and spec.submodule_search_locations:
+        candidates += [os.path.join(base, "source", "include")
+                       for base in spec.submodule_search_locations]
+    for path in candidates:
+        if os.path.exists(os.path.join(path, "cutlass", "cutlass.h")):
+            return path
+    if given:
+        raise RuntimeError(f"OZAKI_CUTLASS_INCLUDE={given} holds no cutlass/cutlass.h")
+    return None
+
+
+def gencode(arch):
+    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
+
+
 def make_extension():
     cpu_sources = ["csrc/ozaki.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
@@ -97,15 +125,28 @@ def make_extension():
             extra_link_args=SHARED_CXX_RUNTIME, py_limited_api=False)
     cpp_extension.CUDA_HOME = home  # the toolkit found above compiles and links the extension
     os.environ["CUDA_HOME"] = home
-    archs = os.environ.get("OZAKI_CUDA_ARCHS", "90").split(",")
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    archs = os.environ.get("OZAKI_CUDA_ARCHS", "90a").split(",")
+    nvcc_flags = NVCC_FLAGS + [gencode(a) for a in archs]
     include_dirs, library_dirs, link_args = cuda_library_dirs()
-    print(f"ozaki: building the CPU and CUDA backends (sm_{', sm_'.join(archs)})")
+    cutlass = cutlass_include()
+    reduced_why = ("the targets do not include sm_90a" if "90a" not in archs
+                   else "no CUTLASS headers (pip install nvidia-cutlass, or set "
+                        "OZAKI_CUTLASS_INCLUDE)" if cutlass is None else None)
+    if reduced_why is None:
+        include_dirs.append(cutlass)
+        # CUTLASS's own sources warn about lambdas capturing this implicitly (#2908).
+        nvcc_flags += ["-DOZAKI_REDUCED_GEMM", "--diag-suppress=2908"]
+    elif env_flag("OZAKI_FORCE_CUDA"):
+        raise RuntimeError(f"OZAKI_FORCE_CUDA=1 but the reduced residue GEMM cannot be built: "
+                           f"{reduced_why}")
+    print(f"ozaki: building the CPU and CUDA backends (sm_{', sm_'.join(archs)}); "
+          + ("with the reduced residue GEMM" if reduced_why is None
+             else f"without the reduced residue GEMM ({reduced_why})"))
     return cpp_extension.CUDAExtension(
         "ozaki._C", cpu_sources + cuda_sources,
         include_dirs=include_dirs, library_dirs=library_dirs,
         extra_link_args=link_args + SHARED_CXX_RUNTIME,
-        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": NVCC_FLAGS + gencode})
+        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": nvcc_flags})
 
 
 setup(

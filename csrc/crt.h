@@ -429,6 +429,26 @@ struct FourEntries {
     }
   }
 };
+
+// FourEntries for reduced products (one byte per residue, csrc/cuda/reduced_gemm.cuh): the four
+// entries' N residues, modulus i's four bytes at first + i * plane (4-byte aligned).
+template <int N>
+struct FourReducedEntries {
+  uint32_t planes[N];
+  __device__ FourReducedEntries(const uint8_t* first, int64_t plane) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) planes[i] = __ldg(reinterpret_cast<const unsigned*>(first + i * plane));
+  }
+  __device__ void of_entry(int c, int32_t (&products)[N]) const {
+#pragma unroll
+    for (int i = 0; i < N; ++i) products[i] = static_cast<int32_t>((planes[i] >> (8 * c)) & 255u);
+  }
+};
+
+// The loader of four entries' products of element type P (int32_t or uint8_t).
+template <int N, typename P>
+using FourEntriesOf =
+    std::conditional_t<std::is_same_v<P, uint8_t>, FourReducedEntries<N>, FourEntries<N>>;
 #endif
 
 // ---- Plan inputs (docs/accuracy.md, "Scheme II") ------------------------------------------------

@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, paths. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
@@ -19,7 +19,9 @@
 # distributed (not in all; needs two GPUs or more) writes distributed.json/log, the scaling of
 # ozaki.distributed.matmul over every GPU of the host (scripts/distributed_bench.py);
 # programs (not in all) writes programs.json/md/log: a block conjugate-gradient solve and a
-# Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py).
+# Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py);
+# paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
+# (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -33,6 +35,12 @@ wants() { [[ $what == all || ,$what, == *,$1,* ]]; }
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' | tee "$OUT/versions.txt"
+
+# CUTLASS's headers for the reduced residue GEMM: the nvidia-cutlass package where installed, else
+# a copy in .cutlass/include (scripts/cutlass_headers.sh makes it, for machines without a network).
+if [[ -z ${OZAKI_CUTLASS_INCLUDE:-} && -f .cutlass/include/cutlass/cutlass.h ]]; then
+  export OZAKI_CUTLASS_INCLUDE=$PWD/.cutlass/include
+fi
 
 echo "== build"
 start=$(date +%s)
@@ -94,6 +102,11 @@ fi
 if [[ ,$what, == *,programs,* ]]; then
   echo "== real programs under ozaki.enable"
   python3 scripts/programs_bench.py --json "$OUT/programs.json" --markdown "$OUT/programs.md" 2>&1 | tee "$OUT/programs.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,paths,* ]]; then
+  echo "== scheme II paths"
+  python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} 2>&1 | tee "$OUT/crt_paths.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,blocks,* ]]; then

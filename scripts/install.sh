@@ -14,6 +14,9 @@ fi
 # matplotlib, nbclient, nbformat and ipykernel: the notebooks, their figures and their test
 "$PYTHON" -m pip install -q numpy mpmath pytest ninja pybind11 setuptools wheel \
   matplotlib nbclient nbformat ipykernel
+# CUTLASS's headers, for scheme II's reduced residue GEMM (only its headers are used: its Python
+# dependencies are not needed)
+"$PYTHON" -m pip install -q --no-deps nvidia-cutlass==4.2.0.0
 editable=()
 [[ ${OZAKI_EDITABLE:-0} == 1 ]] && editable=(-e)
 # --no-build-isolation: the extension is built against the torch installed here, the one it runs

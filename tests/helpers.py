@@ -1,6 +1,8 @@
 """Helpers shared by the test modules."""
 
+import functools
 import math
+import os
 import re
 from fractions import Fraction
 
@@ -24,6 +26,29 @@ BACKENDS = ("auto", "fp16", "int8", "crt")
 def cpu_and_cuda():
     """Device parameters: the CUDA case is marked so conftest skips it where no GPU is usable."""
     return [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+
+
+@functools.cache
+def crt_paths():
+    """Scheme II's CUDA paths as OZAKI_CRT_PATH names them ("" for the rule's choice); the reduced
+    GEMMs where this build and GPU run them (built for sm_90a with CUTLASS, compute capability
+    9.0), which a call on that path reports."""
+    paths = ["cublas", "fused", ""]
+    before = os.environ.get("OZAKI_CRT_PATH")
+    os.environ["OZAKI_CRT_PATH"] = "reduced"
+    try:
+        ones = torch.ones(2, 2, dtype=torch.float64, device="cuda")
+        ozaki.dgemm(ones, ones, backend="crt", moduli=3)
+        paths.insert(2, "reduced")
+    except RuntimeError as error:
+        if "no reduced residue GEMM" not in str(error):
+            raise
+    finally:
+        if before is None:
+            os.environ.pop("OZAKI_CRT_PATH")
+        else:
+            os.environ["OZAKI_CRT_PATH"] = before
+    return paths
 
 
 def seeded(seed: int) -> torch.Generator:

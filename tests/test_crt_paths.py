@@ -1,21 +1,21 @@
-"""Scheme II's two CUDA paths (docs/algorithm.md, "Scheme II paths"): cuBLAS INT8 GEMMs per
-modulus with the INT32 products in memory, and the fused kernel that keeps their residues on
-chip. Both give the CPU's bits, on shapes that end inside a 128 x 64 tile, a warp's 32 x 32 block
-or a 128-byte k stage, with NaN/Inf rows, in batches and under workspace chunking."""
+"""Scheme II's CUDA paths (docs/algorithm.md, "Scheme II paths"): cuBLAS INT8 GEMMs per modulus
+with the INT32 products in memory, the fused kernel that keeps their residues on chip, and the
+reduced GEMMs whose epilogue writes each product's residue as a byte. Every path gives the CPU's
+bits, on shapes that end inside a 128 x 64 or 128 x 256 tile, a warp's 32 x 32 block or a k
+stage, with NaN/Inf rows, in batches and under workspace chunking; exact scheme II too."""
 
 import pytest
 import torch
 
 import ozaki
 from ozaki import crt
-from helpers import assert_bitwise_equal, phi_tensor, seeded
+from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
 
-PATHS = ["cublas", "fused", ""]  # "" : the rule's choice
-# (m, k, n): single entries, sides around the 32-row warp blocks and the 128 x 64 tiles, k around
-# the 128-byte stages and the 16-byte padding, one side small, k past a few stages
+# (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles,
+# k around the 128-byte stages and the 16-byte padding, one side small, k past a few stages
 SHAPES = [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 100, 129), (127, 200, 63), (128, 1000, 64),
           (129, 16, 65), (300, 17, 200), (40, 5000, 70), (1000, 300, 3), (3, 130, 1000),
-          (256, 129, 192), (130, 384, 66)]
+          (256, 129, 192), (130, 384, 66), (257, 260, 513), (128, 128, 256), (255, 40, 257)]
 MODULI = [1, 2, 7, 15, 16]
 
 
@@ -48,7 +48,7 @@ def test_every_path_gives_the_cpu_bits(shape, moduli, dtype, monkeypatch):
     A, B = operands((), m, k, n, dtype, seed=m + 3 * k + 7 * n + moduli)
     expected = product(A, B, moduli, "cublas", "cpu", monkeypatch)
     assert expected.isfinite().any()
-    for path in PATHS:
+    for path in crt_paths():
         assert_bitwise_equal(product(A, B, moduli, path, "cuda", monkeypatch), expected)
 
 
@@ -58,7 +58,7 @@ def test_every_path_gives_the_cpu_bits(shape, moduli, dtype, monkeypatch):
 def test_batches_give_the_cpu_bits(batch, shape, monkeypatch):
     A, B = operands(batch, *shape, torch.float64, seed=sum(shape))
     expected = product(A, B, 15, "cublas", "cpu", monkeypatch)
-    for path in PATHS:
+    for path in crt_paths():
         assert_bitwise_equal(product(A, B, 15, path, "cuda", monkeypatch), expected)
 
 
@@ -75,19 +75,43 @@ def test_more_row_tiles_than_a_grid_side_holds(monkeypatch):
 
 @pytest.mark.cuda
 def test_workspace_chunks_give_the_same_bits(monkeypatch):
-    """A 1 MiB workspace splits the fused path's residues into many chunks of rows and columns."""
+    """A 1 MiB workspace splits every path's residues (and products) into many chunks of rows and
+    columns."""
     A, B = operands((), 300, 520, 260, torch.float64, seed=5)
-    whole = product(A, B, 15, "fused", "cuda", monkeypatch)
+    whole = product(A, B, 15, "cublas", "cpu", monkeypatch)
     monkeypatch.setenv("OZAKI_WORKSPACE_MB", "1")
-    assert_bitwise_equal(product(A, B, 15, "fused", "cuda", monkeypatch), whole)
-    assert_bitwise_equal(product(A, B, 15, "cublas", "cpu", monkeypatch), whole)
+    for path in crt_paths():
+        assert_bitwise_equal(product(A, B, 15, path, "cuda", monkeypatch), whole)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("moduli", [1, 16, 17, 29, 40])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 300, 257), (300, 17, 5), (64, 1000, 520)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_exact_scheme_two_gives_the_cpu_bits_on_every_path(shape, moduli, monkeypatch):
+    """ozaki::gemm_crt_exact with up to 40 moduli (more than scheme II's 16), NaN/Inf rows
+    included; too few moduli give wrong integers, the same on every path."""
+    m, k, n = shape
+    A, B = operands((), m, k, n, torch.float64, seed=m + k + n + moduli)
+    a, bt = A.contiguous(), B.t().contiguous()
+
+    def exact(device):
+        x, y = a.to(device), bt.to(device)
+        stats_x, stats_y = ozaki._ops.row_stats(x), ozaki._ops.row_stats(y)
+        return ozaki._ops.gemm_crt_exact(x, y, stats_x, stats_y, moduli).cpu()
+
+    monkeypatch.delenv("OZAKI_CRT_PATH", raising=False)
+    expected = exact("cpu")
+    for path in crt_paths():
+        monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        assert_bitwise_equal(exact("cuda"), expected)
 
 
 @pytest.mark.cuda
 def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
     """The planned scheme-II product (no moduli given) does not depend on the path either."""
     A, B = operands((), 200, 3000, 150, torch.float64, seed=9, specials=False)
-    results = [product(A, B, None, path, "cuda", monkeypatch) for path in PATHS]
+    results = [product(A, B, None, path, "cuda", monkeypatch) for path in crt_paths()]
     for result in results[1:]:
         assert_bitwise_equal(result, results[0])
 
@@ -95,5 +119,6 @@ def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
 @pytest.mark.cuda
 def test_an_unknown_path_is_named(monkeypatch):
     A, B = operands((), 4, 5, 3, torch.float64, seed=1)
-    with pytest.raises(RuntimeError, match="OZAKI_CRT_PATH must be cublas or fused, got 'tiles'"):
+    with pytest.raises(RuntimeError,
+                       match="OZAKI_CRT_PATH must be cublas, fused or reduced, got 'tiles'"):
         product(A, B, 3, "tiles", "cuda", monkeypatch)

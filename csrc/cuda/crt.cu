@@ -28,6 +28,7 @@
 #include "int8_gemm.cuh"
 #include "launch.cuh"
 #include "ops.h"
+#include "reduced_gemm.cuh"
 
 namespace ozaki::cuda {
 namespace {
@@ -486,13 +487,13 @@ __device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi,
 constexpr int kReconstructColumns = 4;  // FourEntries and for_each_four_columns
 constexpr int kReconstructThreads = 256;
 
-// The N INT32 results of each entry (e, i, j) rebuilt into the exact integer and rounded once;
-// rows or columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the
-// plane products + (e * N + i) * rows * ld. Rows of the chunk (all elements') go along grid y,
+// The N results of each entry (e, i, j) rebuilt into the exact integer and rounded once; rows or
+// columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the plane
+// products + (e * N + i) * rows * ld: INT32 sums (P = int32_t) or reduced residues (uint8_t). Rows of the chunk (all elements') go along grid y,
 // groups of 4 columns along x and the threads: no per-entry index division.
-template <int N, typename T>
-__global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk,
-                                   CrtOperands<T> in, T* out) {
+template <int N, typename P, typename T>
+__global__ void reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
+                                   T* out) {
   static_assert(kResultAlign % kReconstructColumns == 0);
   const int64_t plane = chunk.rows * ld;
   const int64_t rows = chunk.elements * chunk.rows;
@@ -500,7 +501,7 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
-    const FourEntries<N> loaded(products + e * N * plane + i * ld + j0, plane);
+    const FourEntriesOf<N, P> loaded(products + e * N * plane + i * ld + j0, plane);
 #pragma unroll
     for (int c = 0; c < kReconstructColumns; ++c) {
       const int64_t j = j0 + c;
@@ -512,22 +513,30 @@ __global__ void reconstruct_kernel(const int32_t* products, int64_t ld, Chunk ch
   });
 }
 
-// The exact INT32 residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk
-// by chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
+// The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
+// chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
 // residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
 // finish(products, ld, chunk, stream) consumes each chunk's results (modulus i's of element e in
 // the plane products + (e * moduli + i) * chunk.rows * ld, row r at + r * ld) before the next
 // chunk's GEMMs overwrite them on the same stream. prepared_a: a's residues of every element
-// (crt_left_residues' layout), read instead of computed; nullptr computes them.
+// (crt_left_residues' layout), read instead of computed; nullptr computes them. reduced_moduli:
+// the moduli's values, for one reduced GEMM launch per chunk (reduced_gemm.cuh) whose results are
+// bytes (products a const uint8_t*); nullptr: one cuBLAS INT8 GEMM per modulus, INT32 results.
 template <typename T, typename Residues, typename Finish>
 void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& product, int moduli,
                             int64_t budget, const at::TensorOptions& options, Residues residues,
                             Finish finish, int64_t min_columns = kMinColumns,
-                            const int8_t* prepared_a = nullptr) {
+                            const int8_t* prepared_a = nullptr,
+                            const int* reduced_moduli = nullptr) {
   const int64_t batch = product.batch, m = product.m, n = product.n;
   const int64_t N = moduli;
   const int64_t k_stride = round_up(in.k, kInnerAlign);
-  const WorkspaceShape shape{k_stride, moduli, N, 1, 4, kResultAlign};
+  // Finish accepts reduced products only where the caller can pass reduced_moduli.
+  constexpr bool kTakesReduced =
+      std::is_invocable_v<Finish, const uint8_t*, int64_t, const Chunk&, cudaStream_t>;
+  const bool reduced = kTakesReduced && reduced_moduli != nullptr;
+  const int64_t product_bytes = reduced ? 1 : 4;
+  const WorkspaceShape shape{k_stride, moduli, N, 1, product_bytes, kResultAlign};
   BatchChunkPlan plan =
       plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true, min_columns);
   // cuBLAS takes int sizes.
@@ -543,10 +552,18 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   at::Tensor a_residues =
       at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
-  at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld}, options.dtype(at::kInt));
+  at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld * product_bytes},
+                                  options.dtype(at::kByte));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
-  int32_t* product_data = products.mutable_data_ptr<int32_t>();
+  void* product_data = products.mutable_data_ptr();
+  ReducedGemm reduced_gemm{};
+  if (reduced) {
+    reduced_gemm.moduli = moduli;
+    for (int i = 0; i < moduli; ++i) {
+      reduced_gemm.divisors[i] = ModulusDivisor::of(static_cast<uint32_t>(reduced_moduli[i]));
+    }
+  }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   const bool single_row_chunk = chunk_rows >= m;
@@ -568,15 +585,36 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
         // in the prepared ones.
         const int8_t* a_chunk = compute_a ? a_res : prepared_a + (e0 * N * m + i0) * k_stride;
         const int64_t a_plane = (compute_a ? rows : m) * k_stride;
-        // Element e's residues and results of every modulus follow element e - 1's. One call per
-        // modulus: a single strided-batched call over the moduli is slower (docs/benchmarks.md).
+        // Element e's residues and results of every modulus follow element e - 1's.
+        const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
+        if constexpr (kTakesReduced) {
+          if (reduced) {
+            ReducedGemm& g = reduced_gemm;
+            g.a = a_chunk;
+            g.a_plane = a_plane;
+            g.b = b_res;
+            g.b_plane = cols * k_stride;
+            g.out = static_cast<uint8_t*>(product_data);
+            g.out_plane = rows * ld;
+            g.ld = ld;
+            g.rows = rows;
+            g.cols = cols;
+            g.k_stride = k_stride;
+            g.planes = elements * N;
+            reduced_residue_gemms(g, stream);
+            finish(static_cast<const uint8_t*>(product_data), ld, chunk, stream);
+            continue;
+          }
+        }
+        // One cuBLAS call per modulus: a single strided-batched call over the moduli is slower
+        // (docs/benchmarks.md).
+        int32_t* sums = static_cast<int32_t*>(product_data);
         const GemmBatch per_element{elements, N * cols * k_stride, N * a_plane, N * rows * ld};
         for (int64_t i = 0; i < N; ++i) {
           exact_int8_gemm_batched(handle, b_res + i * cols * k_stride, a_chunk + i * a_plane,
-                                  cols, rows, k_stride, product_data + i * rows * ld, ld, per_element);
+                                  cols, rows, k_stride, sums + i * rows * ld, ld, per_element);
         }
-        const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
-        finish(static_cast<const int32_t*>(product_data), ld, chunk, stream);
+        finish(static_cast<const int32_t*>(sums), ld, chunk, stream);
       }
     }
   }
@@ -596,19 +634,22 @@ auto truncated_residues(const CrtOperands<T>& in) {
   };
 }
 
-// gemm_crt's chunks: each rebuilt and rounded into out (prepared_a: residue_product_chunks').
+// gemm_crt's chunks: each rebuilt and rounded into out (prepared_a: residue_product_chunks';
+// reduced: its GEMMs are the reduced ones).
 template <int N, typename T>
 void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int64_t budget, T* out,
-                     const at::TensorOptions& options, const int8_t* prepared_a) {
-  const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
+                     const at::TensorOptions& options, const int8_t* prepared_a, bool reduced) {
+  const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
+    using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
     const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
                                kReconstructThreads);
-    reconstruct_kernel<N, T><<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
+    reconstruct_kernel<N, P, T>
+        <<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk,
-                         kMinColumns, prepared_a);
+                         kMinColumns, prepared_a, reduced ? kModuli : nullptr);
 }
 
 // What gemm_crt and gemm_crt_exact do once their arguments are checked: a's device made current,
@@ -730,19 +771,40 @@ void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product
   }
 }
 
-// Whether gemm_crt takes the fused path (docs/algorithm.md, "Scheme II paths"): products of at
-// most 2^31 multiply-adds per element, where it measured faster; OZAKI_CRT_PATH = cublas or fused
-// (read at every call) overrides the rule.
-inline bool fused_crt_path(int64_t m, int64_t n, int64_t k) {
+// The reduced GEMMs' products take a byte per entry and modulus: within this budget by default,
+// the 16384^3 product with 15 moduli stays below 6 GiB beyond A and B, its result included.
+constexpr int64_t kDefaultReducedWorkspaceBytes = int64_t(4) << 30;
+
+// How gemm_crt computes the residue products (docs/algorithm.md, "Scheme II paths").
+enum class CrtPath { cublas, fused, reduced };
+
+// OZAKI_CRT_PATH = cublas, fused or reduced (read at every call), else the rule, by what
+// measured fastest on the H100 (docs/algorithm.md, "Scheme II paths"): the fused kernel up to 2^31
+// multiply-adds per element (about 1290^3; exact scheme II has no fused kernel), the reduced GEMMs
+// up to 2^34 where this build and device have them and the product has at least 256 columns (one
+// 128 x 256 tile's width), cuBLAS otherwise.
+inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
   const char* value = std::getenv("OZAKI_CRT_PATH");
   if (value != nullptr && *value != 0) {
     const std::string path(value);
-    TORCH_CHECK(path == "cublas" || path == "fused",
-                "OZAKI_CRT_PATH must be cublas or fused, got '", path, "'");
-    return path == "fused";
+    TORCH_CHECK(path == "cublas" || path == "fused" || path == "reduced",
+                "OZAKI_CRT_PATH must be cublas, fused or reduced, got '", path, "'");
+    TORCH_CHECK(path != "reduced" || reduced_gemm_available(),
+                "OZAKI_CRT_PATH=reduced, but this build or device has no reduced residue GEMM ",
+                "(built for sm_90a with the CUTLASS headers, run on compute capability 9.0)");
+    if (path == "fused" && exact) return CrtPath::cublas;  // exact scheme II has no fused kernel
+    return path == "cublas" ? CrtPath::cublas
+                            : (path == "fused" ? CrtPath::fused : CrtPath::reduced);
   }
-  constexpr double kFusedUpTo = 2147483648.0;  // 2^31, about 1290^3
-  return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= kFusedUpTo;
+  constexpr double kFusedUpTo = 2147483648.0;     // 2^31
+  constexpr double kReducedUpTo = 17179869184.0;  // 2^34
+  constexpr int64_t kReducedMinColumns = 256;
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (!exact && work <= kFusedUpTo) return CrtPath::fused;
+  if (work <= kReducedUpTo && n >= kReducedMinColumns && reduced_gemm_available()) {
+    return CrtPath::reduced;
+  }
+  return CrtPath::cublas;
 }
 
 }  // namespace
@@ -760,10 +822,14 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
   if (call.empty) return call.out;
   at::Tensor out = call.out;
   const int64_t k = shape.k;
-  const bool fused = fused_crt_path(shape.m, shape.n, k);
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes
-                                             : (fused ? kDefaultFusedWorkspaceBytes
-                                                      : kDefaultWorkspaceBytes);
+  const CrtPath path = crt_path(shape.m, shape.n, k, /*exact=*/false);
+  const int64_t budget =
+      workspace_bytes > 0
+          ? workspace_bytes
+          : (path == CrtPath::fused
+                 ? kDefaultFusedWorkspaceBytes
+                 : (path == CrtPath::reduced ? kDefaultReducedWorkspaceBytes
+                                             : kDefaultWorkspaceBytes));
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
                                    scale_a.const_data_ptr<int>(), scale_b.const_data_ptr<int>(),
@@ -771,10 +837,11 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
     scalar_t* result = out.mutable_data_ptr<scalar_t>();
     with_moduli_count(static_cast<int>(moduli), [&](auto count) {
       constexpr int N = decltype(count)::value;
-      if (fused) {
+      if (path == CrtPath::fused) {
         gemm_crt_fused_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a);
       } else {
-        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a);
+        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a,
+                                     path == CrtPath::reduced);
       }
     });
   });
@@ -884,9 +951,20 @@ at::Tensor exact_tables(const ExactCrt& crt, const at::TensorOptions& options) {
 // so that three blocks share a multiprocessor (latency hiding). in.scale_a and in.scale_b hold
 // the rows' exponents. Two groups of moduli at a time, their loads issued before any is used.
 constexpr int kExactColumns = 2;
-template <int L, typename T>
+
+// One modulus's products of two neighbouring entries: INT32 sums (one 8-byte load) or reduced
+// residues (one 2-byte load).
+__device__ __forceinline__ int2 load_entry_pair(const int32_t* first) {
+  return __ldg(reinterpret_cast<const int2*>(first));
+}
+__device__ __forceinline__ int2 load_entry_pair(const uint8_t* first) {
+  const unsigned pair = __ldg(reinterpret_cast<const unsigned short*>(first));
+  return make_int2(static_cast<int>(pair & 255u), static_cast<int>(pair >> 8));
+}
+
+template <int L, typename P, typename T>
 __global__ void __launch_bounds__(kReconstructThreads, 3)
-    exact_reconstruct_kernel(const int32_t* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
+    exact_reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
                              ExactCrt crt, T* out) {
   static_assert(kResultAlign % kExactColumns == 0 && kExactGroupSize == 3);
   constexpr int kGroupBatch = 2;  // groups whose loads are issued together
@@ -899,7 +977,7 @@ __global__ void __launch_bounds__(kReconstructThreads, 3)
     const int64_t j0 = (t - row * pairs) * kExactColumns;
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
-    const int32_t* entry = products + e * crt.moduli * plane + i * ld + j0;
+    const P* entry = products + e * crt.moduli * plane + i * ld + j0;
     ExactSum<L> sums[kExactColumns];
 #pragma unroll
     for (int c = 0; c < kExactColumns; ++c) sums[c].clear();
@@ -910,9 +988,8 @@ __global__ void __launch_bounds__(kReconstructThreads, 3)
 #pragma unroll
         for (int r = 0; r < kExactGroupSize; ++r) {
           const int modulus = (g0 + b) * kExactGroupSize + r;
-          loaded[b][r] = modulus < crt.moduli
-                             ? __ldg(reinterpret_cast<const int2*>(entry + modulus * plane))
-                             : make_int2(0, 0);
+          loaded[b][r] =
+              modulus < crt.moduli ? load_entry_pair(entry + modulus * plane) : make_int2(0, 0);
         }
       }
 #pragma unroll
@@ -955,7 +1032,10 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   if (call.empty) return call.out;
   at::Tensor out = call.out;
   const int64_t k = shape.k;
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
+  const bool reduced = crt_path(shape.m, shape.n, k, /*exact=*/true) == CrtPath::reduced;
+  const int64_t budget =
+      workspace_bytes > 0 ? workspace_bytes
+                          : (reduced ? kDefaultReducedWorkspaceBytes : kDefaultExactWorkspaceBytes);
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
   const at::Tensor tables = exact_tables(crt, a.options());
   const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
@@ -964,12 +1044,13 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
                                    exponent_a.const_data_ptr<int>(), exponent_b.const_data_ptr<int>(),
                                    nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-    const auto round_chunk = [&](const int32_t* products, int64_t ld, const Chunk& chunk,
+    const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
+      using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
       const int blocks =
           grid_for(chunk.elements * chunk.rows * (ld / kExactColumns), kReconstructThreads);
       with_limb_count(crt, [&](auto limbs) {
-        exact_reconstruct_kernel<decltype(limbs)::value, scalar_t>
+        exact_reconstruct_kernel<decltype(limbs)::value, P, scalar_t>
             <<<blocks, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt,
                                                                out_data);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -977,7 +1058,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
                            exact_residues(in, crt, table_data), round_chunk,
-                           kExactMinColumns, prepared_a);
+                           kExactMinColumns, prepared_a, reduced ? kExactModuli : nullptr);
   });
   return out;
 }

@@ -1,6 +1,6 @@
 """Scheme II's CUDA paths side by side (docs/benchmarks.md, "Scheme II paths"): for each shape,
 native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
-per modulus, the fused kernel, and the shape rule), the default plan, and the default plan with A
+per modulus, the fused kernel, the reduced GEMMs, and the shape rule), the default plan, and the default plan with A
 prepared (ozaki.prepare, as for repeated products), with the time, the ratio to native and the
 peak memory beyond A and B; every path's result is checked bit for bit against the first, the
 prepared one against the default.
@@ -21,7 +21,7 @@ import ozaki
 
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384",
                   "16384,16384,64", "8192,8192,8192", "16384,16384,16384"]
-PATHS = ["cublas", "fused", "rule"]
+PATHS = ["cublas", "fused", "reduced", "rule"]
 
 
 def shape_value(text):

@@ -1,0 +1,63 @@
+// Scheme II's residue GEMMs with reduced results (reduced_gemm.cu): every modulus's exact INT8
+// product on Hopper's warpgroup tensor cores (CUTLASS), each INT32 sum reduced mod p in the
+// epilogue and written as one byte, so the products take a quarter of the INT32 path's memory and
+// traffic. Built only for sm_90a with the CUTLASS headers (setup.py defines
+// OZAKI_REDUCED_GEMM); reduced_gemm_available says whether this build and device run it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ozaki::cuda {
+
+// mod p of an INT32 sum of residue products, p <= 256, in a multiply and a shift: x = sum + offset
+// (a multiple of p that makes x non-negative, as unsigned_residue's) is below 2^32, and with
+// magic = ceil(2^40 / p) the quotient floor(x * magic / 2^40) errs by under 2^-8 < 1/p, so it
+// is floor(x / p) (exact for p = 256).
+struct ModulusDivisor {
+  uint32_t modulus;
+  uint32_t offset;
+  uint64_t magic;
+
+  static ModulusDivisor of(uint32_t p) {
+    const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
+    return ModulusDivisor{p, (bound + p - 1) / p * p, ((uint64_t(1) << 40) + p - 1) / p};
+  }
+#ifdef __CUDACC__
+  __device__ __forceinline__ uint32_t reduce(int32_t sum) const {
+    const uint32_t x = static_cast<uint32_t>(sum) + offset;
+    const auto quotient = static_cast<uint32_t>((static_cast<uint64_t>(x) * magic) >> 40);
+    return x - quotient * modulus;
+  }
+#endif
+};
+
+// Up to this many moduli per launch (exact scheme II's largest set).
+constexpr int kReducedMaxModuli = 40;
+
+// The planes of one launch: plane l = e * moduli + i (element e, modulus i) multiplies a's rows
+// (a + l * a_plane, rows x k_stride, K contiguous) by b's (b + l * b_plane, cols x k_stride) and
+// writes (sum mod p_i) as a byte at out + l * out_plane + r * ld + c.
+struct ReducedGemm {
+  const int8_t* a;
+  int64_t a_plane;
+  const int8_t* b;
+  int64_t b_plane;
+  uint8_t* out;
+  int64_t out_plane;
+  int64_t ld;
+  int64_t rows, cols, k_stride;
+  int64_t planes;
+  int moduli;
+  ModulusDivisor divisors[kReducedMaxModuli];
+};
+
+// Whether this build has the reduced GEMM and the current device (compute capability 9.0) runs it.
+bool reduced_gemm_available();
+
+// Runs every plane of `gemm` on `stream` (one launch); fails with a message if CUTLASS refuses
+// the shape.
+void reduced_residue_gemms(const ReducedGemm& gemm, cudaStream_t stream);
+
+}  // namespace ozaki::cuda
