@@ -437,7 +437,9 @@ struct FourReducedEntries {
   uint32_t planes[N];
   __device__ FourReducedEntries(const uint8_t* first, int64_t plane) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) planes[i] = __ldg(reinterpret_cast<const unsigned*>(first + i * plane));
+    for (int i = 0; i < N; ++i) {
+      planes[i] = __ldg(reinterpret_cast<const unsigned*>(first + i * plane));
+    }
   }
   __device__ void of_entry(int c, int32_t (&products)[N]) const {
 #pragma unroll

@@ -489,8 +489,9 @@ constexpr int kReconstructThreads = 256;
 
 // The N results of each entry (e, i, j) rebuilt into the exact integer and rounded once; rows or
 // columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the plane
-// products + (e * N + i) * rows * ld: INT32 sums (P = int32_t) or reduced residues (uint8_t). Rows of the chunk (all elements') go along grid y,
-// groups of 4 columns along x and the threads: no per-entry index division.
+// products + (e * N + i) * rows * ld: INT32 sums (P = int32_t) or reduced residues (uint8_t).
+// Rows of the chunk (all elements') go along grid y, groups of 4 columns along x and the threads:
+// no per-entry index division.
 template <int N, typename P, typename T>
 __global__ void reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
                                    T* out) {

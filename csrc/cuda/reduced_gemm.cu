@@ -3,6 +3,7 @@
 // with an epilogue of our own that reduces each exact INT32 sum mod its plane's modulus and
 // stores it as one byte. The sums are the integers cuBLAS's INT8 GEMM returns, so the residues,
 // and the rebuilt products, are the INT32 path's bits.
+
 // Without NDEBUG, CUTLASS's device-side asserts are calls that serialize the warpgroup MMAs.
 #ifndef NDEBUG
 #define NDEBUG
