@@ -116,6 +116,26 @@ def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
         assert_bitwise_equal(result, results[0])
 
 
+@pytest.mark.parametrize("p", crt.EXACT_MODULI)
+def test_the_reduced_epilogues_division_is_exact(p):
+    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor: x = sum + offset in [0, 2^32) and
+    floor(x ceil(2^40 / p) / 2^40) = floor(x / p) for every modulus, at the ends of the range
+    and of every quotient near them, and on random sums; the remainder is sum mod p."""
+    bound = 2 ** 31 - 2 ** 14  # |sum| of exact INT8 products with k < 2^17
+    offset = -(-bound // p) * p
+    magic = -(-2 ** 40 // p)
+    g = torch.Generator().manual_seed(p)
+    sums = torch.randint(-bound + 1, bound, (2000,), generator=g).tolist()
+    for q in (0, 1, 2, (offset + bound) // p - 1, (offset + bound) // p):
+        sums += [q * p - offset + d for d in (-1, 0, 1, p - 1)]
+    for s in sums:
+        if abs(s) >= bound:
+            continue
+        x = s + offset
+        assert 0 <= x < 2 ** 32
+        assert x - (x * magic >> 40) * p == s % p
+
+
 @pytest.mark.cuda
 def test_an_unknown_path_is_named(monkeypatch):
     A, B = operands((), 4, 5, 3, torch.float64, seed=1)
