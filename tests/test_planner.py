@@ -9,7 +9,7 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
-from ozaki import _ops, accuracy, planner
+from ozaki import _ops, accuracy, crt, planner
 from ozaki.slicing import MAX_SLICES, SIGNIFICAND_BITS, digit_bits_for, pair_count
 
 # Pairs of k around every change of beta (the digit width drops by one at each power of 4).
@@ -179,3 +179,32 @@ def test_plan_reports_the_native_level_and_describes_itself():
     assert nearest.rounding == "nearest" and "rounded once" in str(nearest)
     fixed = ozaki.plan(A, B, backend="fp16", slices=5)
     assert fixed.slices == 5 and fixed.fast and fixed.reason == "requested"
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["scheme_two", "wide"])
+@pytest.mark.parametrize("k", [1, 2, 5, 16, 17, 1000, 1025, 65536, 131071])
+def test_fewest_moduli_is_the_first_count_that_meets_the_target(k, wide):
+    """crt.fewest_moduli's bisection gives the count that trying 1, 2, ... in turn gives, for
+    targets at, just above and just below every count's predicted error, and random ones."""
+    def first_count(target):
+        if wide:
+            return next((n for n in range(1, crt.MAX_EXACT_MODULI + 1)
+                         if crt.wide_scale_bits(n, k) is not None
+                         and crt.wide_predicted_error(n, k) <= target), None)
+        return next((n for n in range(crt.smallest_moduli(k), crt.MAX_MODULI + 1)
+                     if crt.predicted_error(n, k) <= target), None)
+
+    if wide:
+        errors = [crt.wide_predicted_error(n, k) for n in range(1, crt.MAX_EXACT_MODULI + 1)
+                  if crt.wide_scale_bits(n, k) is not None]
+    else:
+        errors = [crt.predicted_error(n, k)
+                  for n in range(crt.smallest_moduli(k), crt.MAX_MODULI + 1)]
+    tiny = Fraction(1, 2 ** 400)
+    g = seeded(k)
+    targets = [e + d for e in errors for d in (-tiny, 0, tiny)]
+    targets += [Fraction(float(x)) / 2 ** int(b) for x, b in
+                zip(torch.rand(200, generator=g), torch.randint(0, 400, (200,), generator=g))]
+    targets += [Fraction(0), Fraction(10)]
+    for target in targets:
+        assert crt.fewest_moduli(k, target, wide) == first_count(target)

@@ -193,4 +193,38 @@ def _predicted_error(moduli: int, g: int) -> Fraction:
 
 def smallest_moduli(k: int) -> int:
     """Fewest moduli whose product leaves any scale at all (t_a, t_b >= 0) for inner dimension k."""
-    return next(n for n in range(1, MAX_MODULI + 1) if scale_bits(n, k) is not None)
+    return _smallest_moduli(rounding_growth(k))
+
+
+@functools.lru_cache(maxsize=None)
+def _smallest_moduli(g: int) -> int:
+    return next(n for n in range(1, MAX_MODULI + 1) if _scale_bits(n, g) is not None)
+
+
+def fewest_moduli(k: int, target: Fraction, wide: bool = False):
+    """The fewest moduli n whose predicted error is at most `target`: predicted_error(n, k) over
+    n >= smallest_moduli(k) (scheme II), or wide_predicted_error(n, k) over the counts that leave
+    a scale (wide scheme II); None when no count up to MAX_MODULI (MAX_EXACT_MODULI) does. The
+    same count as trying n = 1, 2, ... in turn, found by bisection over the running minima of the
+    errors (the first count at or below the target is the first whose running minimum is)."""
+    negated, counts = _error_steps(rounding_growth(k), wide)
+    i = bisect.bisect_left(negated, -target)
+    return counts[i] if i < len(counts) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _error_steps(g: int, wide: bool):
+    """(-e, n) for each count n whose error e is below every smaller count's, in order of n: the
+    negated running minima ascend strictly."""
+    if wide:
+        candidates = [(n, _wide_predicted_error(n, g)) for n in range(1, MAX_EXACT_MODULI + 1)
+                      if _wide_scale_bits(n, g) is not None]
+    else:
+        candidates = [(n, _predicted_error(n, g))
+                      for n in range(_smallest_moduli(g), MAX_MODULI + 1)]
+    negated, counts = [], []
+    for n, error in candidates:
+        if not counts or -error > negated[-1]:
+            negated.append(-error)
+            counts.append(n)
+    return tuple(negated), tuple(counts)

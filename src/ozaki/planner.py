@@ -200,8 +200,7 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None):
         return None
     else:
         target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
-        count = _smallest(lambda n: n >= smallest and crt.predicted_error(n, k) <= target,
-                          crt.MAX_MODULI)
+        count = crt.fewest_moduli(k, target)
         if count is None:
             return None
         reason = "error bound"
@@ -228,8 +227,7 @@ def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
         return None
     precision = SIGNIFICAND_BITS[dtype]
     target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
-    count = _smallest(lambda n: crt.wide_scale_bits(n, k) is not None
-                      and crt.wide_predicted_error(n, k) <= target, crt.MAX_EXACT_MODULI)
+    count = crt.fewest_moduli(k, target, wide=True)
     if count is None:
         return None
     t_a, _ = crt.wide_scale_bits(count, k)
