@@ -1,8 +1,8 @@
 """Scheme II's CUDA paths side by side (docs/benchmarks.md, "Scheme II paths"): for each shape,
 native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
-per modulus, the fused kernel, the reduced GEMMs, and the shape rule), the default plan, and the default plan with A
-prepared (ozaki.prepare, as for repeated products), with the time, the ratio to native and the
-peak memory beyond A and B; every path's result is checked bit for bit against the first, the
+per modulus, the fused kernel, the reduced GEMMs, and the shape rule), the default plan, and the
+default plan with A prepared (ozaki.prepare, as for repeated products), with the time, the ratio
+to native and the peak memory beyond A and B; every path's result is checked bit for bit against the first, the
 prepared one against the default.
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15] [--json PATH]
