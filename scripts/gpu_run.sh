@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, paths. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, paths, tiles. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
@@ -21,7 +21,9 @@
 # programs (not in all) writes programs.json/md/log: a block conjugate-gradient solve and a
 # Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
-# (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ...).
+# (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ...);
+# tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
+# schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -107,6 +109,11 @@ fi
 if [[ ,$what, == *,paths,* ]]; then
   echo "== scheme II paths"
   python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} 2>&1 | tee "$OUT/crt_paths.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,tiles,* ]]; then
+  echo "== reduced GEMM tiles"
+  OUT=$OUT bash scripts/probes/reduced_tiles.sh ${TILES_SHAPES:-} 2>&1 | tail -5
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,blocks,* ]]; then

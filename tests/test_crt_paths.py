@@ -11,11 +11,13 @@ import ozaki
 from ozaki import crt
 from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
 
-# (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles,
-# k around the 128-byte stages and the 16-byte padding, one side small, k past a few stages
+# (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles
+# (and the reduced path's switch between them at 256 columns), k around the 128-byte stages and the
+# 16-byte padding, one side small, k past a few stages
 SHAPES = [(1, 1, 1), (7, 33, 5), (64, 64, 64), (65, 100, 129), (127, 200, 63), (128, 1000, 64),
           (129, 16, 65), (300, 17, 200), (40, 5000, 70), (1000, 300, 3), (3, 130, 1000),
-          (256, 129, 192), (130, 384, 66), (257, 260, 513), (128, 128, 256), (255, 40, 257)]
+          (256, 129, 192), (130, 384, 66), (257, 260, 513), (128, 128, 256), (255, 40, 257),
+          (300, 70, 255)]
 MODULI = [1, 2, 7, 15, 16]
 
 
@@ -118,12 +120,15 @@ def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)
 def test_the_reduced_epilogues_division_is_exact(p):
-    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor: x = sum + offset in [0, 2^32) and
-    floor(x ceil(2^40 / p) / 2^40) = floor(x / p) for every modulus, at the ends of the range
-    and of every quotient near them, and on random sums; the remainder is sum mod p."""
+    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor, in the device's integer widths: x = sum + offset
+    in [0, 2^32), magic = ceil(2^40 / p) 2^24 below 2^64, and the high 64 bits of the 128-bit
+    product x magic are floor(x / p) for every modulus (x ceil(2^40 / p) itself exceeds 64 bits
+    for p < 256), at the ends of the range and of every quotient near them, and on random sums;
+    the remainder is sum mod p and below p."""
     bound = 2 ** 31 - 2 ** 14  # |sum| of exact INT8 products with k < 2^17
     offset = -(-bound // p) * p
-    magic = -(-2 ** 40 // p)
+    magic = -(-2 ** 40 // p) << 24
+    assert offset < 2 ** 32 and magic < 2 ** 64
     g = torch.Generator().manual_seed(p)
     sums = torch.randint(-bound + 1, bound, (2000,), generator=g).tolist()
     for q in (0, 1, 2, (offset + bound) // p - 1, (offset + bound) // p):
@@ -131,14 +136,8 @@ def test_the_reduced_epilogues_division_is_exact(p):
     for s in sums:
         if abs(s) >= bound:
             continue
-        x = s + offset
-        assert 0 <= x < 2 ** 32
-        assert x - (x * magic >> 40) * p == s % p
-
-
-@pytest.mark.cuda
-def test_an_unknown_path_is_named(monkeypatch):
-    A, B = operands((), 4, 5, 3, torch.float64, seed=1)
-    with pytest.raises(RuntimeError,
-                       match="OZAKI_CRT_PATH must be cublas, fused or reduced, got 'tiles'"):
-        product(A, B, 3, "tiles", "cuda", monkeypatch)
+        x = (s + offset) % 2 ** 32  # the device's uint32 sum
+        assert x == s + offset
+        quotient = (x * magic >> 64) % 2 ** 32
+        remainder = (x - quotient * p) % 2 ** 32
+        assert remainder == s % p < p

@@ -41,6 +41,9 @@ constexpr int64_t kDefaultWorkspaceBytes = int64_t(16) << 30;
 // so that A's residues are still computed once.
 constexpr int64_t kDefaultExactWorkspaceBytes = int64_t(12) << 30;
 constexpr int64_t kExactMinColumns = 1024;
+// The reduced GEMMs run every modulus of a chunk in one launch, so column chunks as narrow as one
+// 256-wide tile keep the GPU busy: A's residues are then computed once within their budget.
+constexpr int64_t kReducedMinColumns = 256;
 // INT8 operand rows and INT32 result rows are padded to 16 bytes.
 constexpr int64_t kInnerAlign = kResidueRowAlign;
 constexpr int64_t kResultAlign = 4;
@@ -650,7 +653,8 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk,
-                         kMinColumns, prepared_a, reduced ? kModuli : nullptr);
+                         reduced ? kReducedMinColumns : kMinColumns, prepared_a,
+                         reduced ? kModuli : nullptr);
 }
 
 // What gemm_crt and gemm_crt_exact do once their arguments are checked: a's device made current,
@@ -780,10 +784,11 @@ constexpr int64_t kDefaultReducedWorkspaceBytes = int64_t(4) << 30;
 enum class CrtPath { cublas, fused, reduced };
 
 // OZAKI_CRT_PATH = cublas, fused or reduced (read at every call), else the rule, by what
-// measured fastest on the H100 (docs/algorithm.md, "Scheme II paths"): the fused kernel up to 2^31
-// multiply-adds per element (about 1290^3; exact scheme II has no fused kernel), the reduced GEMMs
-// up to 2^34 where this build and device have them and the product has at least 256 columns (one
-// 128 x 256 tile's width), cuBLAS otherwise.
+// measured fastest on the H100 (docs/algorithm.md, "Scheme II paths"): the reduced GEMMs wherever
+// this build and device have them (from 1024^3 to 16384^3, skinny and k = 1024 products alike,
+// within about 10% of the fastest path or faster, in a half to a third of the cuBLAS path's
+// memory); else the fused kernel up to 2^31 multiply-adds per element (about 1290^3; exact scheme
+// II has no fused kernel), cuBLAS beyond.
 inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
   const char* value = std::getenv("OZAKI_CRT_PATH");
   if (value != nullptr && *value != 0) {
@@ -797,14 +802,10 @@ inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
     return path == "cublas" ? CrtPath::cublas
                             : (path == "fused" ? CrtPath::fused : CrtPath::reduced);
   }
-  constexpr double kFusedUpTo = 2147483648.0;     // 2^31
-  constexpr double kReducedUpTo = 17179869184.0;  // 2^34
-  constexpr int64_t kReducedMinColumns = 256;
+  if (reduced_gemm_available()) return CrtPath::reduced;
+  constexpr double kFusedUpTo = 2147483648.0;  // 2^31
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (!exact && work <= kFusedUpTo) return CrtPath::fused;
-  if (work <= kReducedUpTo && n >= kReducedMinColumns && reduced_gemm_available()) {
-    return CrtPath::reduced;
-  }
   return CrtPath::cublas;
 }
 
@@ -1034,9 +1035,9 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
   at::Tensor out = call.out;
   const int64_t k = shape.k;
   const bool reduced = crt_path(shape.m, shape.n, k, /*exact=*/true) == CrtPath::reduced;
-  const int64_t budget =
-      workspace_bytes > 0 ? workspace_bytes
-                          : (reduced ? kDefaultReducedWorkspaceBytes : kDefaultExactWorkspaceBytes);
+  // Exact scheme II's moduli (up to 40) take the exact budget on either path, so that A's
+  // residues are computed once.
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
   const ExactCrt crt = exact_crt(static_cast<int>(moduli));
   const at::Tensor tables = exact_tables(crt, a.options());
   const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
@@ -1059,7 +1060,8 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     };
     residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
                            exact_residues(in, crt, table_data), round_chunk,
-                           kExactMinColumns, prepared_a, reduced ? kExactModuli : nullptr);
+                           reduced ? kReducedMinColumns : kExactMinColumns, prepared_a,
+                           reduced ? kExactModuli : nullptr);
   });
   return out;
 }

@@ -14,20 +14,21 @@ namespace ozaki::cuda {
 // mod p of an INT32 sum of residue products, p <= 256, in a multiply and a shift: x = sum + offset
 // (a multiple of p that makes x non-negative, as unsigned_residue's) is below 2^32, and with
 // magic = ceil(2^40 / p) the quotient floor(x * magic / 2^40) errs by under 2^-8 < 1/p, so it
-// is floor(x / p) (exact for p = 256).
+// is floor(x / p) (exact for p = 256). x * magic needs up to 66 bits (magic < 2^34 for p >= 64):
+// it is taken as the high word of x times magic * 2^24, a 128-bit product.
 struct ModulusDivisor {
   uint32_t modulus;
   uint32_t offset;
-  uint64_t magic;
+  uint64_t magic;  // ceil(2^40 / p) * 2^24
 
   static ModulusDivisor of(uint32_t p) {
     const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
-    return ModulusDivisor{p, (bound + p - 1) / p * p, ((uint64_t(1) << 40) + p - 1) / p};
+    return ModulusDivisor{p, (bound + p - 1) / p * p, (((uint64_t(1) << 40) + p - 1) / p) << 24};
   }
 #ifdef __CUDACC__
   __device__ __forceinline__ uint32_t reduce(int32_t sum) const {
     const uint32_t x = static_cast<uint32_t>(sum) + offset;
-    const auto quotient = static_cast<uint32_t>((static_cast<uint64_t>(x) * magic) >> 40);
+    const auto quotient = static_cast<uint32_t>(__umul64hi(x, magic));
     return x - quotient * modulus;
   }
 #endif
@@ -59,5 +60,11 @@ bool reduced_gemm_available();
 // Runs every plane of `gemm` on `stream` (one launch); fails with a message if CUTLASS refuses
 // the shape.
 void reduced_residue_gemms(const ReducedGemm& gemm, cudaStream_t stream);
+
+// The tile configurations reduced_residue_gemms chooses from, one translation unit each
+// (reduced_gemm_wide.cu, reduced_gemm_narrow.cu): 128 x 256 output tiles for products of 256
+// columns or more, 128 x 64 for narrower ones (where a 256-wide tile would be mostly empty).
+void reduced_gemms_wide(const ReducedGemm& gemm, cudaStream_t stream);
+void reduced_gemms_narrow(const ReducedGemm& gemm, cudaStream_t stream);
 
 }  // namespace ozaki::cuda

@@ -1,0 +1,204 @@
+// The CUTLASS kernel behind reduced_gemm.cuh, as a template over its tile, cluster and schedule:
+// a Hopper INT8 GEMM (TMA loads, warpgroup MMAs, warp-specialized persistent kernel) over every
+// plane of a ReducedGemm, with an epilogue of our own that reduces each exact INT32 sum mod its
+// plane's modulus and stores it as one byte. Included by reduced_gemm.cu and by the tile probe
+// (scripts/probes/reduced_tiles.cu); needs sm_90a and the CUTLASS headers.
+#pragma once
+
+// Without NDEBUG, CUTLASS's device-side asserts are calls that serialize the warpgroup MMAs.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/detail.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include "reduced_gemm.cuh"
+
+namespace ozaki::cuda::reduced {
+
+// The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
+// kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
+// modulus into a byte tile in shared memory, then store it row by row in 4-byte words, so each
+// warp writes 128 contiguous bytes (the accumulators' own layout would scatter 2-byte stores).
+template <int kTileRows, int kTileCols>
+class ReducedResidueEpilogue {
+ public:
+  using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
+  using DispatchPolicy = EpilogueSchedule;
+  using ElementOutput = uint8_t;
+  using ElementAccumulator = int32_t;
+  using ElementCompute = int32_t;
+  using ElementScalar = int32_t;
+  using ElementC = uint8_t;  // no source is read
+  using ElementD = uint8_t;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  // Rows of the staged tile lie 8 bytes (two banks) apart beyond their width: the 16 rows x 2
+  // words that a warp stores at once then fall in distinct banks.
+  static constexpr int kPitch = kTileCols + 8;
+  static_assert(kTileCols % 4 == 0);
+  struct SharedStorage {
+    alignas(16) uint8_t bytes[kTileRows * kPitch];
+  };
+  using TensorStorage = SharedStorage;
+  // What CUTLASS's device adapter reads off the thread-level operator it expects here.
+  struct ThreadEpilogueOp {
+    using ElementOutput = uint8_t;
+    using ElementAccumulator = int32_t;
+    using ElementCompute = int32_t;
+  };
+
+  // out + l * out_plane + r * ld + c; out 4-byte aligned, ld a multiple of 4 and at least the
+  // columns rounded up to it (the words stored may reach into that padding).
+  struct Arguments {
+    uint8_t* out;
+    int64_t out_plane;
+    int64_t ld;
+    int moduli;
+    ModulusDivisor divisors[kReducedMaxModuli];
+  };
+  using Params = Arguments;
+
+  template <class Shape>
+  static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
+    return arguments;
+  }
+  template <class Shape>
+  static size_t get_workspace_size(const Shape&, const Arguments&) {
+    return 0;
+  }
+  template <class Shape>
+  static cutlass::Status initialize_workspace(const Shape&, const Arguments&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class Shape>
+  static bool can_implement(const Shape& shape, const Arguments& arguments) {
+    const int64_t cols = cute::get<1>(shape);
+    return arguments.ld % 4 == 0 && arguments.ld >= cols && arguments.out_plane % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(arguments.out) % 4 == 0;
+  }
+
+  CUTLASS_HOST_DEVICE explicit ReducedResidueEpilogue(const Params& params,
+                                                      const SharedStorage& = SharedStorage())
+      : params_(params) {}
+
+  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
+            class TiledMma, class Residue>
+  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
+                                 const cute::Tensor<Engine, Layout>& accumulators,
+                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+    using namespace cute;
+    // The threads that share the tile (both consumer warpgroups in the cooperative schedule; in
+    // the ping-pong one each warpgroup's epilogue runs alone).
+    constexpr int kThreads = decltype(size(tiled_mma))::value;
+    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
+    const ModulusDivisor divisor = params_.divisors[l_coord % params_.moduli];
+    uint8_t* staged = reinterpret_cast<SharedStorage*>(shared)->bytes;
+    Tensor tile_coords =
+        tiled_mma.get_thread_slice(thread_idx)
+            .partition_C(make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileCols>{})));
+    // The previous tile's words are stored before this tile's bytes replace them.
+    cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    // Each four accumulators of a warpgroup MMA hold columns c, c + 1 of rows r and r + 8, and the
+    // neighbouring lane (lane ^ 1) holds columns c + 2, c + 3 of the same rows (when c % 4 is 0):
+    // one exchange gives the even lane row r's 4 bytes and the odd lane row r + 8's, stored as
+    // one word each (bank-conflict free with kPitch). Other layouts take single bytes.
+    static_assert(decltype(size(accumulators))::value % 4 == 0);
+    const bool odd_lane = (threadIdx.x % 32) % 2 == 1;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accumulators); i += 4) {
+      const auto at = tile_coords(i);
+      uint32_t bytes[4];
+      CUTLASS_PRAGMA_UNROLL
+      for (int v = 0; v < 4; ++v) bytes[v] = divisor.reduce(accumulators(i + v));
+      const bool paired = get<0>(tile_coords(i + 1)) == get<0>(at) &&
+                          get<1>(tile_coords(i + 1)) == get<1>(at) + 1 &&
+                          get<0>(tile_coords(i + 2)) == get<0>(at) + 8 &&
+                          get<1>(tile_coords(i + 2)) == get<1>(at) &&
+                          get<0>(tile_coords(i + 3)) == get<0>(at) + 8 &&
+                          get<1>(tile_coords(i + 3)) == get<1>(at) + 1;
+      if (paired) {
+        const uint32_t row_r = bytes[0] | (bytes[1] << 8);
+        const uint32_t row_r8 = bytes[2] | (bytes[3] << 8);
+        const uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? row_r : row_r8, 1);
+        const int row = get<0>(at) + (odd_lane ? 8 : 0);
+        const int col = get<1>(at) - (odd_lane ? 2 : 0);
+        *reinterpret_cast<uint32_t*>(staged + row * kPitch + col) =
+            odd_lane ? (other | (row_r8 << 16)) : (row_r | (other << 16));
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          const auto place = tile_coords(i + v);
+          staged[get<0>(place) * kPitch + get<1>(place)] = static_cast<uint8_t>(bytes[v]);
+        }
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
+    const int64_t rows = std::min<int64_t>(get<0>(problem) - row0, kTileRows);
+    const int64_t cols = std::min<int64_t>(get<1>(problem) - col0, kTileCols);
+    uint8_t* out = params_.out + int64_t(l_coord) * params_.out_plane + row0 * params_.ld + col0;
+    constexpr int kWords = kTileCols / 4;
+#pragma unroll 4
+    for (int w = thread_idx; w < kTileRows * kWords; w += kThreads) {
+      const int r = w / kWords, c = (w % kWords) * 4;
+      if (r < rows && c < cols) {
+        *reinterpret_cast<uint32_t*>(out + r * params_.ld + c) =
+            *reinterpret_cast<const uint32_t*>(staged + r * kPitch + c);
+      }
+    }
+  }
+
+ protected:
+  Params params_;
+};
+
+// The GEMM of one tile shape (M x N x K), cluster and kernel schedule (CUTLASS's cooperative or
+// ping-pong warp specialization), with k through shared memory in as many stages as fit.
+template <class TileShape, class ClusterShape, class Schedule,
+          class EpilogueOp = ReducedResidueEpilogue<cute::size<0>(TileShape{}),
+                                                    cute::size<1>(TileShape{})>>
+struct ReducedKernel {
+  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
+      int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      Schedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
+                                                      Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  // CUTLASS's arguments for every plane of `gemm` (sizes checked by the caller to fit int);
+  // swizzle: the tile scheduler's largest swizzle (1, 2, 4 or 8 tiles).
+  static typename Gemm::Arguments arguments(const ReducedGemm& gemm,
+                                            const cutlass::KernelHardwareInfo& hardware,
+                                            int swizzle = 1) {
+    using namespace cute;
+    typename EpilogueOp::Arguments epilogue{gemm.out, gemm.out_plane, gemm.ld, gemm.moduli, {}};
+    for (int i = 0; i < gemm.moduli; ++i) epilogue.divisors[i] = gemm.divisors[i];
+    typename Gemm::Arguments arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {static_cast<int>(gemm.rows), static_cast<int>(gemm.cols),
+         static_cast<int>(gemm.k_stride), static_cast<int>(gemm.planes)},
+        {gemm.a, make_stride(gemm.k_stride, Int<1>{}, gemm.a_plane), gemm.b,
+         make_stride(gemm.k_stride, Int<1>{}, gemm.b_plane)},
+        epilogue,
+        hardware};
+    arguments.scheduler.max_swizzle_size = swizzle;
+    return arguments;
+  }
+};
+
+}  // namespace ozaki::cuda::reduced

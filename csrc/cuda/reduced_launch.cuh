@@ -1,0 +1,51 @@
+// Launching one tile configuration of the reduced residue GEMM (reduced_kernel.cuh) on a
+// ReducedGemm: what each configuration's translation unit (reduced_gemm_wide.cu,
+// reduced_gemm_narrow.cu) runs.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/util/Exception.h>
+
+#include "reduced_gemm.cuh"
+
+#ifdef OZAKI_REDUCED_GEMM
+#include "reduced_kernel.cuh"
+
+namespace ozaki::cuda {
+
+// Runs every plane of `gemm` through Config (a reduced::ReducedKernel) on `stream`; the caller has
+// checked that the sizes fit int.
+template <class Config>
+void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
+  using Gemm = typename Config::Gemm;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  static thread_local int cached_device = -1, cached_count = 0;
+  if (cached_device != device) {
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&cached_count, cudaDevAttrMultiProcessorCount, device));
+    cached_device = device;
+  }
+  const typename Gemm::Arguments arguments =
+      Config::arguments(gemm, cutlass::KernelHardwareInfo{device, cached_count});
+  Gemm op;
+  TORCH_CHECK(op.can_implement(arguments) == cutlass::Status::kSuccess,
+              "ozaki: CUTLASS cannot run the reduced residue GEMM of ", gemm.rows, " x ",
+              gemm.cols, " x ", gemm.k_stride, " (ld ", gemm.ld, ")");
+  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
+  at::Tensor workspace;
+  if (workspace_bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(workspace_bytes)},
+                          at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+  }
+  void* workspace_data = workspace_bytes > 0 ? workspace.mutable_data_ptr() : nullptr;
+  TORCH_CHECK(op.initialize(arguments, workspace_data, stream) == cutlass::Status::kSuccess,
+              "ozaki: the reduced residue GEMM failed to initialise");
+  TORCH_CHECK(op.run(stream) == cutlass::Status::kSuccess,
+              "ozaki: the reduced residue GEMM failed to launch");
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace ozaki::cuda
+#endif

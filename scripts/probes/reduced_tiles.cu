@@ -1,0 +1,203 @@
+// The reduced residue GEMM (csrc/cuda/reduced_kernel.cuh) alone, for one tile, cluster and
+// schedule chosen at build time, over the shapes given on the command line and the tile
+// scheduler's swizzles: milliseconds and INT8 TOPS per shape, sampled entries checked against a
+// plain INT32 dot product mod p, and a hash of every byte written (equal across builds when their
+// bits are). reduced_tiles.sh builds and runs a set of them.
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
+//        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
+//        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing]
+//   reduced_tiles M,N,K,PLANES ...
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "../../csrc/cuda/reduced_kernel.cuh"
+#include "check.cuh"
+
+using namespace ozaki::cuda;
+
+#ifndef DISCARD
+#define DISCARD 0
+#endif
+
+// The kernel without its stores: what the main loop alone costs. The sums still feed a store
+// that cannot happen (no thread has that index), so the MMAs are kept.
+struct DiscardingEpilogue : reduced::ReducedResidueEpilogue<TILE_M, TILE_N> {
+  using Base = reduced::ReducedResidueEpilogue<TILE_M, TILE_N>;
+  using Base::Base;
+  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
+            class TiledMma, class Residue>
+  CUTLASS_DEVICE void operator()(ProblemShape, TileShape, TileCoord coord,
+                                 const cute::Tensor<Engine, Layout>& accumulators, TiledMma,
+                                 Residue, int thread_idx, char*) {
+    uint32_t folded = 0;
+    for (int i = 0; i < cute::size(accumulators); ++i) folded ^= uint32_t(accumulators(i));
+    if (folded == 0x9e3779b9u && thread_idx == 1000) this->params_.out[0] = uint8_t(cute::get<3>(coord));
+  }
+};
+
+using Tile = cute::Shape<cute::Int<TILE_M>, cute::Int<TILE_N>, cute::Int<TILE_K>>;
+using Cluster = cute::Shape<cute::Int<CLUSTER_M>, cute::Int<CLUSTER_N>, cute::_1>;
+using Schedule = std::conditional_t<SCHEDULE == 0, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                    cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+using Config = reduced::ReducedKernel<
+    Tile, Cluster, Schedule,
+    std::conditional_t<DISCARD == 1, DiscardingEpilogue,
+                       reduced::ReducedResidueEpilogue<TILE_M, TILE_N>>>;
+
+__global__ void fill(int8_t* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed ^ unsigned(i >> 32) * 40503u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = int8_t(int(h % 255u) - 127);
+  }
+}
+
+// Sum over every byte of planes x rows x cols (row stride ld) of byte * (a hash of its index).
+__global__ void hash_bytes(const uint8_t* out, int64_t planes, int64_t rows, int64_t cols,
+                           int64_t ld, unsigned long long* hash) {
+  unsigned long long local = 0;
+  const int64_t total = planes * rows * cols;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = t % cols, r = (t / cols) % rows, l = t / (rows * cols);
+    const unsigned long long index = uint64_t(t) * 0x9e3779b97f4a7c15ull;
+    local += (index >> 20) * out[(l * rows + r) * ld + c];
+  }
+  atomicAdd(hash, local);
+}
+
+// Entries (l, r, c) picked by a hash: the INT32 dot product mod p against the byte written.
+__global__ void check_samples(const int8_t* a, const int8_t* b, const uint8_t* out,
+                              ReducedGemm g, int samples, int* wrong) {
+  for (int s = blockIdx.x * blockDim.x + threadIdx.x; s < samples; s += gridDim.x * blockDim.x) {
+    unsigned h = unsigned(s) * 2654435761u + 12345u;
+    h ^= h >> 16;
+    h *= 2246822519u;
+    const int64_t l = h % g.planes, r = (h / 7) % g.rows, c = (h / 13) % g.cols;
+    const int8_t* x = a + l * g.a_plane + r * g.k_stride;
+    const int8_t* y = b + l * g.b_plane + c * g.k_stride;
+    int sum = 0;
+    for (int64_t i = 0; i < g.k_stride; ++i) sum += int(x[i]) * int(y[i]);
+    const int p = int(g.divisors[l % g.moduli].modulus);
+    const int expected = ((sum % p) + p) % p;
+    const int got = out[l * g.out_plane + r * g.ld + c];
+    if (got != expected && atomicAdd(wrong, 1) < 4) {
+      printf("  wrong: plane %lld row %lld col %lld p %d: %d, expected %d (sum %d)\n",
+             (long long)l, (long long)r, (long long)c, p, got, expected, sum);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  // The moduli of the planes in turn: REDUCED_MODULI (comma-separated) or 15 of scheme II's.
+  std::vector<int> moduli = {256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197};
+  if (const char* given = std::getenv("REDUCED_MODULI")) {
+    moduli.clear();
+    for (const char* at = given; *at;) {
+      moduli.push_back(std::atoi(at));
+      while (*at && *at != ',') ++at;
+      if (*at == ',') ++at;
+    }
+  }
+  int device = 0, sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const cutlass::KernelHardwareInfo hardware{device, sms};
+  printf("config tile %dx%dx%d cluster %dx%d %s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
+         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", DISCARD ? " discard" : "");
+  for (int argi = 1; argi < argc; ++argi) {
+    long long m, n, k, planes;
+    if (sscanf(argv[argi], "%lld,%lld,%lld,%lld", &m, &n, &k, &planes) != 4) {
+      printf("shape %s: expected M,N,K,PLANES\n", argv[argi]);
+      return 2;
+    }
+    ReducedGemm g{};
+    g.rows = m;
+    g.cols = n;
+    g.k_stride = k;
+    g.planes = planes;
+    g.moduli = std::min<int>(int(moduli.size()), int(planes));
+    for (int i = 0; i < g.moduli; ++i) g.divisors[i] = ModulusDivisor::of(moduli[i]);
+    g.ld = (n + 3) / 4 * 4;
+    g.a_plane = m * k;
+    g.b_plane = n * k;
+    g.out_plane = m * g.ld;
+    int8_t *a, *b;
+    uint8_t* out;
+    CHECK(cudaMalloc(&a, size_t(planes * m * k)));
+    CHECK(cudaMalloc(&b, size_t(planes * n * k)));
+    CHECK(cudaMalloc(&out, size_t(planes * g.out_plane)));
+    fill<<<1024, 256>>>(a, size_t(planes * m * k), 1u);
+    fill<<<1024, 256>>>(b, size_t(planes * n * k), 2u);
+    g.a = a;
+    g.b = b;
+    g.out = out;
+    unsigned long long* hash;
+    int* wrong;
+    CHECK(cudaMalloc(&hash, sizeof(*hash)));
+    CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
+    const double ops = 2.0 * m * n * k * planes;
+    for (int swizzle : {1, 2, 4, 8}) {
+      auto arguments = Config::arguments(g, hardware, swizzle);
+      typename Config::Gemm op;
+      if (op.can_implement(arguments) != cutlass::Status::kSuccess) {
+        printf("%lldx%lldx%lld planes %lld: cannot implement\n", m, n, k, planes);
+        break;
+      }
+      void* workspace = nullptr;
+      const size_t workspace_bytes = Config::Gemm::get_workspace_size(arguments);
+      if (workspace_bytes) CHECK(cudaMalloc(&workspace, workspace_bytes));
+      CHECK(cudaMemset(out, 0, size_t(planes * g.out_plane)));
+      if (op.initialize(arguments, workspace) != cutlass::Status::kSuccess) {
+        printf("initialize failed\n");
+        return 1;
+      }
+      const int reps = ops > 2e13 ? 3 : (ops > 1e12 ? 10 : 50);
+      cudaEvent_t start, stop;
+      CHECK(cudaEventCreate(&start));
+      CHECK(cudaEventCreate(&stop));
+      std::vector<float> times;
+      for (int r = -2; r < reps; ++r) {
+        CHECK(cudaEventRecord(start));
+        if (op.run() != cutlass::Status::kSuccess) {
+          printf("run failed\n");
+          return 1;
+        }
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (r >= 0) times.push_back(ms);
+      }
+      CHECK(cudaGetLastError());
+      std::sort(times.begin(), times.end());
+      const float ms = times[times.size() / 2];
+      unsigned long long hash_value = 0;
+      int wrong_count = -1;
+      if (!DISCARD) {
+        CHECK(cudaMemset(hash, 0, sizeof(*hash)));
+        CHECK(cudaMemset(wrong, 0, sizeof(*wrong)));
+        hash_bytes<<<1024, 256>>>(out, planes, m, n, g.ld, hash);
+        check_samples<<<64, 128>>>(a, b, out, g, 8192, wrong);
+        CHECK(cudaMemcpy(&hash_value, hash, sizeof(hash_value), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&wrong_count, wrong, sizeof(wrong_count), cudaMemcpyDeviceToHost));
+      }
+      printf("%lldx%lldx%lld planes %lld swizzle %d: %.3f ms %.0f TOPS wrong %d hash %016llx\n", m,
+             n, k, planes, swizzle, ms, ops / ms / 1e9, wrong_count, hash_value);
+      fflush(stdout);
+      if (workspace) CHECK(cudaFree(workspace));
+      CHECK(cudaEventDestroy(start));
+      CHECK(cudaEventDestroy(stop));
+    }
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    CHECK(cudaFree(out));
+    CHECK(cudaFree(hash));
+    CHECK(cudaFree(wrong));
+  }
+  return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds scripts/probes/reduced_tiles.cu for a set of tiles, clusters and schedules (in parallel)
+# and runs each over the shapes given (M,N,K,PLANES ...; default: the crt_paths shapes with 15
+# moduli), on a GPU of compute capability 9.0. BUILD_ONLY=1 builds (no GPU needed), RUN_ONLY=1
+# runs earlier builds. Binaries go to $BIN (default /tmp/reduced_tiles), the log to
+# $OUT/reduced_tiles.log (default ./gpu-logs).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-./gpu-logs}
+BIN=${BIN:-/tmp/reduced_tiles}
+mkdir -p "$OUT" "$BIN"
+CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
+# name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores)
+CONFIGS=(
+  "coop128x256c21 128 256 128 2 1 0 0"
+  "coop128x256c21discard 128 256 128 2 1 0 1"
+  "coop128x256c12 128 256 128 1 2 0 0"
+  "coop256x128c12 256 128 128 1 2 0 0"
+  "coop256x128c21 256 128 128 2 1 0 0"
+  "coop128x128c21 128 128 128 2 1 0 0"
+  "ping128x128c12 128 128 128 1 2 1 0"
+  "coop128x64c11 128 64 128 1 1 0 0"
+  "coop128x64c21 128 64 128 2 1 0 0")
+SHAPES=("$@")
+if [[ ${#SHAPES[@]} == 0 ]]; then
+  SHAPES=(1024,1024,1024,15 2048,2048,2048,15 4096,4096,4096,15 8192,8192,8192,15
+          16384,16384,1024,15 16384,64,16384,15 16384,16384,16384,15)
+fi
+if [[ ${RUN_ONLY:-0} != 1 ]]; then
+  for config in "${CONFIGS[@]}"; do
+    read -r name tm tn tk cm cn schedule discard <<< "$config"
+    [[ -x $BIN/$name ]] && continue
+    echo "nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$CUTLASS -DTILE_M=$tm -DTILE_N=$tn -DTILE_K=$tk -DCLUSTER_M=$cm -DCLUSTER_N=$cn -DSCHEDULE=$schedule -DDISCARD=$discard scripts/probes/reduced_tiles.cu -o $BIN/$name > $BIN/$name.build.log 2>&1 || echo 'build of $name failed'"
+  done | xargs -P "${JOBS:-$(nproc)}" -I{} bash -c {}
+  grep -l "C7510\|error" "$BIN"/*.build.log 2>/dev/null | sed 's/^/see /'
+fi
+[[ ${BUILD_ONLY:-0} == 1 ]] && exit 0
+for config in "${CONFIGS[@]}"; do
+  read -r name _ <<< "$config"
+  [[ -x $BIN/$name ]] && "$BIN/$name" "${SHAPES[@]}"
+done 2>&1 | tee "$OUT/reduced_tiles.log"
