@@ -116,7 +116,7 @@ def _wide_predicted_error(moduli: int, g: int) -> Fraction:
 def wide_exponents(codes, t: int):
     """Per row: the exponent E = t + floor(log2 c) of wide scheme II's scale 2^E <= c 2^t, from
     the code of its norm scale c = (16 + f) 2^(e - 4) (floor(log2 c) = e), int32."""
-    return (t + torch.div(codes.long(), 1 << SCALE_FRACTION_BITS, rounding_mode="floor")).int()
+    return torch.div(codes, 1 << SCALE_FRACTION_BITS, rounding_mode="floor").int() + t
 
 
 def times_power_of_two(codes, t: int):

@@ -3,6 +3,7 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 (ozaki/blas.py, ozaki/matmul.py) reach it through the ozaki::gemm operator (ozaki/library.py)."""
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 
@@ -61,8 +62,8 @@ def row_operand(x):
 
 def _flat_rows(x):
     """The rows of a matrix or of a batch's matrices as one (rows, k) matrix (row e*m + i); sizes
-    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard)."""
-    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard). A matrix is itself."""
+    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
 def row_stats(x):
@@ -215,12 +216,11 @@ class Estimates:
 
     def _largest_integer_norms(self, norm_a, norm_b):
         """float64 (2,): the integer-norm bounds of a's and bt's rows (crt_row_bounds)."""
-        return self._row_bounds(norm_a, norm_b)[1::2]
+        return torch.cat(self._row_bounds(norm_a, norm_b))[1::2]
 
     def _row_bounds(self, norm_a, norm_b):
-        """float64 (4,): crt_row_bounds of a's rows, then of bt's."""
-        return torch.cat([_ops.crt_row_bounds(self.stats_a, norm_a),
-                          _ops.crt_row_bounds(self.stats_b, norm_b)])
+        """float64 (2,) each: crt_row_bounds of a's rows and of bt's."""
+        return _ops.crt_row_bounds(self.stats_a, norm_a), _ops.crt_row_bounds(self.stats_b, norm_b)
 
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
@@ -228,7 +228,7 @@ class Estimates:
         local = self._crt_magnitude_bound(norm_a, norm_b)
         # the largest span and exact scheme II's norm bounds come in the same device-to-host
         # read: plan_for asks for them next
-        local = torch.cat([-local.double().reshape(1), self._row_bounds(norm_a, norm_b)])
+        local = torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
         negated, span_a, bound_a, span_b, bound_b = self.combine_max(local).tolist()
         self._max_span = int(max(span_a, span_b))
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
@@ -255,7 +255,7 @@ class KeptEstimates(Estimates):
         return self.kept.column_exponents(super()._column_exponents_a)
 
     def _row_bounds(self, norm_a, norm_b):
-        return torch.cat([self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)])
+        return self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude from the kept digits of a's usable rows and those of bt: the
@@ -290,21 +290,28 @@ def _column_exponents(x, stats):
     """Per element of a batch and column l of its rows (scaled to integers by
     _ops.integer_exponents): the largest exponent e with |x'_il| < 2^e over the usable rows i, as
     int64 (batch * k,); -10000 where the column holds no nonzero entry of a usable row. Rows are
-    read in chunks, so the temporaries stay small."""
+    read in chunks, so the temporaries stay small; x has at least one row."""
     k = x.shape[-1]
     rows = x.reshape(-1, x.shape[-2], k)
-    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1)
-    usable = _usable_rows(stats).view(rows.shape[0], -1)
+    # (elements, rows, 1), to broadcast over a row's entries
+    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1, 1)
+    unused = (~_usable_rows(stats)).view(rows.shape[0], -1, 1)
     chunk = max(1, _BOUND_CHUNK_ENTRIES // max(k, 1))
-    out = torch.full((rows.shape[0], k), -10000, dtype=torch.int64, device=x.device)
+    elements = []
     for e in range(rows.shape[0]):
-        for i0 in range(0, rows.shape[1], chunk):
-            part = rows[e, i0:i0 + chunk]
-            _, exponent = torch.frexp(part)
-            exponent = exponent.long() + exponents[e, i0:i0 + chunk, None]
-            keep = (part != 0) & usable[e, i0:i0 + chunk, None]
-            out[e] = torch.maximum(out[e], exponent.masked_fill(~keep, -10000).amax(dim=0))
-    return out.flatten()
+        chunks = [_largest_exponents(rows[e, i0:i0 + chunk], exponents[e, i0:i0 + chunk],
+                                     unused[e, i0:i0 + chunk])
+                  for i0 in range(0, rows.shape[1], chunk)]
+        elements.append(functools.reduce(torch.maximum, chunks))
+    return elements[0] if len(elements) == 1 else torch.cat(elements)
+
+
+def _largest_exponents(rows, exponents, unused):
+    """_column_exponents of a chunk of an element's rows (at least one), with their integer
+    exponents and whether they are unused, both (rows, 1)."""
+    _, exponent = torch.frexp(rows)
+    exponent = exponent.long() + exponents
+    return exponent.masked_fill_((rows == 0) | unused, -10000).amax(dim=0)
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
