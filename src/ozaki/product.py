@@ -132,6 +132,7 @@ class Estimates:
         self.norms = norms
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
         self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
+        self._entry_sum = None  # exact_entry_bound's sum, where read along with it (KeptEstimates)
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -200,6 +201,13 @@ class Estimates:
         where rows put huge and tiny entries side by side (units rescaled by 1e20): with
         |A'_il| < 2^u_l for every row i and |B'_lj| < 2^v_l for every column j (the largest
         exponents of column l of A' and row l of B'), |A'B'|_ij < sum_l 2^(u_l + v_l)."""
+        if self._entry_sum is None:
+            self._entry_sum = self._entry_bound_sum().item()
+        # the float64 sum of k terms errs by under k 2^-53 relative
+        return Fraction(self._entry_sum) * (1 + Fraction(self.k, 1 << 52))
+
+    def _entry_bound_sum(self):
+        """exact_entry_bound's float64 sum_l 2^(u_l + v_l), largest over a batch's elements: 0-d."""
         u = self._column_exponents_a()
         v = _column_exponents(self.bt, self.stats_b)
         u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
@@ -207,9 +215,7 @@ class Estimates:
         # bound that large rules exact scheme II out)
         exponents = (u + v).view(-1, self.k)
         terms = crt.power_of_two(exponents.clamp(-1000, 900)).masked_fill(exponents < -2000, 0.0)
-        bound = terms.sum(dim=1).amax().item()
-        # the float64 sum of k terms errs by under k 2^-53 relative
-        return Fraction(bound) * (1 + Fraction(self.k, 1 << 52))
+        return terms.sum(dim=1).amax()
 
     def _column_exponents_a(self):
         return _column_exponents(self.a, self.stats_a)
@@ -229,11 +235,14 @@ class Estimates:
         # the largest span and exact scheme II's norm bounds come in the same device-to-host
         # read: plan_for asks for them next
         local = torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
-        negated, span_a, bound_a, span_b, bound_b = self.combine_max(local).tolist()
+        negated, span_a, bound_a, span_b, bound_b = self._read_combined(local)
         self._max_span = int(max(span_a, span_b))
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
 
+    def _read_combined(self, values):
+        """combine_max of a 1-D float64 tensor, read to the host (one device-to-host read)."""
+        return self.combine_max(values).tolist()
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude of a and bt, a 0-d float64 tensor."""
@@ -253,6 +262,16 @@ class KeptEstimates(Estimates):
 
     def _column_exponents_a(self):
         return self.kept.column_exponents(super()._column_exponents_a)
+
+    def _read_combined(self, values):
+        """Also reads exact_entry_bound's sum, in the same device-to-host read, where A's kept
+        column exponents show that an earlier product needed it (one device: combine_max is the
+        identity, so the sum passes through it unchanged)."""
+        if not self.kept.has_column_exponents():
+            return super()._read_combined(values)
+        *values, self._entry_sum = super()._read_combined(
+            torch.cat([values, self._entry_bound_sum().reshape(1)]))
+        return values
 
     def _row_bounds(self, norm_a, norm_b):
         return self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)
