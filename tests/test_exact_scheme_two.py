@@ -3,6 +3,7 @@ powers of two to integers, the exact product rebuilt from up to 40 INT8 residue 
 once. Every result is checked against the exact product rounded once (integer references), on the
 CPU and CUDA with the same bits; the planner takes it where it is the cheapest exact plan."""
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -230,3 +231,38 @@ def test_row_bounds_are_the_largest_integer_norm_bound(device):
     empty = torch.zeros(0, dtype=torch.int32, device=device)
     none = ozaki._ops.crt_row_bounds((empty, empty, empty.bool()), empty).cpu()
     assert none.tolist() == [0.0, 0.0]
+
+
+def column_exponents_reference(x):
+    """Per element and column l: the largest exponent e with |x'_il| < 2^e over the usable rows i
+    (x' the rows scaled by 2^E to integers), -10000 where none; from Fractions."""
+    out = []
+    for rows in x.reshape(-1, x.shape[-2], x.shape[-1]).double().tolist():
+        usable = [r for r in rows if any(r) and all(map(math.isfinite, r))]
+        scaled = [[abs(Fraction(v)) / Fraction(2) ** min(lowest_bit(abs(Fraction(w)))
+                                                         for w in r if w) for v in r]
+                  for r in usable]
+        out += [max((int(r[l]).bit_length() for r in scaled if r[l]), default=-10000)
+                for l in range(x.shape[-1])]
+    return out
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("shape", [(9, 7), (3, 5, 6)])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_column_exponents(device, shape, chunked, monkeypatch):
+    """product._column_exponents: the exponents of exact scheme II's entry bound, with zero and
+    NaN rows and zero columns left out, in one chunk of rows or a row per chunk."""
+    from ozaki.product import _column_exponents
+    x = torch.randn(shape, generator=seeded(41), dtype=torch.float64)
+    x = x * torch.exp2(torch.randint(-40, 40, shape, generator=seeded(42)).double())
+    x[..., 0, :] = 0.0
+    x[..., 1, 2] = float("nan")
+    x[..., 2:, 1] = 0.0
+    x = x.to(device)
+    if chunked:
+        monkeypatch.setattr("ozaki.product._BOUND_CHUNK_ENTRIES", 1)
+    stats = ozaki._ops.row_stats(x.reshape(-1, shape[-1]))
+    got = _column_exponents(x, stats)
+    assert got.dtype == torch.int64
+    assert got.cpu().tolist() == column_exponents_reference(x.cpu())

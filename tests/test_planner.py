@@ -208,3 +208,35 @@ def test_fewest_moduli_is_the_first_count_that_meets_the_target(k, wide):
     targets += [Fraction(0), Fraction(10)]
     for target in targets:
         assert crt.fewest_moduli(k, target, wide) == first_count(target)
+
+
+def _magnitudes(seed):
+    """Positive finite floats over the whole range: random, subnormal, and the extremes."""
+    g = seeded(seed)
+    random = [float(x) * 2.0 ** int(e) for x, e in
+              zip(torch.rand(300, generator=g) + 0.5, torch.randint(-1080, 1024, (300,), generator=g))]
+    return [m for m in random if 0 < m < math.inf] + [
+        5e-324, 2.0 ** -1022, 2.0 ** -966, 2.0 ** -965, 1.0, 1.7976931348623157e308]
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["scheme_two", "wide"])
+@pytest.mark.parametrize("k", [1, 17, 1025, 131071])
+def test_float_planning_agrees_with_fractions(k, wide):
+    """The planner's float shortcuts (targets scaled exactly, errors held as exact floats, one
+    correctly rounded division) give the counts and levels of the Fraction arithmetic."""
+    counts = range(1, crt.MAX_EXACT_MODULI + 1) if wide else range(crt.smallest_moduli(k),
+                                                                    crt.MAX_MODULI + 1)
+    counts = [n for n in counts if not wide or crt.wide_scale_bits(n, k) is not None]
+    error = crt.wide_predicted_error if wide else crt.predicted_error
+    for magnitude in _magnitudes(k):
+        exact_target = Fraction(magnitude) / 2 ** 56
+        assert (crt.fewest_moduli(k, planner._scaled_down(magnitude, 56), wide)
+                == crt.fewest_moduli(k, exact_target, wide))
+        for n in counts[::7]:
+            try:
+                expected = float(error(n, k) / Fraction(magnitude))
+            except OverflowError:
+                with pytest.raises(OverflowError):
+                    crt.error_level(n, k, magnitude, wide)
+                continue
+            assert crt.error_level(n, k, magnitude, wide) == expected

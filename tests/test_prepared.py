@@ -8,7 +8,7 @@ import torch
 
 import ozaki
 from helpers import (REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, crt_paths, error_test, ones,
-                     phi_pair)
+                     phi_pair, seeded)
 from ozaki import _ops, accuracy, crt, prepared
 from ozaki.product import Estimates, KeptEstimates, row_operand
 from test_wide_spans import AUTOMATIC_BACKENDS, CASES, assert_no_worse_than_twice_native
@@ -272,3 +272,33 @@ def test_wrong_residues_are_refused():
     with pytest.raises(RuntimeError, match=r"residues_a must be a contiguous int8 tensor of shape "
                                            r"\[21, 5, 32\]"):
         _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 21, residues_a=residues)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_entry_bound_is_read_with_the_estimate_once_a_product_needed_it(device):
+    """Rows whose integer scaling Cauchy-Schwarz cannot bound within 40 moduli: once a product
+    has kept A's column exponents, later products read exact_entry_bound's sum along with scheme
+    II's estimate, the same value as computed alone; results and plans as without prepare."""
+    g = seeded(43)
+    A = torch.randn(30, 40, generator=g, dtype=torch.float64)
+    A = (A * torch.exp2(torch.randint(-200, 200, (30, 40), generator=g).double())).to(device)
+    B1, B2 = (torch.randn(40, 5, generator=g, dtype=torch.float64).to(device) for _ in range(2))
+    expected = [(ozaki.dgemm(A, B), str(ozaki.plan(A, B))) for B in (B1, B2)]
+    with ozaki.prepare(A) as kept:
+        assert not kept.has_column_exponents()
+        first = ozaki.dgemm(A, B1)
+        assert kept.has_column_exponents()
+        bt = row_operand(B2.mT)
+        stats_b, norm_b = _ops.row_stats_with_norm_scales(bt)
+        est = KeptEstimates(kept, bt, stats_b, norm_b)
+        est.crt_magnitude(*est.norm_scales())
+        assert est._entry_sum is not None  # read along
+        stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
+        plain = Estimates(A, bt, stats_a, stats_b, norms=(norm_a, norm_b))
+        assert est.exact_entry_bound() == plain.exact_entry_bound()
+        second = ozaki.dgemm(A, B2)
+        A.mul_(1.0)  # an in-place change drops the kept parts
+        assert ozaki.prepared.find(A) is kept and not kept.has_column_exponents()
+    assert_bitwise_equal(first, expected[0][0])
+    assert_bitwise_equal(second, expected[1][0])
+    assert str(ozaki.plan(A, B2)) == expected[1][1]

@@ -43,7 +43,8 @@ class RowStats(tuple):
     @property
     def usable(self):
         if "_usable" not in self.__dict__:
-            self._usable = (self[1] > 0) & ~self[2]
+            # span > 0 and finite, in one comparison of booleans (only True > False holds)
+            self._usable = (self[1] > 0) > self[2]
         return self._usable
 
 

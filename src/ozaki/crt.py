@@ -116,7 +116,7 @@ def _wide_predicted_error(moduli: int, g: int) -> Fraction:
 def wide_exponents(codes, t: int):
     """Per row: the exponent E = t + floor(log2 c) of wide scheme II's scale 2^E <= c 2^t, from
     the code of its norm scale c = (16 + f) 2^(e - 4) (floor(log2 c) = e), int32."""
-    return (t + torch.div(codes.long(), 1 << SCALE_FRACTION_BITS, rounding_mode="floor")).int()
+    return torch.div(codes, 1 << SCALE_FRACTION_BITS, rounding_mode="floor").int() + t
 
 
 def times_power_of_two(codes, t: int):
@@ -201,8 +201,9 @@ def _smallest_moduli(g: int) -> int:
     return next(n for n in range(1, MAX_MODULI + 1) if _scale_bits(n, g) is not None)
 
 
-def fewest_moduli(k: int, target: Fraction, wide: bool = False):
-    """The fewest moduli n whose predicted error is at most `target`: predicted_error(n, k) over
+def fewest_moduli(k: int, target, wide: bool = False):
+    """The fewest moduli n whose predicted error is at most `target` (a Fraction, or a float:
+    compared exactly either way): predicted_error(n, k) over
     n >= smallest_moduli(k) (scheme II), or wide_predicted_error(n, k) over the counts that leave
     a scale (wide scheme II); None when no count up to MAX_MODULI (MAX_EXACT_MODULI) does. The
     same count as trying n = 1, 2, ... in turn, found by bisection over the running minima of the
@@ -215,7 +216,8 @@ def fewest_moduli(k: int, target: Fraction, wide: bool = False):
 @functools.lru_cache(maxsize=None)
 def _error_steps(g: int, wide: bool):
     """(-e, n) for each count n whose error e is below every smaller count's, in order of n: the
-    negated running minima ascend strictly."""
+    negated running minima ascend strictly. Each -e is a float where that holds it exactly (then a
+    float target is compared in floats, still exactly)."""
     if wide:
         candidates = [(n, _wide_predicted_error(n, g)) for n in range(1, MAX_EXACT_MODULI + 1)
                       if _wide_scale_bits(n, g) is not None]
@@ -225,6 +227,39 @@ def _error_steps(g: int, wide: bool):
     negated, counts = [], []
     for n, error in candidates:
         if not counts or -error > negated[-1]:
-            negated.append(-error)
+            negated.append(_exact_float(-error))
             counts.append(n)
     return tuple(negated), tuple(counts)
+
+
+def _exact_float(x: Fraction):
+    """x as a float where that is exact (and normal), else x itself."""
+    f = float(x)
+    return f if f == x and abs(f) >= MIN_NORMAL else x
+
+
+#: The smallest normal float64: scaling by powers of two is exact down to it.
+MIN_NORMAL = 2.0 ** -1022
+
+
+def error_level(moduli: int, k: int, magnitude: float, wide: bool = False) -> float:
+    """float(e / magnitude), correctly rounded, for e = predicted_error(moduli, k) (scheme II) or
+    wide_predicted_error(moduli, k) (wide) and a positive finite magnitude: one float division
+    (correctly rounded too) where e is an exact float and the quotient is normal, else in
+    Fractions."""
+    g = rounding_growth(k)
+    error = _wide_predicted_error(moduli, g) if wide else _predicted_error(moduli, g)
+    exact = _float_error(moduli, g, wide)
+    if exact is not None:
+        level = exact / magnitude
+        if MIN_NORMAL <= level < math.inf:
+            return level
+    return float(error / Fraction(magnitude))
+
+
+@functools.lru_cache(maxsize=None)
+def _float_error(moduli: int, g: int, wide: bool):
+    """The predicted error as a float where that is exact, else None."""
+    error = _wide_predicted_error(moduli, g) if wide else _predicted_error(moduli, g)
+    f = _exact_float(error)
+    return f if isinstance(f, float) else None

@@ -21,12 +21,10 @@ import math
 import os
 import sys
 import warnings
-from fractions import Fraction
 
 import torch
 
-from . import _ops
-from .crt import predicted_error as moduli_predicted_error
+from . import _ops, crt
 from .planner import auto_plan, crt_plan, predicted_error
 
 SAMPLED_ROWS = 32
@@ -180,8 +178,7 @@ class Check:
         plan, k = self.plan, self.est.k
         magnitude = self._smallest.value()
         if plan.backend == "crt":
-            level = 0.0 if magnitude == math.inf else float(
-                moduli_predicted_error(plan.moduli, k) / Fraction(magnitude))
+            level = 0.0 if magnitude == math.inf else crt.error_level(plan.moduli, k, magnitude)
         else:
             level = predicted_error(plan.slices, plan.fast, k, plan.beta, magnitude)
         plan = dataclasses.replace(plan, predicted_error=level)

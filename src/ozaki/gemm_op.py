@@ -105,7 +105,8 @@ def gemm_kernel(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
         (re, im), = terms
     result = torch.complex(re, im) if complex_result else re
     # A fresh, contiguous tensor of the result's shape: never C itself, nor a broadcast view of it.
-    result = result.expand(shape)
+    if result.shape != shape:
+        result = result.expand(shape)
     if (C is not None and result.data_ptr() == C.data_ptr()) or not result.is_contiguous():
         result = result.clone(memory_format=torch.contiguous_format)
     return result

@@ -199,21 +199,27 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None):
     elif magnitude == 0:
         return None
     else:
-        target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
-        count = crt.fewest_moduli(k, target)
+        count = crt.fewest_moduli(k, _scaled_down(magnitude, precision + CRT_MARGIN_BITS))
         if count is None:
             return None
         reason = "error bound"
     t_a, _ = crt.scale_bits(count, k)
     level = None
     if magnitude is not None and magnitude not in (0, math.inf):
-        level = float(crt.predicted_error(count, k) / Fraction(magnitude))
+        level = crt.error_level(count, k, magnitude)
     elif magnitude == math.inf:
         level = 0.0
     return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
                      full_split_slices=None, exact=False, rounding=None, reason=reason,
                      predicted_error=level, native_level=math.sqrt(k) * 2.0 ** -precision,
                      backend="crt", moduli=count)
+
+
+def _scaled_down(magnitude: float, bits: int):
+    """magnitude 2^-bits exactly (magnitude positive and finite): a float where that is normal
+    (so no bit is lost), else a Fraction."""
+    scaled = math.ldexp(magnitude, -bits)
+    return scaled if scaled >= crt.MIN_NORMAL else Fraction(magnitude) / 2 ** bits
 
 
 def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
@@ -226,12 +232,11 @@ def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
     if magnitude in (0, math.inf):
         return None
     precision = SIGNIFICAND_BITS[dtype]
-    target = Fraction(magnitude) / 2 ** (precision + CRT_MARGIN_BITS)
-    count = crt.fewest_moduli(k, target, wide=True)
+    count = crt.fewest_moduli(k, _scaled_down(magnitude, precision + CRT_MARGIN_BITS), wide=True)
     if count is None:
         return None
     t_a, _ = crt.wide_scale_bits(count, k)
-    level = float(crt.wide_predicted_error(count, k) / Fraction(magnitude))
+    level = crt.error_level(count, k, magnitude, wide=True)
     return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
                      full_split_slices=None, exact=False, rounding=None, reason="error bound",
                      predicted_error=level,

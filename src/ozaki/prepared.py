@@ -90,6 +90,10 @@ class Prepared:
             self._usable_digits = self.magnitude_digits()[stats.usable]
         return self._usable_digits
 
+    def has_column_exponents(self):
+        """Whether exact scheme II's column exponents of A are kept (a product needed them)."""
+        return self._column_exponents is not None
+
     def column_exponents(self, compute):
         """Exact scheme II's column exponents of A (compute() makes them)."""
         if self._column_exponents is None:

@@ -3,6 +3,7 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 (ozaki/blas.py, ozaki/matmul.py) reach it through the ozaki::gemm operator (ozaki/library.py)."""
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 
@@ -61,8 +62,8 @@ def row_operand(x):
 
 def _flat_rows(x):
     """The rows of a matrix or of a batch's matrices as one (rows, k) matrix (row e*m + i); sizes
-    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard)."""
-    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard). A matrix is itself."""
+    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
 
 
 def row_stats(x):
@@ -131,6 +132,7 @@ class Estimates:
         self.norms = norms
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
         self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
+        self._entry_sum = None  # exact_entry_bound's sum, where read along with it (KeptEstimates)
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -199,6 +201,13 @@ class Estimates:
         where rows put huge and tiny entries side by side (units rescaled by 1e20): with
         |A'_il| < 2^u_l for every row i and |B'_lj| < 2^v_l for every column j (the largest
         exponents of column l of A' and row l of B'), |A'B'|_ij < sum_l 2^(u_l + v_l)."""
+        if self._entry_sum is None:
+            self._entry_sum = self._entry_bound_sum().item()
+        # the float64 sum of k terms errs by under k 2^-53 relative
+        return Fraction(self._entry_sum) * (1 + Fraction(self.k, 1 << 52))
+
+    def _entry_bound_sum(self):
+        """exact_entry_bound's float64 sum_l 2^(u_l + v_l), largest over a batch's elements: 0-d."""
         u = self._column_exponents_a()
         v = _column_exponents(self.bt, self.stats_b)
         u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
@@ -206,21 +215,18 @@ class Estimates:
         # bound that large rules exact scheme II out)
         exponents = (u + v).view(-1, self.k)
         terms = crt.power_of_two(exponents.clamp(-1000, 900)).masked_fill(exponents < -2000, 0.0)
-        bound = terms.sum(dim=1).amax().item()
-        # the float64 sum of k terms errs by under k 2^-53 relative
-        return Fraction(bound) * (1 + Fraction(self.k, 1 << 52))
+        return terms.sum(dim=1).amax()
 
     def _column_exponents_a(self):
         return _column_exponents(self.a, self.stats_a)
 
     def _largest_integer_norms(self, norm_a, norm_b):
         """float64 (2,): the integer-norm bounds of a's and bt's rows (crt_row_bounds)."""
-        return self._row_bounds(norm_a, norm_b)[1::2]
+        return torch.cat(self._row_bounds(norm_a, norm_b))[1::2]
 
     def _row_bounds(self, norm_a, norm_b):
-        """float64 (4,): crt_row_bounds of a's rows, then of bt's."""
-        return torch.cat([_ops.crt_row_bounds(self.stats_a, norm_a),
-                          _ops.crt_row_bounds(self.stats_b, norm_b)])
+        """float64 (2,) each: crt_row_bounds of a's rows and of bt's."""
+        return _ops.crt_row_bounds(self.stats_a, norm_a), _ops.crt_row_bounds(self.stats_b, norm_b)
 
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
@@ -228,12 +234,15 @@ class Estimates:
         local = self._crt_magnitude_bound(norm_a, norm_b)
         # the largest span and exact scheme II's norm bounds come in the same device-to-host
         # read: plan_for asks for them next
-        local = torch.cat([-local.double().reshape(1), self._row_bounds(norm_a, norm_b)])
-        negated, span_a, bound_a, span_b, bound_b = self.combine_max(local).tolist()
+        local = torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
+        negated, span_a, bound_a, span_b, bound_b = self._read_combined(local)
         self._max_span = int(max(span_a, span_b))
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
 
+    def _read_combined(self, values):
+        """combine_max of a 1-D float64 tensor, read to the host (one device-to-host read)."""
+        return self.combine_max(values).tolist()
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude of a and bt, a 0-d float64 tensor."""
@@ -254,8 +263,18 @@ class KeptEstimates(Estimates):
     def _column_exponents_a(self):
         return self.kept.column_exponents(super()._column_exponents_a)
 
+    def _read_combined(self, values):
+        """Also reads exact_entry_bound's sum, in the same device-to-host read, where A's kept
+        column exponents show that an earlier product needed it (one device: combine_max is the
+        identity, so the sum passes through it unchanged)."""
+        if not self.kept.has_column_exponents():
+            return super()._read_combined(values)
+        *values, self._entry_sum = super()._read_combined(
+            torch.cat([values, self._entry_bound_sum().reshape(1)]))
+        return values
+
     def _row_bounds(self, norm_a, norm_b):
-        return torch.cat([self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)])
+        return self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude from the kept digits of a's usable rows and those of bt: the
@@ -290,21 +309,28 @@ def _column_exponents(x, stats):
     """Per element of a batch and column l of its rows (scaled to integers by
     _ops.integer_exponents): the largest exponent e with |x'_il| < 2^e over the usable rows i, as
     int64 (batch * k,); -10000 where the column holds no nonzero entry of a usable row. Rows are
-    read in chunks, so the temporaries stay small."""
+    read in chunks, so the temporaries stay small; x has at least one row."""
     k = x.shape[-1]
     rows = x.reshape(-1, x.shape[-2], k)
-    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1)
-    usable = _usable_rows(stats).view(rows.shape[0], -1)
+    # (elements, rows, 1), to broadcast over a row's entries
+    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1, 1)
+    unused = (~_usable_rows(stats)).view(rows.shape[0], -1, 1)
     chunk = max(1, _BOUND_CHUNK_ENTRIES // max(k, 1))
-    out = torch.full((rows.shape[0], k), -10000, dtype=torch.int64, device=x.device)
+    elements = []
     for e in range(rows.shape[0]):
-        for i0 in range(0, rows.shape[1], chunk):
-            part = rows[e, i0:i0 + chunk]
-            _, exponent = torch.frexp(part)
-            exponent = exponent.long() + exponents[e, i0:i0 + chunk, None]
-            keep = (part != 0) & usable[e, i0:i0 + chunk, None]
-            out[e] = torch.maximum(out[e], exponent.masked_fill(~keep, -10000).amax(dim=0))
-    return out.flatten()
+        chunks = [_largest_exponents(rows[e, i0:i0 + chunk], exponents[e, i0:i0 + chunk],
+                                     unused[e, i0:i0 + chunk])
+                  for i0 in range(0, rows.shape[1], chunk)]
+        elements.append(functools.reduce(torch.maximum, chunks))
+    return elements[0] if len(elements) == 1 else torch.cat(elements)
+
+
+def _largest_exponents(rows, exponents, unused):
+    """_column_exponents of a chunk of an element's rows (at least one), with their integer
+    exponents and whether they are unused, both (rows, 1)."""
+    _, exponent = torch.frexp(rows)
+    exponent = exponent.long() + exponents
+    return exponent.masked_fill_((rows == 0) | unused, -10000).amax(dim=0)
 
 
 def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
