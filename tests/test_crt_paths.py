@@ -141,3 +141,11 @@ def test_the_reduced_epilogues_division_is_exact(p):
         quotient = (x * magic >> 64) % 2 ** 32
         remainder = (x - quotient * p) % 2 ** 32
         assert remainder == s % p < p
+
+
+@pytest.mark.cuda
+def test_an_unknown_path_is_named(monkeypatch):
+    A, B = operands((), 4, 5, 3, torch.float64, seed=1)
+    with pytest.raises(RuntimeError,
+                       match="OZAKI_CRT_PATH must be cublas, fused or reduced, got 'tiles'"):
+        product(A, B, 3, "tiles", "cuda", monkeypatch)

@@ -1,6 +1,6 @@
 // The reduced residue GEMMs of reduced_gemm.cuh: whether this build and device have them, and the
-// tile configuration each product takes. The sums are the integers cuBLAS's
-// INT8 GEMM returns, so the residues, and the rebuilt products, are the INT32 path's bits.
+// tile configuration each product takes. The sums are the integers cuBLAS's INT8 GEMM returns, so
+// the residues, and the rebuilt products, are the INT32 path's bits.
 #include "reduced_gemm.cuh"
 
 #include <c10/cuda/CUDAException.h>

@@ -14,8 +14,8 @@ namespace ozaki::cuda {
 // mod p of an INT32 sum of residue products, p <= 256, in a multiply and a shift: x = sum + offset
 // (a multiple of p that makes x non-negative, as unsigned_residue's) is below 2^32, and with
 // magic = ceil(2^40 / p) the quotient floor(x * magic / 2^40) errs by under 2^-8 < 1/p, so it
-// is floor(x / p) (exact for p = 256). x * magic needs up to 66 bits (magic < 2^34 for p >= 64):
-// it is taken as the high word of x times magic * 2^24, a 128-bit product.
+// is floor(x / p) (exact for p = 256). x * magic needs up to 66 bits (magic <= 2^34 for p >= 64):
+// it is taken as the high word of the 128-bit product of x and magic * 2^24 (below 2^58).
 struct ModulusDivisor {
   uint32_t modulus;
   uint32_t offset;

@@ -111,7 +111,10 @@ class ReducedResidueEpilogue {
     // Each four accumulators of a warpgroup MMA hold columns c, c + 1 of rows r and r + 8, and the
     // neighbouring lane (lane ^ 1) holds columns c + 2, c + 3 of the same rows (when c % 4 is 0):
     // one exchange gives the even lane row r's 4 bytes and the odd lane row r + 8's, stored as
-    // one word each (bank-conflict free with kPitch). Other layouts take single bytes.
+    // one word each (bank-conflict free with kPitch). `paired` checks the first part on the
+    // coordinates (groups that fail it take single bytes); the neighbouring lane's columns are
+    // those of CUTLASS's SM90 accumulator layout, which tests/test_crt_paths.py checks bit for bit
+    // at every tile edge.
     static_assert(decltype(size(accumulators))::value % 4 == 0);
     const bool odd_lane = (threadIdx.x % 32) % 2 == 1;
     CUTLASS_PRAGMA_UNROLL
