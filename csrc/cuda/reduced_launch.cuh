@@ -49,3 +49,24 @@ void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
 
 }  // namespace ozaki::cuda
 #endif
+
+namespace ozaki::cuda {
+
+// Every plane of `gemm` in kTileRows x kTileCols x 128 tiles (k through shared memory 128 bytes
+// at a time, two consumer warpgroups sharing each tile: CUTLASS's cooperative schedule), in
+// clusters of kClusterRows x kClusterCols tiles; a named error where the build has no reduced
+// GEMM.
+template <int kTileRows, int kTileCols, int kClusterRows, int kClusterCols>
+void launch_reduced_tiles(const ReducedGemm& gemm, cudaStream_t stream) {
+#ifdef OZAKI_REDUCED_GEMM
+  using cute::Int;
+  launch_reduced<reduced::ReducedKernel<cute::Shape<Int<kTileRows>, Int<kTileCols>, Int<128>>,
+                                        cute::Shape<Int<kClusterRows>, Int<kClusterCols>, Int<1>>,
+                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative>>(
+      gemm, stream);
+#else
+  TORCH_CHECK(false, "ozaki: this build has no reduced residue GEMM (sm_90a with CUTLASS)");
+#endif
+}
+
+}  // namespace ozaki::cuda
