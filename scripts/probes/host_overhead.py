@@ -2,7 +2,7 @@
 events, nested ones included), for products whose host work (Python, op dispatch, device-to-host
 reads) sets the pace on a GPU.
 
-    PYTHONPATH=src python3 scripts/host_overhead_bench.py [--calls 100] [--profile NAME] [--ops NAME]
+    PYTHONPATH=src python3 scripts/probes/host_overhead.py [--calls 100] [--profile NAME] [--ops NAME]
 """
 
 import argparse
@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import ozaki
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from programs_bench import kernel_matrix  # noqa: E402
 
 
