@@ -8,6 +8,7 @@
 // bits.
 #pragma once
 
+#include <bit>
 #include <type_traits>
 
 #include "exact.h"
@@ -96,6 +97,15 @@ struct CrtProduct {
   static constexpr double reciprocal =
       1.0 / (((double(limb3) * 4294967296.0 + double(limb2)) * 4294967296.0 + double(limb1)) *
                  4294967296.0 + double(limb0));
+  // floor(log2 P).
+  static constexpr int log2 = limb3   ? 96 + 31 - std::countl_zero(limb3)
+                              : limb2 ? 64 + 31 - std::countl_zero(limb2)
+                              : limb1 ? 32 + 31 - std::countl_zero(limb1)
+                                      : 31 - std::countl_zero(limb0);
+  // The lowest limb of a sum S of N terms below P (limbs below 2^44, crt_reconstruct) that S / P
+  // needs to within 2^-39: limb w adds under 2^(44 + 32 w) / P, and the ones below this add
+  // under 2^-39 together.
+  static constexpr int first_quotient_limb = log2 >= 32 + 84 ? 2 : (log2 >= 84 ? 1 : 0);
 };
 
 // Calls f(std::integral_constant<int, I>{}) for I = 0 .. N - 1, so each modulus is a compile-time
@@ -245,6 +255,18 @@ OZAKI_HD void residues_of(double a, const RowScaler& scale, Store store) {
 OZAKI_HD double round_word_to_format(uint64_t m, bool negative, int64_t unit,
                                      RoundingFormat format) {
   if (m == 0) return 0.0;
+  // Where 2^unit is at least the format's least normal power and a normal float64 itself, every
+  // rounding of m 2^unit is normal (or past the largest finite value): converting m to the format
+  // rounds it to the format's precision, ties to even, and the scaling is exact (or overflows to
+  // +-Inf, as the rounding does).
+  const int64_t least_normal = format.min_exponent + format.precision - 1;
+  if (unit >= least_normal && unit <= 1023) {
+    const double rounded = format.precision == kFloat32Format.precision
+                               ? static_cast<double>(static_cast<float>(m))
+                               : static_cast<double>(m);
+    const double value = rounded * pow2(static_cast<int>(unit));
+    return negative ? -value : value;
+  }
   const int top = highest_set_bit(m);
   const int64_t exponent = top + unit;
   int64_t lowest_kept = exponent - (format.precision - 1);
@@ -336,25 +358,31 @@ OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
 //   u_i = R_i mod p_i, S = sum_i u_i (P / p_i) is X mod P, and S / P = q + X / P, so
 //   q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30, far above the float error of
 //   S / P taken from S's limbs) and X = S - q P.
-template <int N>
+// reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes).
+template <int N, bool reduced = false>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
                                 RoundingFormat format) {
   uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     using Term = CrtTerm<N, i>;
-    const uint32_t u = unsigned_residue<i>(residues[i]);
+    const uint32_t u = reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
     limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
     limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
     limbs[2] += static_cast<uint64_t>(u) * Term::partial2;
     limbs[3] += static_cast<uint64_t>(u) * Term::partial3;
   });
-  // S / P in float64: the limbs are exact doubles (below 2^44), three additions and the
-  // reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P < 16.
+  // S / P in float64 from limbs first .. 3 (exact doubles, below 2^44): their sum's at most three
+  // additions and the reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P
+  // < 16, and the limbs left out by under 2^-39.
   constexpr double limb = 4294967296.0;  // 2^32
-  const double s = ((static_cast<double>(limbs[3]) * limb + static_cast<double>(limbs[2])) * limb +
-                    static_cast<double>(limbs[1])) * limb + static_cast<double>(limbs[0]);
-  const auto q = static_cast<uint32_t>(rint(s * CrtProduct<N>::reciprocal));  // in [0, 16]
+  constexpr int first = CrtProduct<N>::first_quotient_limb;
+  double s = static_cast<double>(limbs[3]);
+  for (int w = 2; w >= first; --w) s = s * limb + static_cast<double>(limbs[w]);
+  constexpr double reciprocal = CrtProduct<N>::reciprocal * (first == 2   ? limb * limb
+                                                             : first == 1 ? limb
+                                                                          : 1.0);
+  const auto q = static_cast<uint32_t>(rint(s * reciprocal));  // in [0, 16]
   // X = S - q P, carried into two's complement 128 bits, then its sign and magnitude.
   const uint32_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
                                CrtProduct<N>::limb3};
@@ -442,8 +470,11 @@ struct FourReducedEntries {
     }
   }
   __device__ void of_entry(int c, int32_t (&products)[N]) const {
+    // byte c of each word, zero-extended, in one permute
 #pragma unroll
-    for (int i = 0; i < N; ++i) products[i] = static_cast<int32_t>((planes[i] >> (8 * c)) & 255u);
+    for (int i = 0; i < N; ++i) {
+      products[i] = static_cast<int32_t>(__byte_perm(planes[i], 0, 0x4440 + c));
+    }
   }
 };
 

@@ -222,14 +222,18 @@ struct ExactSum {
 #pragma unroll
     for (int w = 0; w < L; ++w) limbs[w] = 0;
   }
-  // S += sum over group g of u_i P / p_i, from the group's GEMM results R[0 .. count).
+  // S += sum over group g of u_i P / p_i, from the group's GEMM results R[0 .. count) (reduced:
+  // the results are the u_i already, the reduced GEMMs' bytes).
+  template <bool reduced = false>
   OZAKI_HD void add_group(const ExactCrt& crt, int g, const int32_t (&R)[kExactGroupSize]) {
     const ExactGroup& group = crt.group[g];
     uint32_t v = 0;
 #pragma unroll
     for (int r = 0; r < kExactGroupSize; ++r) {
       if (r < group.count) {
-        v += exact_unsigned_residue(R[r], crt.modulus[group.first + r]) * group.cofactor[r];
+        const uint32_t u = reduced ? static_cast<uint32_t>(R[r])
+                                   : exact_unsigned_residue(R[r], crt.modulus[group.first + r]);
+        v += u * group.cofactor[r];
       }
     }
 #pragma unroll

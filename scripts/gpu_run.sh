@@ -2,8 +2,9 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, paths, tiles. OZAKI_SKIP_BUILD=1 reuses the
-# build of an earlier call (to run steps in another order, or under separate time limits).
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
+# build of an earlier call (to run steps in another order, or under separate time limits); TESTS
+# overrides the test paths of the tests step (default: tests).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
@@ -21,7 +22,10 @@
 # programs (not in all) writes programs.json/md/log: a block conjugate-gradient solve and a
 # Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
-# (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ...);
+# (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
+# PATHS_WHICH its paths);
+# ncu (not in all) writes ncu.log: Nsight Compute's sections for the reduced GEMM and reconstruction
+# kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n);
 # tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
 # schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...).
 set -uo pipefail
@@ -56,7 +60,7 @@ echo "built in $(( $(date +%s) - start )) s"
 
 if wants tests; then
   echo "== tests"
-  python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log" | grep -vE '^\s*$' | tail -40
+  python3 -m pytest -q -rs ${TESTS:-tests} 2>&1 | tee "$OUT/tests.log" | grep -vE '^\s*$' | tail -40
   status=${PIPESTATUS[0]}
 fi
 
@@ -108,13 +112,23 @@ if [[ ,$what, == *,programs,* ]]; then
 fi
 if [[ ,$what, == *,paths,* ]]; then
   echo "== scheme II paths"
-  python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} 2>&1 | tee "$OUT/crt_paths.log"
+  python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} ${PATHS_WHICH:+--paths $PATHS_WHICH} 2>&1 | tee "$OUT/crt_paths.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,tiles,* ]]; then
   echo "== reduced GEMM tiles"
   OUT=$OUT bash scripts/probes/reduced_tiles.sh ${TILES_SHAPES:-} 2>&1 | tail -5
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,ncu,* ]]; then
+  echo "== Nsight Compute: the kernels of one scheme-II product"
+  ncu --clock-control none --kernel-name regex:'device_kernel|reconstruct' \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats \
+    --section Occupancy --section LaunchStats \
+    python3 scripts/probes/ncu_call.py ${NCU_SHAPE:-16384 1024 16384} > "$OUT/ncu.log" 2>&1
+  [[ $? == 0 ]] || status=1
+  grep -E "device_kernel|reconstruct|Duration|Throughput|Issue Slots Busy|Executed Ipc|No Eligible|Stall|Registers|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/ncu.log" | head -80
 fi
 if [[ ,$what, == *,blocks,* ]]; then
   echo "== INT8 GEMM column blocks"

@@ -475,14 +475,15 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
 // Entry (gi, gj) of the product (rows of the flattened a and bt) from the N INT32 residue sums of
 // its exact integer (any representatives, see crt_reconstruct), rounded once; rows or columns with
 // NaN/Inf get the IEEE answer.
-template <int N, typename T>
+// reduced: the results are residues in [0, p_i) already (the reduced GEMMs' bytes).
+template <int N, bool reduced, typename T>
 __device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi, int64_t gj,
                                            const int32_t (&residues)[N]) {
   if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
     return static_cast<T>(nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k));
   }
-  return static_cast<T>(crt_reconstruct<N>(residues, row_scale(in.scale_a[gi]),
-                                           row_scale(in.scale_b[gj]), format_of<T>()));
+  return static_cast<T>(crt_reconstruct<N, reduced>(residues, row_scale(in.scale_a[gi]),
+                                                    row_scale(in.scale_b[gj]), format_of<T>()));
 }
 
 // Entries per thread of the reconstruction: 4 consecutive columns, so each modulus's results come
@@ -512,7 +513,8 @@ __global__ void reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, C
       if (j >= chunk.cols) break;
       int32_t residues[N];
       loaded.of_entry(c, residues);
-      out[chunk.out_index(e, i, j)] = rounded_entry<N>(in, gi, chunk.b_row(e, j), residues);
+      out[chunk.out_index(e, i, j)] =
+          rounded_entry<N, std::is_same_v<P, uint8_t>>(in, gi, chunk.b_row(e, j), residues);
     }
   });
 }
@@ -699,7 +701,8 @@ __global__ void __launch_bounds__(Tile::kThreads)
 #pragma unroll
         for (int i = 0; i < N; ++i) residues[i] = kept[int64_t(i) * Rows * Cols + t];
         out[chunk.out_index(e, row0 + r, col0 + c)] =
-            rounded_entry<N>(in, chunk.a_row(e, row0 + r), chunk.b_row(e, col0 + c), residues);
+            rounded_entry<N, true>(in, chunk.a_row(e, row0 + r), chunk.b_row(e, col0 + c),
+                                   residues);
       }
       __syncthreads();  // the kept residues are read before the next tile's products
     }
@@ -998,8 +1001,9 @@ __global__ void __launch_bounds__(kReconstructThreads, 3)
       for (int b = 0; b < kGroupBatch; ++b) {
         if (g0 + b < crt.groups) {
           const int2* q = loaded[b];
-          sums[0].add_group(crt, g0 + b, {q[0].x, q[1].x, q[2].x});
-          sums[1].add_group(crt, g0 + b, {q[0].y, q[1].y, q[2].y});
+          constexpr bool reduced = std::is_same_v<P, uint8_t>;
+          sums[0].template add_group<reduced>(crt, g0 + b, {q[0].x, q[1].x, q[2].x});
+          sums[1].template add_group<reduced>(crt, g0 + b, {q[0].y, q[1].y, q[2].y});
         }
       }
     }

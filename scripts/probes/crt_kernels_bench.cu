@@ -72,13 +72,14 @@ constexpr int kColumns = 4;
 
 enum Variant { kLibrary = 0, kLoadsOnly = 1 };
 
-template <int N, int V, typename T>
-__global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, const int* scale_a,
+// P: int32_t for the INT32 sums of cuBLAS's GEMMs, uint8_t for the reduced GEMMs' residues.
+template <int N, int V, typename T, typename P>
+__global__ void reconstruct(const P* products, int64_t rows, int64_t ld, const int* scale_a,
                             const int* scale_b, T* out) {
   const int64_t plane = rows * ld;
   for_each_four_columns(rows, ld / kColumns, [&](int64_t row, int64_t j0) {
     const RowScale c_a = row_scale(scale_a[row]);
-    const FourEntries<N> loaded(products + row * ld + j0, plane);
+    const FourEntriesOf<N, P> loaded(products + row * ld + j0, plane);
 #pragma unroll
     for (int c = 0; c < kColumns; ++c) {
       const int64_t j = j0 + c;
@@ -91,11 +92,25 @@ __global__ void reconstruct(const int32_t* products, int64_t rows, int64_t ld, c
         for (int m = 0; m < N; ++m) sum += residues[m];
         value = static_cast<double>(sum);
       } else {
-        value = crt_reconstruct<N>(residues, c_a, row_scale(scale_b[j]), format_of<T>());
+        value = crt_reconstruct<N, std::is_same_v<P, uint8_t>>(residues, c_a,
+                                                               row_scale(scale_b[j]),
+                                                               format_of<T>());
       }
       out[row * ld + j] = static_cast<T>(value);
     }
   });
+}
+
+// The reduced GEMMs' bytes of the same products: each sum reduced to [0, p_i).
+template <int N>
+__global__ void reduce_products(const int32_t* products, int64_t plane, uint8_t* bytes) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < plane;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    for_each_modulus<N>([&](auto index) {
+      constexpr int i = decltype(index)::value;
+      bytes[i * plane + t] = static_cast<uint8_t>(unsigned_residue<i>(products[i * plane + t]));
+    });
+  }
 }
 
 __global__ void make_scales(int* scales, int64_t count, int base, uint64_t seed) {
@@ -188,10 +203,12 @@ dim3 grid_2d(int64_t rows, int64_t per_row, int threads, int sms) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
-template <int N, typename T>
+// reduced: the kernel reads the products as the reduced GEMMs' bytes.
+template <int N, typename T, bool reduced = false>
 void run_reconstruct(int64_t n, int sms, const char* label) {
   const int64_t plane = n * n;
   int32_t* products;
+  uint8_t* bytes = nullptr;
   int *scale_a, *scale_b;
   T* out[2];
   CHECK(cudaMalloc(&products, N * plane * sizeof(int32_t)));
@@ -215,9 +232,19 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
   make_scales<<<sms * 4, 256>>>(scale_a, n, base, 1);
   make_scales<<<sms * 4, 256>>>(scale_b, n, base, 2);
   CHECK(cudaDeviceSynchronize());
+  if (reduced) {
+    CHECK(cudaMalloc(&bytes, N * plane));
+    reduce_products<N><<<sms * 32, 256>>>(products, plane, bytes);
+    CHECK(cudaDeviceSynchronize());
+  }
   const dim3 grid = grid_2d(n, n / kColumns, 256, sms);
   const auto launch = [&](auto variant, T* o) {
-    reconstruct<N, decltype(variant)::value, T><<<grid, 256>>>(products, n, n, scale_a, scale_b, o);
+    constexpr int V = decltype(variant)::value;
+    if (reduced) {
+      reconstruct<N, V, T><<<grid, 256>>>(bytes, n, n, scale_a, scale_b, o);
+    } else {
+      reconstruct<N, V, T><<<grid, 256>>>(products, n, n, scale_a, scale_b, o);
+    }
   };
   const float library = median_ms([&] { launch(std::integral_constant<int, kLibrary>{}, out[0]); });
   const float floor = median_ms([&] { launch(std::integral_constant<int, kLoadsOnly>{}, out[1]); });
@@ -241,13 +268,15 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
     zeros += host == 0;
     ++checked;
   }
-  const double bytes = double(plane) * (N * 4 + sizeof(T));
-  std::printf("reconstruct %s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
+  const double moved = double(plane) * (N * (reduced ? 1 : 4) + sizeof(T));
+  std::printf("reconstruct %s%s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
               "loads and stores only %.3f ms (%.2f TB/s) | "
               "host bits differ in %lld of %lld sampled entries (%lld zeros)\n",
-              label, (long long)n, N, library, bytes / library * 1e-9, floor, bytes / floor * 1e-9,
-              (long long)differing, (long long)checked, (long long)zeros);
+              label, reduced ? " from bytes" : "", (long long)n, N, library,
+              moved / library * 1e-9, floor, moved / floor * 1e-9, (long long)differing,
+              (long long)checked, (long long)zeros);
   CHECK(cudaFree(products));
+  if (bytes != nullptr) CHECK(cudaFree(bytes));
   CHECK(cudaFree(scale_a));
   CHECK(cudaFree(scale_b));
   for (auto& o : out) CHECK(cudaFree(o));
@@ -283,12 +312,16 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--profile") {  // one launch per kernel, for ncu
     g_repeats = 1;
     run_reconstruct<15, double>(8192, sms, "float64");
+    run_reconstruct<15, double, true>(8192, sms, "float64");
     run_reconstruct<7, float>(8192, sms, "float32");
     run_residues<15>(8192, sms);
     return 0;
   }
   for (int64_t n : {8192, 16384}) {
     run_reconstruct<15, double>(n, sms, "float64");
+    run_reconstruct<15, double, true>(n, sms, "float64");
+    run_reconstruct<16, double, true>(n, sms, "float64");
+    run_reconstruct<8, float, true>(n, sms, "float32");
     run_reconstruct<16, double>(n, sms, "float64");
     run_reconstruct<7, float>(n, sms, "float32");
     run_reconstruct<8, float>(n, sms, "float32");

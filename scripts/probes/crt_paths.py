@@ -5,7 +5,8 @@ default plan with A prepared (ozaki.prepare, as for repeated products), with the
 to native and the peak memory beyond A and B; every path's result is checked bit for bit against the first, the
 prepared one against the default.
 
-    python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15] [--json PATH]
+    python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
+        [--paths cublas fused reduced rule default prepared] [--json PATH]
 """
 
 import argparse
@@ -57,8 +58,13 @@ def main(argv=None):
                         default=[shape_value(s) for s in DEFAULT_SHAPES])
     parser.add_argument("--moduli", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--paths", nargs="+", choices=PATHS + ["default", "prepared"],
+                        default=PATHS + ["default", "prepared"],
+                        help="which of them to run (prepared needs default; default: all)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
+    if "prepared" in args.paths and "default" not in args.paths:
+        parser.error("--paths: prepared is checked against default, which is not among them")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     rows = []
@@ -74,7 +80,7 @@ def main(argv=None):
         native, _, native_peak = timed(lambda: A @ B, repeats)
         cases = [("native", None, native, native_peak, None)]
         reference = default = kept = None
-        for path in PATHS + ["default", "prepared"]:
+        for path in [p for p in PATHS + ["default", "prepared"] if p in args.paths]:
             if path in ("default", "prepared"):
                 os.environ.pop("OZAKI_CRT_PATH", None)
                 call = lambda: ozaki.dgemm(A, B)  # noqa: E731
