@@ -8,7 +8,6 @@
 // bits.
 #pragma once
 
-#include <bit>
 #include <type_traits>
 
 #include "exact.h"
@@ -87,6 +86,15 @@ struct CrtTerm {
   static constexpr uint32_t partial3 = product_limbs(N, I).w[3];
   static constexpr int inverse = partial_inverse(N, I);
 };
+// floor(log2 x) for x > 0, at compile time.
+constexpr int floor_log2(uint32_t x) {
+  int bits = -1;
+  while (x != 0) {
+    x >>= 1;
+    ++bits;
+  }
+  return bits;
+}
 template <int N>
 struct CrtProduct {
   static constexpr uint32_t limb0 = product_limbs(N, -1).w[0];
@@ -98,10 +106,10 @@ struct CrtProduct {
       1.0 / (((double(limb3) * 4294967296.0 + double(limb2)) * 4294967296.0 + double(limb1)) *
                  4294967296.0 + double(limb0));
   // floor(log2 P).
-  static constexpr int log2 = limb3   ? 96 + 31 - std::countl_zero(limb3)
-                              : limb2 ? 64 + 31 - std::countl_zero(limb2)
-                              : limb1 ? 32 + 31 - std::countl_zero(limb1)
-                                      : 31 - std::countl_zero(limb0);
+  static constexpr int log2 = limb3   ? 96 + floor_log2(limb3)
+                              : limb2 ? 64 + floor_log2(limb2)
+                              : limb1 ? 32 + floor_log2(limb1)
+                                      : floor_log2(limb0);
   // The lowest limb of a sum S of N terms below P (limbs below 2^44, crt_reconstruct) that S / P
   // needs to within 2^-39: limb w adds under 2^(44 + 32 w) / P, and the ones below this add
   // under 2^-39 together.
