@@ -27,7 +27,8 @@
 # ncu (not in all) writes ncu.log: Nsight Compute's sections for the reduced GEMM and reconstruction
 # kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n);
 # tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
-# schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...).
+# schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...,
+# and TILES_CONFIGS its configurations, by name).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}

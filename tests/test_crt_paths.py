@@ -120,26 +120,29 @@ def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)
 def test_the_reduced_epilogues_division_is_exact(p):
-    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor, in the device's integer widths: x = sum + offset
-    in [0, 2^32), magic = ceil(2^40 / p) 2^24 below 2^64, and the high 64 bits of the 128-bit
-    product x magic are floor(x / p) for every modulus (x ceil(2^40 / p) itself exceeds 64 bits
-    for p < 256), at the ends of the range and of every quotient near them, and on random sums;
-    the remainder is sum mod p and below p."""
+    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor, in the device's 32-bit integer widths:
+    x = sum + offset in [0, 2^32), the fold t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32)
+    is the true value (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and
+    t - floor(t ceil(2^32 / p) / 2^32) p is sum mod p, for every modulus, at the ends of the
+    range, around multiples of 2^16 and of p near them, and on random sums."""
     bound = 2 ** 31 - 2 ** 14  # |sum| of exact INT8 products with k < 2^17
     offset = -(-bound // p) * p
-    magic = -(-2 ** 40 // p) << 24
-    assert offset < 2 ** 32 and magic < 2 ** 64
+    fold = (2 ** 16 % p - 2 ** 16) % 2 ** 32
+    magic = -(-2 ** 32 // p)
+    assert offset < 2 ** 32 and magic < 2 ** 32
     g = torch.Generator().manual_seed(p)
     sums = torch.randint(-bound + 1, bound, (2000,), generator=g).tolist()
-    for q in (0, 1, 2, (offset + bound) // p - 1, (offset + bound) // p):
-        sums += [q * p - offset + d for d in (-1, 0, 1, p - 1)]
+    for edge in (-bound + 1, -offset + 2 ** 16, 0, 2 ** 16, bound - 1):
+        sums += [edge + d for d in range(-p - 1, p + 2)]
     for s in sums:
         if abs(s) >= bound:
             continue
         x = (s + offset) % 2 ** 32  # the device's uint32 sum
         assert x == s + offset
-        quotient = (x * magic >> 64) % 2 ** 32
-        remainder = (x - quotient * p) % 2 ** 32
+        t = (x + (x >> 16) * fold) % 2 ** 32
+        assert t == (x >> 16) * (2 ** 16 % p) + (x & 0xFFFF) < 2 ** 24
+        quotient = t * magic >> 32  # __umulhi
+        remainder = (t - quotient * p) % 2 ** 32
         assert remainder == s % p < p
 
 

@@ -11,25 +11,28 @@
 
 namespace ozaki::cuda {
 
-// mod p of an INT32 sum of residue products, p <= 256, in a multiply and a shift: x = sum + offset
-// (a multiple of p that makes x non-negative, as unsigned_residue's) is below 2^32, and with
-// magic = ceil(2^40 / p) the quotient floor(x * magic / 2^40) errs by under 2^-8 < 1/p, so it
-// is floor(x / p) (exact for p = 256). x * magic needs up to 66 bits (magic <= 2^34 for p >= 64):
-// it is taken as the high word of the 128-bit product of x and magic * 2^24 (below 2^58).
+// mod p of an INT32 sum of residue products (|sum| < 2^31 - 2^14), p <= 256, in five 32-bit
+// operations: x = sum + offset (a multiple of p that makes x non-negative, as unsigned_residue's)
+// is below 2^32; with x = h 2^16 + l, t = x + h (c - 2^16) = h c + l for c = 2^16 mod p is
+// congruent to x and below 2^16 p <= 2^24 (no wrap-around in 32 bits). With magic =
+// ceil(2^32 / p), floor(t magic / 2^32) = floor(t / p), as t (magic p - 2^32) < 2^16 p (p - 1)
+// < 2^32.
 struct ModulusDivisor {
   uint32_t modulus;
   uint32_t offset;
-  uint64_t magic;  // ceil(2^40 / p) * 2^24
+  uint32_t fold;   // (2^16 mod p) - 2^16, modulo 2^32
+  uint32_t magic;  // ceil(2^32 / p)
 
   static ModulusDivisor of(uint32_t p) {
     const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
-    return ModulusDivisor{p, (bound + p - 1) / p * p, (((uint64_t(1) << 40) + p - 1) / p) << 24};
+    return ModulusDivisor{p, (bound + p - 1) / p * p, (uint32_t(1) << 16) % p - (uint32_t(1) << 16),
+                          static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p)};
   }
 #ifdef __CUDACC__
   __device__ __forceinline__ uint32_t reduce(int32_t sum) const {
     const uint32_t x = static_cast<uint32_t>(sum) + offset;
-    const auto quotient = static_cast<uint32_t>(__umul64hi(x, magic));
-    return x - quotient * modulus;
+    const uint32_t t = x + (x >> 16) * fold;
+    return t - __umulhi(t, magic) * modulus;
   }
 #endif
 };

@@ -130,13 +130,14 @@ class ReducedResidueEpilogue {
                           get<0>(tile_coords(i + 3)) == get<0>(at) + 8 &&
                           get<1>(tile_coords(i + 3)) == get<1>(at) + 1;
       if (paired) {
-        const uint32_t row_r = bytes[0] | (bytes[1] << 8);
-        const uint32_t row_r8 = bytes[2] | (bytes[3] << 8);
+        // two bytes (each below 256) side by side, then two such halves into a word: permutes
+        const uint32_t row_r = __byte_perm(bytes[0], bytes[1], 0x1140);
+        const uint32_t row_r8 = __byte_perm(bytes[2], bytes[3], 0x1140);
         const uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? row_r : row_r8, 1);
         const int row = get<0>(at) + (odd_lane ? 8 : 0);
         const int col = get<1>(at) - (odd_lane ? 2 : 0);
         *reinterpret_cast<uint32_t*>(staged + row * kPitch + col) =
-            odd_lane ? (other | (row_r8 << 16)) : (row_r | (other << 16));
+            odd_lane ? __byte_perm(other, row_r8, 0x5410) : __byte_perm(row_r, other, 0x5410);
       } else {
         CUTLASS_PRAGMA_UNROLL
         for (int v = 0; v < 4; ++v) {

@@ -21,6 +21,15 @@ CONFIGS=(
   "ping128x128c12 128 128 128 1 2 1 0"
   "coop128x64c11 128 64 128 1 1 0 0"
   "coop128x64c21 128 64 128 2 1 0 0")
+# TILES_CONFIGS: the names of the configurations to build and run (default: all of them)
+if [[ -n ${TILES_CONFIGS:-} ]]; then
+  chosen=()
+  for config in "${CONFIGS[@]}"; do
+    read -r name _ <<< "$config"
+    [[ " $TILES_CONFIGS " == *" $name "* ]] && chosen+=("$config")
+  done
+  CONFIGS=("${chosen[@]}")
+fi
 SHAPES=("$@")
 if [[ ${#SHAPES[@]} == 0 ]]; then
   SHAPES=(1024,1024,1024,15 2048,2048,2048,15 4096,4096,4096,15 8192,8192,8192,15
