@@ -44,9 +44,11 @@ constexpr int64_t kExactMinColumns = 1024;
 // The reduced GEMMs run every modulus of a chunk in one launch, so column chunks as narrow as one
 // 256-wide tile keep the GPU busy: A's residues are then computed once within their budget.
 constexpr int64_t kReducedMinColumns = 256;
-// INT8 operand rows and INT32 result rows are padded to 16 bytes.
+// INT8 operand rows and INT32 result rows are padded to 16 bytes, and so are the reduced GEMMs'
+// rows of byte results (16 entries).
 constexpr int64_t kInnerAlign = kResidueRowAlign;
 constexpr int64_t kResultAlign = 4;
+constexpr int64_t kReducedResultAlign = 16;
 
 // ---- row_norm_scales, row_norm_square_sums ----------------------------------------------------
 
@@ -542,7 +544,9 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
       std::is_invocable_v<Finish, const uint8_t*, int64_t, const Chunk&, cudaStream_t>;
   const bool reduced = kTakesReduced && reduced_moduli != nullptr;
   const int64_t product_bytes = reduced ? 1 : 4;
-  const WorkspaceShape shape{k_stride, moduli, N, 1, product_bytes, kResultAlign};
+  // Reduced rows 16-byte aligned: the reduced GEMMs store whole tiles in bulk copies.
+  const int64_t result_align = reduced ? kReducedResultAlign : kResultAlign;
+  const WorkspaceShape shape{k_stride, moduli, N, 1, product_bytes, result_align};
   BatchChunkPlan plan =
       plan_batch_chunks(batch, m, n, shape, budget, /*keep_rows=*/true, min_columns);
   // cuBLAS takes int sizes.
@@ -553,7 +557,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   }
   const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
   const int64_t chunk_cols = plan.within.cols;
-  const int64_t ld = round_up(chunk_cols, kResultAlign);
+  const int64_t ld = round_up(chunk_cols, result_align);
   const int64_t a_rows = prepared_a != nullptr ? 0 : chunk_rows;
   at::Tensor a_residues =
       at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));

@@ -9,7 +9,9 @@
 #ifndef NDEBUG
 #define NDEBUG
 #endif
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/detail.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
@@ -24,8 +26,11 @@ namespace ozaki::cuda::reduced {
 
 // The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
 // kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
-// modulus into a byte tile in shared memory, then store it row by row in 4-byte words, so each
-// warp writes 128 contiguous bytes (the accumulators' own layout would scatter 2-byte stores).
+// modulus into a byte tile in shared memory (the accumulators' own layout would scatter 2-byte
+// stores). A whole tile whose rows are 16-byte aligned in memory then leaves in one asynchronous
+// bulk copy per row (the copy engine reads the staged rows while the next tile's MMAs run; the
+// next epilogue waits for those reads before it stages again); other tiles are stored row by row
+// in 4-byte words, each warp writing 128 contiguous bytes.
 template <int kTileRows, int kTileCols>
 class ReducedResidueEpilogue {
  public:
@@ -41,10 +46,10 @@ class ReducedResidueEpilogue {
   using StrideD = StrideC;
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
-  // Rows of the staged tile lie 8 bytes (two banks) apart beyond their width: the 16 rows x 2
-  // words that a warp stores at once then fall in distinct banks.
-  static constexpr int kPitch = kTileCols + 8;
-  static_assert(kTileCols % 4 == 0);
+  // Rows of the staged tile lie 16 bytes beyond their width: 16-byte aligned for the bulk copies,
+  // and the 16 rows x 2 words that a warp stages at once fall at most two to a bank.
+  static constexpr int kPitch = kTileCols + 16;
+  static_assert(kTileCols % 16 == 0);
   struct SharedStorage {
     alignas(16) uint8_t bytes[kTileRows * kPitch];
   };
@@ -106,12 +111,14 @@ class ReducedResidueEpilogue {
     Tensor tile_coords =
         tiled_mma.get_thread_slice(thread_idx)
             .partition_C(make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileCols>{})));
-    // The previous tile's words are stored before this tile's bytes replace them.
+    // The previous tile's rows have left the staging buffer before this tile's bytes replace
+    // them (copies this thread issued have been read; the barrier covers every thread's).
+    cute::tma_store_wait<0>();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
     // Each four accumulators of a warpgroup MMA hold columns c, c + 1 of rows r and r + 8, and the
     // neighbouring lane (lane ^ 1) holds columns c + 2, c + 3 of the same rows (when c % 4 is 0):
     // one exchange gives the even lane row r's 4 bytes and the odd lane row r + 8's, stored as
-    // one word each (bank-conflict free with kPitch). `paired` checks the first part on the
+    // one word each (at most two to a bank with kPitch). `paired` checks the first part on the
     // coordinates (groups that fail it take single bytes); the neighbouring lane's columns are
     // those of CUTLASS's SM90 accumulator layout, which tests/test_crt_paths.py checks bit for bit
     // at every tile edge.
@@ -146,11 +153,27 @@ class ReducedResidueEpilogue {
         }
       }
     }
+    // The staged bytes are visible to the copy engine (the async proxy), then to every thread.
+    cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
     const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
     const int64_t rows = std::min<int64_t>(get<0>(problem) - row0, kTileRows);
     const int64_t cols = std::min<int64_t>(get<1>(problem) - col0, kTileCols);
     uint8_t* out = params_.out + int64_t(l_coord) * params_.out_plane + row0 * params_.ld + col0;
+    // Bulk copies where the barrier above spans every thread that stages into this buffer (the
+    // cooperative schedule; the ping-pong one's warpgroups take turns and store words).
+    constexpr bool kBulk = kThreads == 2 * cutlass::NumThreadsPerWarpGroup;
+    const bool whole = rows == kTileRows && cols == kTileCols && params_.ld % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+    if (kBulk && whole) {
+      static_assert(kThreads >= kTileRows);
+      if (thread_idx < kTileRows) {
+        cute::SM90_BULK_COPY_S2G::copy(staged + thread_idx * kPitch,
+                                       out + thread_idx * params_.ld, kTileCols);
+        cute::tma_store_arrive();
+      }
+      return;
+    }
     constexpr int kWords = kTileCols / 4;
 #pragma unroll 4
     for (int w = thread_idx; w < kTileRows * kWords; w += kThreads) {
@@ -166,13 +189,27 @@ class ReducedResidueEpilogue {
   Params params_;
 };
 
+// CUTLASS's sm90 adapter of an epilogue, plus the wait that ends a consumer's work: its row copies
+// have read the staging buffer before the block's shared memory can go to another block.
+template <class EpilogueOp>
+struct ReducedEpilogueAdapter
+    : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using Base::Base;
+  template <class... States>
+  CUTLASS_DEVICE auto store_tail(States... states) {
+    cute::tma_store_wait<0>();
+    return Base::store_tail(states...);
+  }
+};
+
 // The GEMM of one tile shape (M x N x K), cluster and kernel schedule (CUTLASS's cooperative or
 // ping-pong warp specialization), with k through shared memory in as many stages as fit.
 template <class TileShape, class ClusterShape, class Schedule,
           class EpilogueOp = ReducedResidueEpilogue<cute::size<0>(TileShape{}),
                                                     cute::size<1>(TileShape{})>>
 struct ReducedKernel {
-  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using Epilogue = ReducedEpilogueAdapter<EpilogueOp>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
       int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,

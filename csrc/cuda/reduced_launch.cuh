@@ -7,31 +7,12 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "reduced_gemm.cuh"
 
 #ifdef OZAKI_REDUCED_GEMM
 #include "reduced_kernel.cuh"
 
 namespace ozaki::cuda {
-
-// The tile scheduler's swizzle (CUTLASS's max_swizzle_size) for `gemm`: 4 tiles where both sides
-// of a plane reach 8192, 1 below (docs/algorithm.md 9.11); OZAKI_REDUCED_SWIZZLE (1, 2, 4 or 8)
-// sets it for every shape, for measurements.
-inline int reduced_swizzle(const ReducedGemm& gemm) {
-  static const int forced = [] {
-    const char* value = std::getenv("OZAKI_REDUCED_SWIZZLE");
-    if (value == nullptr || *value == '\0') return 0;
-    const std::string text(value);
-    TORCH_CHECK(text == "1" || text == "2" || text == "4" || text == "8",
-                "ozaki: OZAKI_REDUCED_SWIZZLE must be 1, 2, 4 or 8; got '", text, "'");
-    return std::stoi(text);
-  }();
-  if (forced != 0) return forced;
-  return gemm.rows >= 8192 && gemm.cols >= 8192 ? 4 : 1;
-}
 
 // Runs every plane of `gemm` through Config (a reduced::ReducedKernel) on `stream`; the caller has
 // checked that the sizes fit int.
@@ -46,8 +27,8 @@ void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
         cudaDeviceGetAttribute(&cached_count, cudaDevAttrMultiProcessorCount, device));
     cached_device = device;
   }
-  const typename Gemm::Arguments arguments = Config::arguments(
-      gemm, cutlass::KernelHardwareInfo{device, cached_count}, reduced_swizzle(gemm));
+  const typename Gemm::Arguments arguments =
+      Config::arguments(gemm, cutlass::KernelHardwareInfo{device, cached_count});
   Gemm op;
   TORCH_CHECK(op.can_implement(arguments) == cutlass::Status::kSuccess,
               "ozaki: CUTLASS cannot run the reduced residue GEMM of ", gemm.rows, " x ",
