@@ -374,7 +374,8 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     using Term = CrtTerm<N, i>;
-    const uint32_t u = reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
+    const uint32_t u =
+        reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
     limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
     limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
     limbs[2] += static_cast<uint64_t>(u) * Term::partial2;

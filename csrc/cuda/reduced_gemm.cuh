@@ -25,7 +25,8 @@ struct ModulusDivisor {
 
   static ModulusDivisor of(uint32_t p) {
     const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
-    return ModulusDivisor{p, (bound + p - 1) / p * p, (uint32_t(1) << 16) % p - (uint32_t(1) << 16),
+    const uint32_t fold = (uint32_t(1) << 16) % p - (uint32_t(1) << 16);
+    return ModulusDivisor{p, (bound + p - 1) / p * p, fold,
                           static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p)};
   }
 #ifdef __CUDACC__
