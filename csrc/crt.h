@@ -437,10 +437,12 @@ void with_moduli_count(int moduli, F f) {
 
 #ifdef __CUDACC__
 // Calls f(row, j0) for every row < rows and every group of four columns j0 = 4 g, g < groups, of
-// it: rows along grid y, groups along grid x and the threads.
+// it: rows along grid y and the threads' y, groups along grid x and the threads' x (the layout of
+// row_launch in csrc/cuda/launch.cuh).
 template <typename F>
 __device__ void for_each_four_columns(int64_t rows, int64_t groups, F f) {
-  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows;
+       row += int64_t(gridDim.y) * blockDim.y) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
          g += int64_t(gridDim.x) * blockDim.x) {
       f(row, 4 * g);

@@ -425,13 +425,14 @@ __device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t
 
 // Each thread turns 8 consecutive entries of a row into their N residues and stores each
 // modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
-// out[((e * N + i) * blocks.count + r) * k_stride + l]. Rows go along grid y, groups of entries
-// along x and the threads (no per-group index division).
+// out[((e * N + i) * blocks.count + r) * k_stride + l]. Rows go along grid y and the threads' y,
+// groups of entries along grid x and the threads' x (row_launch; no per-group index division).
 template <int N, bool weighted, bool aligned, typename T>
 __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                                 const int* scale, int8_t* out) {
   const int64_t groups_per_row = k_stride / kResidueGroup;
-  for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
+  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
     const int64_t e = element_of(block_row, blocks.count, blocks.elements);
     const int64_t r = block_row - e * blocks.count;
     const int64_t row = blocks.row(e, r);
@@ -462,14 +463,14 @@ template <int N, bool weighted, typename T>
 void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_stride,
                      const int* scale, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
-  const dim3 grid = row_grid(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
+  const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
   const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
   if (aligned) {
     residues_kernel<N, weighted, true, T>
-        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, scale, out);
+        <<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   } else {
     residues_kernel<N, weighted, false, T>
-        <<<grid, kResidueThreads, 0, stream>>>(a, k, blocks, k_stride, scale, out);
+        <<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -652,10 +653,10 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
     using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
-    const dim3 grid = row_grid(chunk.elements * chunk.rows, ld / kReconstructColumns,
-                               kReconstructThreads);
+    const RowLaunch launch =
+        row_launch(chunk.elements * chunk.rows, ld / kReconstructColumns, kReconstructThreads);
     reconstruct_kernel<N, P, T>
-        <<<grid, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
+        <<<launch.grid, launch.block, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk,
@@ -883,12 +884,14 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
                                       const int* exponent, ExactCrt crt, const uint32_t* table,
                                       bool weighted, bool aligned, int8_t* out) {
   __shared__ uint32_t multipliers[kExactMaxModuli * kExactTableShifts];  // 40 KiB
-  for (int t = threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x) {
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < crt.moduli * kExactTableShifts;
+       t += blockDim.x * blockDim.y) {
     multipliers[t] = table[t];
   }
   __syncthreads();
   const int64_t groups_per_row = k_stride / kResidueGroup;
-  for (int64_t block_row = blockIdx.y; block_row < blocks.total(); block_row += gridDim.y) {
+  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
     const int64_t e = element_of(block_row, blocks.count, blocks.elements);
     const int64_t r = block_row - e * blocks.count;
     const int64_t row = blocks.row(e, r);
@@ -935,9 +938,9 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
   return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
              cudaStream_t stream) {
     if (blocks.total() == 0) return;
-    const dim3 grid = row_grid(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
+    const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
     const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
-    exact_residues_kernel<T><<<grid, kResidueThreads, 0, stream>>>(
+    exact_residues_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
         data, in.k, blocks, k_stride, weighted ? in.scale_b : in.scale_a, crt,
         tables + (weighted ? crt.moduli * kExactTableShifts : 0), weighted, aligned, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

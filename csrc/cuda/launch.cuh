@@ -18,13 +18,24 @@ inline int grid_for(int64_t work, int threads) {
   return static_cast<int>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 
-// A 2-D grid for `rows` rows of `per_row` work items each at `threads` items per block: x covers a
-// row's items, y the rows (at most 65535; the kernels loop over the rest), all within grid_for's cap.
-inline dim3 row_grid(int64_t rows, int64_t per_row, int threads) {
-  const int x = grid_for(per_row, threads);
+// A launch over `rows` rows of `per_row` work items each, `threads` threads per block: blocks of
+// x by y threads, x the smallest power of two at least per_row (at most threads) and y = threads
+// / x rows at a time, so that rows shorter than a block still keep every thread busy; grid x
+// covers a row's items, grid y the rows y at a time (at most 65535 steps; the kernels loop over
+// the rest), all within grid_for's cap. Kernels take row blockIdx.y * blockDim.y + threadIdx.y
+// (striding by gridDim.y * blockDim.y) and item blockIdx.x * blockDim.x + threadIdx.x of it.
+struct RowLaunch {
+  dim3 grid, block;
+};
+inline RowLaunch row_launch(int64_t rows, int64_t per_row, int threads) {
+  int x = 1;
+  while (x < per_row && x < threads) x *= 2;
+  const int y = threads / x;
+  const int grid_x = grid_for(per_row, x);
   const int cap = grid_for(rows * per_row, threads);
-  const int64_t y = std::clamp<int64_t>(cap / x, 1, std::min<int64_t>(rows, 65535));
-  return dim3(x, static_cast<unsigned>(y));
+  const int64_t row_steps = (rows + y - 1) / y;
+  const int64_t grid_y = std::clamp<int64_t>(cap / grid_x, 1, std::min<int64_t>(row_steps, 65535));
+  return {dim3(grid_x, static_cast<unsigned>(grid_y)), dim3(x, y)};
 }
 
 // Calls f(entry) for the entries l = threadIdx.x, + blockDim.x, ... of one row of k entries (a
