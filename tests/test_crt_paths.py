@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ozaki
-from ozaki import crt
+from ozaki import _ops, crt
 from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
 
 # (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles
@@ -116,6 +116,47 @@ def test_default_plan_takes_the_same_bits_on_every_path(monkeypatch):
     results = [product(A, B, None, path, "cuda", monkeypatch) for path in crt_paths()]
     for result in results[1:]:
         assert_bitwise_equal(result, results[0])
+
+
+def magnitude_on(device, A, B, seed):
+    """ozaki::crt_magnitude (scheme II's plan estimate) of A @ B (a matrix or a batch) on device,
+    from the CPU's row statistics and norm scales, with a random third of the rows of each side
+    made unusable and the smallest entry put in the last row and column (the tile edges) of every
+    element, where the operands allow."""
+    m, k, n = A.shape[-2], A.shape[-1], B.shape[-1]
+    A, B = A.clone(), B.clone()
+    if m > 1 and n > 1:
+        A[..., -1, :] = 0.0
+        A[..., -1, 0] = 1.0
+        B[..., 0, :] = 1.0
+        B[..., 0, -1] = 0.125
+    a, bt = A.contiguous(), B.mT.contiguous()
+    g = seeded(seed)
+    vectors = []
+    for x in (a, bt):
+        rows = x.reshape(-1, k)
+        stats = _ops.row_stats(rows)
+        kept = torch.rand(rows.shape[0], generator=g) > 1 / 3
+        kept[-1] = True
+        vectors += [stats, _ops.row_norm_scales(rows, stats[0]), stats.usable & kept]
+    stats_a, norm_a, use_a, stats_b, norm_b, use_b = (
+        _ops.RowStats(t.to(device) for t in v) if isinstance(v, tuple) else v.to(device)
+        for v in vectors)
+    return _ops.crt_magnitude(a.to(device), bt.to(device), stats_a, stats_b, norm_a, norm_b,
+                              use_a, use_b).cpu()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_plan_estimate_gives_the_cpu_value(shape, batch):
+    """The estimate's smallest digit product (on the reduced GEMM, a minimum kept per tile where
+    this build and GPU have it) is the CPU's, at every tile edge, with unusable rows."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, torch.float64, seed=m + k + n, specials=False)
+    expected = magnitude_on("cpu", A, B, seed=k)
+    assert 0 < expected.item() < float("inf")
+    assert_bitwise_equal(magnitude_on("cuda", A, B, seed=k), expected)
 
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)

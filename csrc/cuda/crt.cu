@@ -13,6 +13,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -196,19 +197,22 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
 
 namespace {
 
-constexpr int kRowBoundsThreads = 512;
+constexpr int kRowBoundsThreads = 1024;
 
 // One block: the largest bit_span and integer_norm_bound (usable rows) over all rows, a max in
-// any order (exact), written to out[0] and out[1].
+// any order (exact), written to out[0] and out[1]. A row's values are read without a branch, so
+// that the loads of successive rows overlap.
 __global__ void row_bounds_kernel(const int* tau, const int* bit_span, const bool* nonfinite,
                                   const int* norm, int64_t rows, double* out) {
   __shared__ double spans[kRowBoundsThreads], bounds[kRowBoundsThreads];
   double span = 0.0, bound = 0.0;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    span = fmax(span, static_cast<double>(bit_span[i]));
-    if (bit_span[i] > 0 && !nonfinite[i]) {
-      bound = fmax(bound, integer_norm_bound(tau[i], bit_span[i], norm[i]));
-    }
+    const int row_span = bit_span[i];
+    const bool usable = (row_span > 0) & !nonfinite[i];
+    const double row_bound = integer_norm_bound(tau[i], row_span, norm[i]);
+    span = fmax(span, static_cast<double>(row_span));
+    bound = usable ? fmax(bound, row_bound) : bound;
   }
   spans[threadIdx.x] = span;
   bounds[threadIdx.x] = bound;
@@ -323,6 +327,33 @@ __global__ void magnitude_min_kernel(const int32_t* products, int64_t ld, Chunk 
   if (threadIdx.x == 0) block_min[blockIdx.x] = shared[0];
 }
 
+// The least exact product of usable digit rows, times scale, with no product stored: one reduced
+// GEMM over every element (magnitude_min_gemms), then the float64 value (+inf where no usable row
+// meets a usable column).
+__global__ void smallest_value_kernel(const int32_t* smallest, double scale, double* out) {
+  *out = *smallest == INT_MAX ? infinity() : static_cast<double>(*smallest) * scale;
+}
+
+at::Tensor smallest_digit_product(const at::Tensor& da, const at::Tensor& db,
+                                  const ProductShape& shape, const at::Tensor& usable_a,
+                                  const at::Tensor& usable_b, double scale) {
+  const int64_t k_stride = da.size(1);
+  at::Tensor smallest = at::full({1}, INT_MAX, da.options().dtype(at::kInt));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  magnitude_min_gemms(MagnitudeMinGemm{da.const_data_ptr<int8_t>(), shape.m * k_stride,
+                                       db.const_data_ptr<int8_t>(), shape.n * k_stride, shape.m,
+                                       shape.n, k_stride, shape.batch,
+                                       usable_a.const_data_ptr<bool>(),
+                                       usable_b.const_data_ptr<bool>(),
+                                       smallest.mutable_data_ptr<int32_t>()},
+                      stream);
+  at::Tensor out = at::empty({}, da.options().dtype(at::kDouble));
+  smallest_value_kernel<<<1, 1, 0, stream>>>(smallest.const_data_ptr<int32_t>(), scale,
+                                              out.mutable_data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
 }  // namespace
 
 at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
@@ -345,6 +376,9 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
     da = magnitude_digit_rows<scalar_t>(a, tau_a, norm_a, gain, k_stride);
     db = magnitude_digit_rows<scalar_t>(bt, tau_b, norm_b, gain, k_stride);
   });
+  if (reduced_gemm_available()) {
+    return smallest_digit_product(da, db, shape, usable_a, usable_b, pow2(-2 * gain));
+  }
   // Chunks keep the INT32 products near 1 GiB: columns of one element, or whole elements when one
   // fits, their GEMMs one strided batched GEMM (pairs of rows of the same element only).
   constexpr int64_t kProductEntries = int64_t(1) << 28;

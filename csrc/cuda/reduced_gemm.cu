@@ -8,9 +8,6 @@
 
 namespace ozaki::cuda {
 
-// Products narrower than this take the narrow tiles.
-constexpr int64_t kWideTileColumns = 256;
-
 bool reduced_gemm_available() {
 #ifdef OZAKI_REDUCED_GEMM
   int device = 0, major = 0, minor = 0;

@@ -58,12 +58,36 @@ struct ReducedGemm {
   ModulusDivisor divisors[kReducedMaxModuli];
 };
 
+// The plan estimate of scheme II (ozaki::crt_magnitude) on the same kernel: plane e multiplies the
+// INT8 magnitude digits of element e's rows of a (a + e * a_plane, rows x k_stride) by those of
+// bt's (b + e * b_plane, cols x k_stride) and lowers *smallest (set to INT32_MAX before) to the
+// least exact sum over the rows r and columns c with usable_a[e * rows + r] and
+// usable_b[e * cols + c]; no product is stored.
+struct MagnitudeMinGemm {
+  const int8_t* a;
+  int64_t a_plane;
+  const int8_t* b;
+  int64_t b_plane;
+  int64_t rows, cols, k_stride;
+  int64_t planes;
+  const bool* usable_a;
+  const bool* usable_b;
+  int32_t* smallest;
+};
+
+// Runs every plane of `gemm` on `stream` (magnitude_min_gemm.cu); fails with a message where the
+// build has no reduced GEMM or CUTLASS refuses the shape.
+void magnitude_min_gemms(const MagnitudeMinGemm& gemm, cudaStream_t stream);
+
 // Whether this build has the reduced GEMM and the current device (compute capability 9.0) runs it.
 bool reduced_gemm_available();
 
 // Runs every plane of `gemm` on `stream` (one launch); fails with a message if CUTLASS refuses
 // the shape.
 void reduced_residue_gemms(const ReducedGemm& gemm, cudaStream_t stream);
+
+// Products narrower than this take the narrow tiles.
+constexpr int64_t kWideTileColumns = 256;
 
 // The tile configurations reduced_residue_gemms chooses from, one translation unit each
 // (reduced_gemm_wide.cu, reduced_gemm_narrow.cu): 128 x 256 output tiles for products of 256

@@ -24,16 +24,9 @@
 
 namespace ozaki::cuda::reduced {
 
-// The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
-// kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
-// modulus into a byte tile in shared memory (the accumulators' own layout would scatter 2-byte
-// stores). A whole tile whose rows are 16-byte aligned in memory then leaves in one asynchronous
-// bulk copy per row (the copy engine reads the staged rows while the next tile's MMAs run; the
-// next epilogue waits for those reads before it stages again); other tiles are stored row by row
-// in 4-byte words, each warp writing 128 contiguous bytes.
-template <int kTileRows, int kTileCols>
-class ReducedResidueEpilogue {
- public:
+// What CUTLASS's sm90 adapter and device adapter read off an epilogue of this kernel: INT32 sums
+// in, bytes out, no source read and no workspace (the epilogues here derive from it).
+struct EpilogueTypes {
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
   using DispatchPolicy = EpilogueSchedule;
   using ElementOutput = uint8_t;
@@ -46,6 +39,33 @@ class ReducedResidueEpilogue {
   using StrideD = StrideC;
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
+  struct ThreadEpilogueOp {
+    using ElementOutput = uint8_t;
+    using ElementAccumulator = int32_t;
+    using ElementCompute = int32_t;
+  };
+
+  template <class Shape, class Arguments>
+  static size_t get_workspace_size(const Shape&, const Arguments&) {
+    return 0;
+  }
+  template <class Shape, class Arguments>
+  static cutlass::Status initialize_workspace(const Shape&, const Arguments&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+};
+
+// The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
+// kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
+// modulus into a byte tile in shared memory (the accumulators' own layout would scatter 2-byte
+// stores). A whole tile whose rows are 16-byte aligned in memory then leaves in one asynchronous
+// bulk copy per row (the copy engine reads the staged rows while the next tile's MMAs run; the
+// next epilogue waits for those reads before it stages again); other tiles are stored row by row
+// in 4-byte words, each warp writing 128 contiguous bytes.
+template <int kTileRows, int kTileCols>
+class ReducedResidueEpilogue : public EpilogueTypes {
+ public:
   // Rows of the staged tile lie 16 bytes beyond their width: 16-byte aligned for the bulk copies,
   // and the 16 rows x 2 words that a warp stages at once fall at most two to a bank.
   static constexpr int kPitch = kTileCols + 16;
@@ -54,12 +74,6 @@ class ReducedResidueEpilogue {
     alignas(16) uint8_t bytes[kTileRows * kPitch];
   };
   using TensorStorage = SharedStorage;
-  // What CUTLASS's device adapter reads off the thread-level operator it expects here.
-  struct ThreadEpilogueOp {
-    using ElementOutput = uint8_t;
-    using ElementAccumulator = int32_t;
-    using ElementCompute = int32_t;
-  };
 
   // out + l * out_plane + r * ld + c; out 4-byte aligned, ld a multiple of 4 and at least the
   // columns rounded up to it (the words stored may reach into that padding).
@@ -72,18 +86,15 @@ class ReducedResidueEpilogue {
   };
   using Params = Arguments;
 
+  static Arguments arguments_of(const ReducedGemm& gemm) {
+    Arguments arguments{gemm.out, gemm.out_plane, gemm.ld, gemm.moduli, {}};
+    for (int i = 0; i < gemm.moduli; ++i) arguments.divisors[i] = gemm.divisors[i];
+    return arguments;
+  }
+
   template <class Shape>
   static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
     return arguments;
-  }
-  template <class Shape>
-  static size_t get_workspace_size(const Shape&, const Arguments&) {
-    return 0;
-  }
-  template <class Shape>
-  static cutlass::Status initialize_workspace(const Shape&, const Arguments&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
   }
   template <class Shape>
   static bool can_implement(const Shape& shape, const Arguments& arguments) {
@@ -221,14 +232,15 @@ struct ReducedKernel {
                                                       cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  // CUTLASS's arguments for every plane of `gemm` (sizes checked by the caller to fit int);
-  // swizzle: the tile scheduler's largest swizzle (1, 2, 4 or 8 tiles).
-  static typename Gemm::Arguments arguments(const ReducedGemm& gemm,
+  // CUTLASS's arguments for every plane of `gemm` (a ReducedGemm, or another description with
+  // its operand fields that EpilogueOp::arguments_of takes; sizes checked by the caller to fit
+  // int); swizzle: the tile scheduler's largest swizzle (1, 2, 4 or 8 tiles).
+  template <class Description>
+  static typename Gemm::Arguments arguments(const Description& gemm,
                                             const cutlass::KernelHardwareInfo& hardware,
                                             int swizzle = 1) {
     using namespace cute;
-    typename EpilogueOp::Arguments epilogue{gemm.out, gemm.out_plane, gemm.ld, gemm.moduli, {}};
-    for (int i = 0; i < gemm.moduli; ++i) epilogue.divisors[i] = gemm.divisors[i];
+    const typename EpilogueOp::Arguments epilogue = EpilogueOp::arguments_of(gemm);
     typename Gemm::Arguments arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {static_cast<int>(gemm.rows), static_cast<int>(gemm.cols),

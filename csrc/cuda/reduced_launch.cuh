@@ -14,10 +14,10 @@
 
 namespace ozaki::cuda {
 
-// Runs every plane of `gemm` through Config (a reduced::ReducedKernel) on `stream`; the caller has
-// checked that the sizes fit int.
-template <class Config>
-void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
+// Runs every plane of `gemm` (a ReducedGemm, or a description Config's epilogue takes) through
+// Config (a reduced::ReducedKernel) on `stream`; the caller has checked that the sizes fit int.
+template <class Config, class Description>
+void launch_reduced(const Description& gemm, cudaStream_t stream) {
   using Gemm = typename Config::Gemm;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
@@ -31,8 +31,8 @@ void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
       Config::arguments(gemm, cutlass::KernelHardwareInfo{device, cached_count});
   Gemm op;
   TORCH_CHECK(op.can_implement(arguments) == cutlass::Status::kSuccess,
-              "ozaki: CUTLASS cannot run the reduced residue GEMM of ", gemm.rows, " x ",
-              gemm.cols, " x ", gemm.k_stride, " (ld ", gemm.ld, ")");
+              "ozaki: CUTLASS cannot run the reduced GEMM of ", gemm.rows, " x ", gemm.cols,
+              " x ", gemm.k_stride);
   const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
   at::Tensor workspace;
   if (workspace_bytes > 0) {
@@ -41,10 +41,23 @@ void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
   }
   void* workspace_data = workspace_bytes > 0 ? workspace.mutable_data_ptr() : nullptr;
   TORCH_CHECK(op.initialize(arguments, workspace_data, stream) == cutlass::Status::kSuccess,
-              "ozaki: the reduced residue GEMM failed to initialise");
+              "ozaki: the reduced GEMM failed to initialise");
   TORCH_CHECK(op.run(stream) == cutlass::Status::kSuccess,
-              "ozaki: the reduced residue GEMM failed to launch");
+              "ozaki: the reduced GEMM failed to launch");
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Every plane of `gemm` in kTileRows x kTileCols x 128 tiles (k through shared memory 128 bytes
+// at a time, two consumer warpgroups sharing each tile: CUTLASS's cooperative schedule), in
+// clusters of kClusterRows x kClusterCols tiles, each tile's sums going to EpilogueOp.
+template <int kTileRows, int kTileCols, int kClusterRows, int kClusterCols,
+          template <int, int> class EpilogueOp, class Description>
+void launch_tiles_with(const Description& gemm, cudaStream_t stream) {
+  using cute::Int;
+  launch_reduced<reduced::ReducedKernel<cute::Shape<Int<kTileRows>, Int<kTileCols>, Int<128>>,
+                                        cute::Shape<Int<kClusterRows>, Int<kClusterCols>, Int<1>>,
+                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                        EpilogueOp<kTileRows, kTileCols>>>(gemm, stream);
 }
 
 }  // namespace ozaki::cuda
@@ -52,18 +65,13 @@ void launch_reduced(const ReducedGemm& gemm, cudaStream_t stream) {
 
 namespace ozaki::cuda {
 
-// Every plane of `gemm` in kTileRows x kTileCols x 128 tiles (k through shared memory 128 bytes
-// at a time, two consumer warpgroups sharing each tile: CUTLASS's cooperative schedule), in
-// clusters of kClusterRows x kClusterCols tiles; a named error where the build has no reduced
-// GEMM.
+// launch_tiles_with for the residue epilogue (reduced::ReducedResidueEpilogue); a named error where
+// the build has no reduced GEMM.
 template <int kTileRows, int kTileCols, int kClusterRows, int kClusterCols>
 void launch_reduced_tiles(const ReducedGemm& gemm, cudaStream_t stream) {
 #ifdef OZAKI_REDUCED_GEMM
-  using cute::Int;
-  launch_reduced<reduced::ReducedKernel<cute::Shape<Int<kTileRows>, Int<kTileCols>, Int<128>>,
-                                        cute::Shape<Int<kClusterRows>, Int<kClusterCols>, Int<1>>,
-                                        cutlass::gemm::KernelTmaWarpSpecializedCooperative>>(
-      gemm, stream);
+  launch_tiles_with<kTileRows, kTileCols, kClusterRows, kClusterCols,
+                    reduced::ReducedResidueEpilogue>(gemm, stream);
 #else
   TORCH_CHECK(false, "ozaki: this build has no reduced residue GEMM (sm_90a with CUTLASS)");
 #endif

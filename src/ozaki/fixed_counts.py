@@ -122,23 +122,25 @@ def warn(text: str):
     warnings.warn(text, AccuracyWarning, stacklevel=level)
 
 
-class _HostScalar:
-    """A 0-d float64 device value on its way to the host: copied without a wait where the device
-    is a GPU, read by value() (which waits for that copy alone)."""
+class HostCopy:
+    """Device values on their way to the host: copied without a wait where the device is a GPU
+    (into pinned memory, on the current stream), read by values() (which waits for that copy
+    alone, not for work queued after it)."""
 
-    def __init__(self, value):
-        if value.device.type == "cuda":
-            self._host = torch.empty((), dtype=torch.float64, pin_memory=True)
-            self._host.copy_(value.reshape(()), non_blocking=True)
+    def __init__(self, values):
+        if values.device.type == "cuda":
+            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host.copy_(values, non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record()
         else:
-            self._host, self._copied = value.reshape(()), None
+            self._host, self._copied = values, None
 
-    def value(self) -> float:
+    def values(self):
+        """The values as a Python number (0-d) or list."""
         if self._copied is not None:
             self._copied.synchronize()
-        return self._host.item()
+        return self._host.tolist()
 
 
 def _side_stream(device, streams={}):
@@ -159,12 +161,12 @@ class Check:
     def __init__(self, plan, est, dtype, norms=None, ready=None):
         self.plan, self.est, self.dtype = plan, est, dtype
         if ready is None:
-            self._smallest = _HostScalar(self._smallest_magnitude(norms))
+            self._smallest = HostCopy(self._smallest_magnitude(norms).reshape(()))
             return
         stream = _side_stream(est.a.device)
         stream.wait_event(ready)
         with torch.cuda.stream(stream):
-            self._smallest = _HostScalar(self._smallest_magnitude(norms))
+            self._smallest = HostCopy(self._smallest_magnitude(norms).reshape(()))
 
     def _smallest_magnitude(self, norms):
         """The smallest positive sampled (|A||B|)_ij 2^-(tau_i + tau_j) (scheme I) or
@@ -176,7 +178,7 @@ class Check:
         """The plan with its predicted error over the sample and, where that is far above native's
         level, the AccuracyWarning's text and the count the planner would take."""
         plan, k = self.plan, self.est.k
-        magnitude = self._smallest.value()
+        magnitude = self._smallest.values()
         if plan.backend == "crt":
             level = 0.0 if magnitude == math.inf else crt.error_level(plan.moduli, k, magnitude)
         else:

@@ -9,13 +9,13 @@ from fractions import Fraction
 
 import torch
 
-from . import _ops, fixed_counts, prepared
+from . import _ops, fixed_counts, prepared, speculation
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
 from .operands import FLOATS, check_alike, check_tensor
 from .options import Options
-from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, slices_for_bits
+from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
 
 
 def check_operands(name, A, B, dtype, ranks=(2,)):
@@ -230,19 +230,36 @@ class Estimates:
 
     def crt_magnitude(self, norm_a, norm_b) -> float:
         """Scheme II: min over usable (i, j) of the exact lower bound of (|A||B|)_ij c_a_i c_b_j
-        (c: the norm scales)."""
-        local = self._crt_magnitude_bound(norm_a, norm_b)
-        # the largest span and exact scheme II's norm bounds come in the same device-to-host
-        # read: plan_for asks for them next
-        local = torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
-        negated, span_a, bound_a, span_b, bound_b = self._read_combined(local)
+        (c: the norm scales). Read where start_crt_magnitude started it for these norm scales."""
+        started = self._started
+        if started is not None and started[0] is norm_a and started[1] is norm_b:
+            values = started[2].values()
+        else:
+            values = self.combine_max(self._magnitude_values(norm_a, norm_b)).tolist()
+        negated, span_a, bound_a, span_b, bound_b = self._take_extras(values)
         self._max_span = int(max(span_a, span_b))
         self._norm_bounds = (norm_a, norm_b, bound_a, bound_b)
         return -negated
 
-    def _read_combined(self, values):
-        """combine_max of a 1-D float64 tensor, read to the host (one device-to-host read)."""
-        return self.combine_max(values).tolist()
+    #: (norm_a, norm_b, HostCopy) of a started crt_magnitude read
+    _started = None
+
+    def start_crt_magnitude(self, norm_a, norm_b):
+        """Starts crt_magnitude's device-to-host read without waiting for it (one device only:
+        there combine_max is the identity), so that work queued next runs while it is read."""
+        self._started = (norm_a, norm_b,
+                         fixed_counts.HostCopy(self._magnitude_values(norm_a, norm_b)))
+
+    def _magnitude_values(self, norm_a, norm_b):
+        """float64 (5 + extras,): crt_magnitude's negated bound, then the largest span and exact
+        scheme II's norm bound of a's rows and of bt's (plan_for asks for them next, so they come
+        in the same device-to-host read), then _take_extras' values."""
+        local = self._crt_magnitude_bound(norm_a, norm_b)
+        return torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
+
+    def _take_extras(self, values):
+        """The five values of crt_magnitude's read, keeping those a subclass appended."""
+        return values
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude of a and bt, a 0-d float64 tensor."""
@@ -263,14 +280,19 @@ class KeptEstimates(Estimates):
     def _column_exponents_a(self):
         return self.kept.column_exponents(super()._column_exponents_a)
 
-    def _read_combined(self, values):
-        """Also reads exact_entry_bound's sum, in the same device-to-host read, where A's kept
-        column exponents show that an earlier product needed it (one device: combine_max is the
+    def _magnitude_values(self, norm_a, norm_b):
+        """Also exact_entry_bound's sum, in the same device-to-host read, where A's kept column
+        exponents show that an earlier product needed it (one device: combine_max is the
         identity, so the sum passes through it unchanged)."""
+        values = super()._magnitude_values(norm_a, norm_b)
         if not self.kept.has_column_exponents():
-            return super()._read_combined(values)
-        *values, self._entry_sum = super()._read_combined(
-            torch.cat([values, self._entry_bound_sum().reshape(1)]))
+            return values
+        return torch.cat([values, self._entry_bound_sum().reshape(1)])
+
+    def _take_extras(self, values):
+        if len(values) == 5:
+            return values
+        *values, self._entry_sum = values
         return values
 
     def _row_bounds(self, norm_a, norm_b):
@@ -379,9 +401,10 @@ class _CrtInputs:
     def magnitude(self) -> float:
         return self.est.crt_magnitude(self.norm_a, self.norm_b)
 
-    def scales(self, plan: SlicePlan, k: int):
-        """The codes of the scales of the rows of a (norms up to 2^t_a) and of bt (2^t_b)."""
-        t_a, t_b = crt.scale_bits(plan.moduli, k)
+    def scales(self, moduli: int, k: int):
+        """The codes of the scales of the rows of a (norms up to 2^t_a) and of bt (2^t_b) for
+        truncated scheme II with `moduli` moduli."""
+        t_a, t_b = crt.scale_bits(moduli, k)
         return (_ops.crt_row_scales(self.norm_a, self.est.stats_a, t_a),
                 _ops.crt_row_scales(self.norm_b, self.est.stats_b, t_b))
 
@@ -443,9 +466,8 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
                               or (plan.wide and exact.gemms == plan.gemms)):
         # the truncated plans cannot meet the bound or cost more: the exact product, unless the
         # exact INT8 split (short rows) is cheaper still
-        exact_int8 = _exact_int8_plan(est, dtype) if backend == "auto" else None
-        if exact_int8 is not None and exact_int8.gemms <= exact.gemms:
-            return exact_int8, None
+        if backend == "auto" and _exact_int8_gemms(est) <= exact.gemms:
+            return _exact_int8_plan(est, dtype), None
         why = truncated_why + (f", wide scheme II {plan.moduli}" if plan and plan.wide else "")
         return dataclasses.replace(exact, reason=f"exact scheme II: {why}"), inputs
     if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
@@ -454,9 +476,8 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
         return (dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: "
                                     f"{truncated_why}"), None)
     if backend == "auto":
-        exact_int8 = _exact_int8_plan(est, dtype)
-        if exact_int8.gemms <= plan.gemms:  # short rows (integers, few binades): exact and cheaper
-            return exact_int8, None
+        if _exact_int8_gemms(est) <= plan.gemms:  # short rows (integers, few binades): exact, cheaper
+            return _exact_int8_plan(est, dtype), None
     return plan, inputs
 
 
@@ -477,11 +498,18 @@ def _exact_crt_plan(est, dtype, inputs, rounding, reason):
 
 def _exact_int8_plan(est, dtype):
     """All pairs of the full INT8 split: the exact product rounded once (no estimate needed)."""
-    k = est.k
-    max_span = est.max_span()
-    full = slices_for_bits(max_span, digit_bits_for(k, "int8"))
-    plan = requested_plan(k, dtype, max_span, min(full, MAX_SLICES), False, "int8")
+    plan = requested_plan(est.k, dtype, est.max_span(), _exact_int8_slices(est), False, "int8")
     return dataclasses.replace(plan, reason="exact")
+
+
+def _exact_int8_slices(est):
+    """The slices of _exact_int8_plan: the full INT8 split, at most MAX_SLICES."""
+    return min(slices_for_bits(est.max_span(), digit_bits_for(est.k, "int8")), MAX_SLICES)
+
+
+def _exact_int8_gemms(est):
+    """The GEMMs of _exact_int8_plan, without making the plan."""
+    return pair_count(_exact_int8_slices(est), False)
 
 
 def _fastest_scheme_one(est, dtype):
@@ -497,8 +525,19 @@ def _fastest_scheme_one(est, dtype):
 
 def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to.
-    kept: a's kept parts (ozaki.prepare), whose residues then serve scheme II."""
+    kept: a's kept parts (ozaki.prepare), whose residues then serve scheme II. The product of a
+    guessed plan may be launched before the plan is read (ozaki/speculation.py)."""
+    guessed = speculation.guess(est, dtype, options)
+    early = None
+    if guessed is not None:
+        early_inputs = _CrtInputs(est)
+        est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b)
+        early = _truncated_crt_product(a, bt, stats_a, stats_b, early_inputs, guessed, est.k, kept)
     plan, inputs = plan_for(est, dtype, options)
+    speculation.remember(est, dtype, options, plan)
+    if early is not None and speculation.is_truncated(plan) and plan.moduli == guessed:
+        return early, plan
+    del early  # a wrong guess: its memory goes back before the plan's product runs
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt" and (plan.exact or plan.wide):
         if plan.wide:
@@ -510,15 +549,20 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
         C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes(),
                                 exponents, residues)
     elif plan.backend == "crt":
-        scale_a, scale_b = inputs.scales(plan, est.k)
-        residues = None if kept is None else kept.residues("crt", plan.moduli, scale_a)
-        C = _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, plan.moduli,
-                          _ops.workspace_bytes(), residues)
+        C = _truncated_crt_product(a, bt, stats_a, stats_b, inputs, plan.moduli, est.k, kept)
     else:
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
                              int8=plan.backend == "int8")
     return C, finished_plan(fixed_count_check(plan, est, inputs, dtype, ready), plan)
+
+
+def _truncated_crt_product(a, bt, stats_a, stats_b, inputs, moduli, k, kept):
+    """Truncated scheme II's a @ bt^T with `moduli` moduli (inputs: the rows' norm scales)."""
+    scale_a, scale_b = inputs.scales(moduli, k)
+    residues = None if kept is None else kept.residues("crt", moduli, scale_a)
+    return _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli,
+                         _ops.workspace_bytes(), residues)
 
 
 def finished_plan(check, plan):

@@ -221,7 +221,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
                                 plan.moduli, _ops.workspace_bytes(),
                                 inputs.wide_exponents(plan, total_k))
     elif plan.backend == "crt":
-        C = _crt_rounded(a, bt, inputs.scales(plan, total_k), plan, dtype, group)
+        C = _crt_rounded(a, bt, inputs.scales(plan.moduli, total_k), plan, dtype, group)
     else:
         nearest = plan.rounding == "nearest"
         C, undecided = _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group,

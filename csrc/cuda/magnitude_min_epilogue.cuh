@@ -1,0 +1,93 @@
+// The epilogue of magnitude_min_gemm.cu: the reduced GEMM's kernel (reduced_kernel.cuh) with
+// every tile's exact INT32 sums folded into one running minimum instead of being stored, so the
+// plan estimate of scheme II writes and reads no m x n product matrix.
+#pragma once
+
+#include <climits>
+
+#include "reduced_kernel.cuh"
+
+namespace ozaki::cuda::reduced {
+
+// The smallest sum of a kTileRows x kTileCols tile over its usable rows and columns (a
+// MagnitudeMinGemm's), lowered into *smallest by one atomicMin per warp: a minimum of integers
+// is exact and does not depend on the order, so the result is the same bits on every run. The
+// tile's row and column flags are staged in shared memory first, so that the accumulators are
+// masked without a branch or a global load each.
+template <int kTileRows, int kTileCols>
+class MagnitudeMinEpilogue : public EpilogueTypes {
+ public:
+  struct SharedStorage {
+    uint8_t usable_row[kTileRows];
+    uint8_t usable_col[kTileCols];
+  };
+  using TensorStorage = SharedStorage;
+
+  struct Arguments {
+    const bool* usable_a;
+    const bool* usable_b;
+    int64_t rows, cols;
+    int32_t* smallest;
+  };
+  using Params = Arguments;
+
+  static Arguments arguments_of(const MagnitudeMinGemm& gemm) {
+    return Arguments{gemm.usable_a, gemm.usable_b, gemm.rows, gemm.cols, gemm.smallest};
+  }
+  template <class Shape>
+  static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
+    return arguments;
+  }
+  template <class Shape>
+  static bool can_implement(const Shape&, const Arguments& arguments) {
+    return arguments.smallest != nullptr;
+  }
+
+  CUTLASS_HOST_DEVICE explicit MagnitudeMinEpilogue(const Params& params,
+                                                    const SharedStorage& = SharedStorage())
+      : params_(params) {}
+
+  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
+            class TiledMma, class Residue>
+  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
+                                 const cute::Tensor<Engine, Layout>& accumulators,
+                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+    using namespace cute;
+    constexpr int kThreads = decltype(size(tiled_mma))::value;
+    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
+    const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
+    const int64_t rows = std::min<int64_t>(get<0>(problem) - row0, kTileRows);
+    const int64_t cols = std::min<int64_t>(get<1>(problem) - col0, kTileCols);
+    const bool* usable_a = params_.usable_a + int64_t(l_coord) * params_.rows + row0;
+    const bool* usable_b = params_.usable_b + int64_t(l_coord) * params_.cols + col0;
+    SharedStorage& flags = *reinterpret_cast<SharedStorage*>(shared);
+    // The previous tile's flags have been read by every thread before they are replaced.
+    cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    for (int t = thread_idx; t < kTileRows + kTileCols; t += kThreads) {
+      if (t < kTileRows) {
+        flags.usable_row[t] = t < rows && usable_a[t];
+      } else {
+        const int c = t - kTileRows;
+        flags.usable_col[c] = c < cols && usable_b[c];
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    Tensor tile_coords =
+        tiled_mma.get_thread_slice(thread_idx)
+            .partition_C(make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileCols>{})));
+    int32_t smallest = INT_MAX;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accumulators); ++i) {
+      const bool usable =
+          flags.usable_row[get<0>(tile_coords(i))] & flags.usable_col[get<1>(tile_coords(i))];
+      smallest = min(smallest, usable ? static_cast<int32_t>(accumulators(i)) : INT_MAX);
+    }
+    smallest = __reduce_min_sync(0xffffffffu, smallest);
+    if (threadIdx.x % 32 == 0 && smallest != INT_MAX) atomicMin(params_.smallest, smallest);
+  }
+
+ protected:
+  Params params_;
+};
+
+}  // namespace ozaki::cuda::reduced
