@@ -1,7 +1,7 @@
 """The default plan without a wait (ozaki/speculation.py): the product launched on the last plan's
 guess is kept only where the plan is that guess, and every call gives the bits of the same call
 without a guess, whether the guess holds, the plan needs more or fewer moduli, or another kind of
-product (wide scheme II)."""
+scheme-II product (truncated, wide, exact)."""
 
 import pytest
 import torch
@@ -16,21 +16,33 @@ SEQUENCES = [
     ("more-moduli", (0.5, 1.0)),
     ("fewer-moduli", (1.0, 0.5)),
     ("wide-then-truncated", (2.0, 0.5, 2.0)),
+    ("wide-holds", (2.0, 2.0, 3.0)),
+    ("exact", (4.0, 4.0, 0.5)),
 ]
 SHAPE = (70, 300, 9)
 
 
 @pytest.fixture
 def products(monkeypatch):
-    """The truncated scheme-II products (ozaki::gemm_crt calls) made since the last reset."""
+    """The scheme-II products made since the last reset, as (kind, moduli): ozaki::gemm_crt
+    ("crt") and ozaki::gemm_crt_exact calls (exact, or wide where exponents are given)."""
     made = []
-    plain = _ops.gemm_crt
+    truncated, exact = _ops.gemm_crt, _ops.gemm_crt_exact
 
-    def counted(*args, **kwargs):
-        made.append(args[6])  # the moduli count
-        return plain(*args, **kwargs)
+    def counted_truncated(*args, **kwargs):
+        made.append(("crt", args[6]))
+        return truncated(*args, **kwargs)
 
-    monkeypatch.setattr(_ops, "gemm_crt", counted)
+    def counted_exact(a, bt, stats_a, stats_b, moduli, workspace=0, exponents=None,
+                      residues_a=None):
+        exact_exponents = _ops.integer_exponents(stats_a), _ops.integer_exponents(stats_b)
+        wide = exponents is not None and not all(
+            torch.equal(e, x) for e, x in zip(exponents, exact_exponents))
+        made.append(("wide" if wide else "exact", moduli))
+        return exact(a, bt, stats_a, stats_b, moduli, workspace, exponents, residues_a)
+
+    monkeypatch.setattr(_ops, "gemm_crt", counted_truncated)
+    monkeypatch.setattr(_ops, "gemm_crt_exact", counted_exact)
     return made
 
 
@@ -56,14 +68,12 @@ def test_guessed_products_give_the_plans_bits(phis, dtype, device, products, mon
         products.clear()
         got = gemm(A, B)
         assert_bitwise_equal(got, expected)
-        truncated = speculation.is_truncated(plan)
-        guessed = last is not None and speculation.is_truncated(last)
-        if guessed and truncated and plan.moduli == last.moduli:
-            assert products == [plan.moduli]  # the guessed product, kept
-        elif guessed:
-            assert products == [last.moduli] + ([plan.moduli] if truncated else [])
+        planned = speculation.kind_and_moduli(plan)
+        guessed = None if last is None else speculation.kind_and_moduli(last)
+        if guessed is not None and guessed == planned:
+            assert products == [planned]  # the guessed product, kept
         else:
-            assert products == ([plan.moduli] if truncated else [])
+            assert products == [p for p in (guessed, planned) if p is not None]
         last = plan
     if dtype == torch.float64 and len(set(phis)) > 1:  # the sequence does change the plan
         plans = {(p.moduli, p.wide) for p in (ozaki.plan(*phi_pair(m, k, n, phi, seed=s,
@@ -95,7 +105,8 @@ def test_no_guess_for_fixed_counts_or_nearest(device, products, monkeypatch):
     for kwargs in ({"moduli": 14}, {"rounding": "nearest"}, {"backend": "int8"}):
         products.clear()
         ozaki.dgemm(A, B, **kwargs)
-        assert products in ([], [14]) and (products == [14]) == ("moduli" in kwargs)
+        planned = speculation.kind_and_moduli(ozaki.plan(A, B, **kwargs))
+        assert products == ([] if planned is None else [planned])  # no guessed product first
 
 
 def test_remembered_keys_are_bounded(monkeypatch):
@@ -105,6 +116,6 @@ def test_remembered_keys_are_bounded(monkeypatch):
     for n in range(1, 6):
         A, B = phi_pair(8, 32, n, 0.5, seed=n)
         ozaki.dgemm(A, B)
-    assert len(speculation._last_moduli) == 3
-    assert [key[3] for key in speculation._last_moduli] == [(n, 32) for n in (3, 4, 5)]
+    assert len(speculation._last) == 3
+    assert [key[3] for key in speculation._last] == [(n, 32) for n in (3, 4, 5)]
     speculation.forget()

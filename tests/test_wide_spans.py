@@ -15,8 +15,9 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, scale_of, seeded
-from ozaki import accuracy
+from ozaki import _ops, accuracy
 from ozaki.fixed_counts import AccuracyWarning
+from ozaki.product import Estimates, row_operands
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 AUTOMATIC_BACKENDS = ("auto", "crt", "int8", "fp16")
@@ -323,3 +324,68 @@ def test_sampled_magnitudes_errors(device):
     else:  # the GPU cannot stop on a value: the entry is NaN
         out = call(a, a, tau, tau, usable, usable, rows, torch.tensor([0, 4], device=device), 4, 4)
         assert out[:, 1].isnan().all() and out[:, 0].isfinite().all()
+
+
+def kernel_matrix_product(seed):
+    """A Gaussian-process kernel matrix exp(-|x_i - x_j|^2 / 2) + I / 100 of points in a cube of
+    side 12 (entries spanning hundreds of binades) times right-hand sides: the
+    conjugate-gradient program's product (scripts/programs_bench.py)."""
+    g = seeded(seed)
+    x = torch.rand(300, 3, generator=g, dtype=torch.float64) * 12
+    K = torch.exp(-torch.cdist(x, x).square() / 2) + torch.eye(300, dtype=torch.float64) / 100
+    return K, torch.randn(300, 8, generator=g, dtype=torch.float64)
+
+
+ENTRY_BOUND_CASES = {**CASES, "kernel matrix": lambda: kernel_matrix_product(6),
+                     "kernel matrix, transposed": lambda: tuple(
+                         x.t().contiguous() for x in reversed(kernel_matrix_product(7)))}
+
+
+def estimates_of(A, B):
+    a, bt = row_operands(A, B)
+    return Estimates(a, bt, _ops.row_stats(a), _ops.row_stats(bt))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("case", [*ENTRY_BOUND_CASES, "one term", "wide rows of A", "phi 1"])
+def test_the_entry_bounds_floor_is_below_it(device, case):
+    """Estimates.entry_bound_floor: 2^floor <= exact scheme II's entry bound, with equality for
+    a single term (3 x 5: spans 2 and 3, so 2^5 = 32 = the bound's sum), whichever operand has
+    fewer rows."""
+    if case == "one term":
+        A, B = torch.tensor([[3.0]], dtype=torch.float64), torch.tensor([[5.0]], dtype=torch.float64)
+    elif case == "wide rows of A":
+        A, B = huge_meets_tiny(seed=9)[0][:5], huge_meets_tiny(seed=9)[1]
+    elif case == "phi 1":
+        g = seeded(11)
+        A, B = accuracy.phi_matrix(20, 30, 1.0, generator=g), accuracy.phi_matrix(30, 40, 1.0, generator=g)
+    else:
+        A, B = ENTRY_BOUND_CASES[case]()
+    est = estimates_of(A.to(device), B.to(device))
+    floor = est.entry_bound_floor()
+    assert floor is not None
+    bound = est.exact_entry_bound()
+    assert Fraction(2) ** floor <= bound
+    if case == "one term":
+        assert floor == 5 and bound >= 32 and bound < 33
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("case", ENTRY_BOUND_CASES)
+def test_the_plans_shortcut_past_exact_scheme_two_keeps_the_plan(device, case, monkeypatch):
+    """plan_for skips exact scheme II's entry bound where its floor shows that exact scheme II
+    needs more moduli than the plan it would replace; the plan is the one made without the
+    shortcut, and the shortcut applies to the kernel-matrix products."""
+    A, B = (x.to(device) for x in ENTRY_BOUND_CASES[case]())
+    with_shortcut = ozaki.plan(A, B)
+    asked = []
+    full = Estimates.exact_entry_bound_exceeds
+
+    def never(est, limit):
+        asked.append(full(est, limit))
+        return False
+
+    monkeypatch.setattr(Estimates, "exact_entry_bound_exceeds", never)
+    assert ozaki.plan(A, B) == with_shortcut
+    if case.startswith("kernel matrix"):
+        assert asked == [True]  # the shortcut applies to it

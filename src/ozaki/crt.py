@@ -72,6 +72,11 @@ def _exact_limits():
 _EXACT_LIMITS = _exact_limits()
 
 
+def exact_limit(count: int) -> Fraction:
+    """The largest |X| that the first `count` exact-scheme-II moduli recover (1 <= count <= 40)."""
+    return _EXACT_LIMITS[count - 1]
+
+
 def exact_moduli(bound: Fraction):
     """Fewest exact-scheme-II moduli whose product P recovers every integer of magnitude up to
     `bound` (P / 2 - P 2^-30 >= bound, the reconstruction's margin); None when 40 cannot."""

@@ -206,6 +206,34 @@ class Estimates:
         # the float64 sum of k terms errs by under k 2^-53 relative
         return Fraction(self._entry_sum) * (1 + Fraction(self.k, 1 << 52))
 
+    def exact_entry_bound_exceeds(self, limit: Fraction) -> bool:
+        """Whether exact_entry_bound() is sure to exceed `limit` (entry_bound_floor); False where
+        unsure, and where the bound is already known (free to use)."""
+        if self._entry_sum is not None or self.shared or self.a.dim() != 2:
+            return False
+        least = self.entry_bound_floor()
+        return least is not None and Fraction(2) ** least > limit
+
+    def entry_bound_floor(self):
+        """An exponent e with 2^e <= exact_entry_bound(), read from the operand with fewer rows
+        alone (a matrix product on one device): the entry bound's sum holds, at the column l of
+        the largest entry of the other operand's widest usable row (frexp exponent: its span s),
+        a term of at least 2^(s + w_l), w the smaller operand's column exponents, so it is at least
+        2^(s + min_l w_l). None where that term may be left out of the sum."""
+        least = self._floor_read
+        if least is None:
+            least = int(self._floor_exponent())
+        # as _entry_bound_sum: exponents are clamped to 900, and those below -2000 add nothing
+        return None if least < -1000 else min(least, 900)
+
+    def _floor_exponent(self):
+        """s + min_l w_l of entry_bound_floor, a 0-d int64 tensor."""
+        if self.bt.shape[0] <= self.a.shape[0]:
+            exponents, other = _column_exponents(self.bt, self.stats_b), self.stats_a
+        else:
+            exponents, other = self._column_exponents_a(), self.stats_b
+        return exponents.min() + torch.where(_usable_rows(other), other[1], 0).max()
+
     def _entry_bound_sum(self):
         """exact_entry_bound's float64 sum_l 2^(u_l + v_l), largest over a batch's elements: 0-d."""
         u = self._column_exponents_a()
@@ -244,22 +272,33 @@ class Estimates:
     #: (norm_a, norm_b, HostCopy) of a started crt_magnitude read
     _started = None
 
-    def start_crt_magnitude(self, norm_a, norm_b):
+    def start_crt_magnitude(self, norm_a, norm_b, floor=False):
         """Starts crt_magnitude's device-to-host read without waiting for it (one device only:
-        there combine_max is the identity), so that work queued next runs while it is read."""
+        there combine_max is the identity), so that work queued next runs while it is read.
+        floor: entry_bound_floor comes in the same read (the plan of rows of wide span asks for
+        it)."""
         self._started = (norm_a, norm_b,
-                         fixed_counts.HostCopy(self._magnitude_values(norm_a, norm_b)))
+                         fixed_counts.HostCopy(self._magnitude_values(norm_a, norm_b, floor)))
 
-    def _magnitude_values(self, norm_a, norm_b):
+    def _magnitude_values(self, norm_a, norm_b, floor=False):
         """float64 (5 + extras,): crt_magnitude's negated bound, then the largest span and exact
         scheme II's norm bound of a's rows and of bt's (plan_for asks for them next, so they come
-        in the same device-to-host read), then _take_extras' values."""
+        in the same device-to-host read), then _take_extras' values (here entry_bound_floor's
+        sum of exponents where floor is asked for)."""
         local = self._crt_magnitude_bound(norm_a, norm_b)
-        return torch.cat([-local.reshape(1), *self._row_bounds(norm_a, norm_b)])
+        values = [-local.reshape(1), *self._row_bounds(norm_a, norm_b)]
+        if floor:
+            values.append(self._floor_exponent().double().reshape(1))
+        return torch.cat(values)
 
     def _take_extras(self, values):
-        """The five values of crt_magnitude's read, keeping those a subclass appended."""
-        return values
+        """The five values of crt_magnitude's read, keeping those appended to them."""
+        if len(values) == 6:
+            self._floor_read = int(values[5])
+        return values[:5]
+
+    #: entry_bound_floor's sum of exponents, where read along with the estimate
+    _floor_read = None
 
     def _crt_magnitude_bound(self, norm_a, norm_b):
         """ozaki::crt_magnitude of a and bt, a 0-d float64 tensor."""
@@ -280,14 +319,19 @@ class KeptEstimates(Estimates):
     def _column_exponents_a(self):
         return self.kept.column_exponents(super()._column_exponents_a)
 
-    def _magnitude_values(self, norm_a, norm_b):
+    def _magnitude_values(self, norm_a, norm_b, floor=False):
         """Also exact_entry_bound's sum, in the same device-to-host read, where A's kept column
         exponents show that an earlier product needed it (one device: combine_max is the
-        identity, so the sum passes through it unchanged)."""
+        identity, so the sum passes through it unchanged); no floor (it is never asked for)."""
         values = super()._magnitude_values(norm_a, norm_b)
         if not self.kept.has_column_exponents():
             return values
         return torch.cat([values, self._entry_bound_sum().reshape(1)])
+
+    def exact_entry_bound_exceeds(self, limit):
+        """Never: A's part of the entry bound (its column exponents) is computed once and kept,
+        and later products read the bound along with the estimate, at no extra read."""
+        return False
 
     def _take_extras(self, values):
         if len(values) == 5:
@@ -408,11 +452,11 @@ class _CrtInputs:
         return (_ops.crt_row_scales(self.norm_a, self.est.stats_a, t_a),
                 _ops.crt_row_scales(self.norm_b, self.est.stats_b, t_b))
 
-    def wide_exponents(self, plan: SlicePlan, k: int):
+    def wide_exponents(self, moduli: int, k: int):
         """Wide scheme II: the exponents E of the rows' scales 2^E of a (norms up to 2^t_a) and of
         bt (2^t_b); rows that are not usable (zero, or holding NaN/Inf: their entries of C are
         patched) keep exact scheme II's integer exponents."""
-        t_a, t_b = crt.wide_scale_bits(plan.moduli, k)
+        t_a, t_b = crt.wide_scale_bits(moduli, k)
         return tuple(torch.where(_usable_rows(stats), crt.wide_exponents(codes, t),
                                  _ops.integer_exponents(stats))
                      for codes, stats, t in ((self.norm_a, self.est.stats_a, t_a),
@@ -457,11 +501,14 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
     truncated_why = ("its estimate cannot resolve every entry" if magnitude == 0
                      else f"{crt.MAX_MODULI} moduli cannot meet the error bound" if plan is None
                      else f"the truncated plan needs {plan.moduli} moduli")
-    exact = _exact_crt_plan(est, dtype, inputs, None, "exact") if exact_scheme_two else None
     wide = wide_crt_plan(k, dtype, magnitude)
     if wide is not None and (plan is None or wide.gemms < plan.gemms):
         # rows scaled past 62 bits meet the bound with fewer moduli
         plan = dataclasses.replace(wide, reason=f"error bound (wide scheme II: {truncated_why})")
+    # exact scheme II is taken with fewer moduli than the plan (as many, against a wide plan)
+    most = None if plan is None else plan.gemms - (0 if plan.wide else 1)
+    exact = (_exact_crt_plan(est, dtype, inputs, None, "exact", most) if exact_scheme_two
+             else None)
     if exact is not None and (plan is None or exact.gemms < plan.gemms
                               or (plan.wide and exact.gemms == plan.gemms)):
         # the truncated plans cannot meet the bound or cost more: the exact product, unless the
@@ -487,11 +534,15 @@ def _int8_cost(plan):
     return plan.gemms * (2 if plan.backend == "fp16" else 1)
 
 
-def _exact_crt_plan(est, dtype, inputs, rounding, reason):
+def _exact_crt_plan(est, dtype, inputs, rounding, reason, most=None):
     """Exact scheme II's plan (rows scaled to integers, enough moduli for the exact product), or
-    None when 40 moduli cannot hold it."""
+    None when 40 moduli cannot hold it. most: where only a plan of at most this many moduli
+    would be taken, also None when a cheap lower bound of the entry bound shows that it needs
+    more (skipping the entry bound's pass over both operands)."""
     bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
     if crt.exact_moduli(bound) is None:  # Cauchy-Schwarz is loose for rows of wide span
+        if most is not None and (most < 1 or est.exact_entry_bound_exceeds(crt.exact_limit(most))):
+            return None  # the bound is min(norm bound, entry bound), both above the limit
         bound = min(bound, est.exact_entry_bound())
     return exact_crt_plan(est.k, dtype, bound, rounding, reason)
 
@@ -530,26 +581,20 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     guessed = speculation.guess(est, dtype, options)
     early = None
     if guessed is not None:
+        kind, moduli = guessed
         early_inputs = _CrtInputs(est)
-        est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b)
-        early = _truncated_crt_product(a, bt, stats_a, stats_b, early_inputs, guessed, est.k, kept)
+        est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b, floor=kind == "wide")
+        early = _scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli, est.k,
+                                    kept)
     plan, inputs = plan_for(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
-    if early is not None and speculation.is_truncated(plan) and plan.moduli == guessed:
+    if early is not None and speculation.kind_and_moduli(plan) == guessed:
         return early, plan
     del early  # a wrong guess: its memory goes back before the plan's product runs
     ready = _check_inputs_ready(plan, est)
-    if plan.backend == "crt" and (plan.exact or plan.wide):
-        if plan.wide:
-            exponents = inputs.wide_exponents(plan, est.k)
-        else:
-            exponents = _ops.integer_exponents(stats_a), _ops.integer_exponents(stats_b)
-        residues = (None if kept is None else
-                    kept.residues("wide" if plan.wide else "exact", plan.moduli, exponents[0]))
-        C = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, plan.moduli, _ops.workspace_bytes(),
-                                exponents, residues)
-    elif plan.backend == "crt":
-        C = _truncated_crt_product(a, bt, stats_a, stats_b, inputs, plan.moduli, est.k, kept)
+    if plan.backend == "crt":
+        kind, moduli = speculation.kind_and_moduli(plan)
+        C = _scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, est.k, kept)
     else:
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
@@ -557,12 +602,21 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     return C, finished_plan(fixed_count_check(plan, est, inputs, dtype, ready), plan)
 
 
-def _truncated_crt_product(a, bt, stats_a, stats_b, inputs, moduli, k, kept):
-    """Truncated scheme II's a @ bt^T with `moduli` moduli (inputs: the rows' norm scales)."""
-    scale_a, scale_b = inputs.scales(moduli, k)
-    residues = None if kept is None else kept.residues("crt", moduli, scale_a)
-    return _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli,
-                         _ops.workspace_bytes(), residues)
+def _scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, k, kept):
+    """a @ bt^T by scheme II of `kind` ("crt": truncated, "wide" or "exact") with `moduli`
+    moduli (inputs: the rows' norm scales; kept: a's kept parts, whose residues then serve)."""
+    if kind == "crt":
+        scale_a, scale_b = inputs.scales(moduli, k)
+        residues = None if kept is None else kept.residues("crt", moduli, scale_a)
+        return _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli,
+                             _ops.workspace_bytes(), residues)
+    if kind == "wide":
+        exponents = inputs.wide_exponents(moduli, k)
+    else:
+        exponents = _ops.integer_exponents(stats_a), _ops.integer_exponents(stats_b)
+    residues = None if kept is None else kept.residues(kind, moduli, exponents[0])
+    return _ops.gemm_crt_exact(a, bt, stats_a, stats_b, moduli, _ops.workspace_bytes(),
+                               exponents, residues)
 
 
 def finished_plan(check, plan):

@@ -219,7 +219,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
         # one-device bits
         C = _ops.gemm_crt_exact(group.gather_columns(a), group.gather_columns(bt), stats_a, stats_b,
                                 plan.moduli, _ops.workspace_bytes(),
-                                inputs.wide_exponents(plan, total_k))
+                                inputs.wide_exponents(plan.moduli, total_k))
     elif plan.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan.moduli, total_k), plan, dtype, group)
     else:
