@@ -1,9 +1,9 @@
 """The default plan without a wait (docs/algorithm.md, "The plan without a wait").
 
 The default plan reads scheme II's estimate to the host; on a GPU the device would idle while the
-host reads it, plans and launches the product. Where the last product of the same shapes, dtype,
-device and options was a scheme-II product (truncated, wide or exact) with n moduli, that product
-is launched right after the estimate's read starts; once the plan is made, it is kept if the plan
+host reads it, plans and launches the product. Where the last two products of the same shapes, dtype,
+device and options were the same scheme-II product (truncated, wide or exact) with n moduli, that
+product is launched right after the estimate's read starts; once the plan is made, it is kept if the plan
 is the same kind of product with n moduli, and dropped otherwise (the plan's product then runs as
 it would have). The result is the plan's product either way, bit for bit; a wrong guess costs one
 product.
@@ -32,24 +32,27 @@ def kind_and_moduli(plan):
 
 
 def guess(est, dtype, options):
-    """(kind, moduli) of the last scheme-II product of this key, where the plan may be guessed (a
-    default plan on one device of DEVICES); else None."""
+    """(kind, moduli) of the last two scheme-II products of this key where they were the same
+    (products of one shape that alternate between two plans, as in an iteration with two
+    products per step, are not guessed) and the plan may be guessed (a default plan on one device
+    of DEVICES); else None."""
     if (est.a.device.type not in DEVICES or est.shared or est.norms is None
             or options.moduli is not None or options.rounding is not None):
         return None
-    return _last.get(key(est, dtype, options))
+    last_two = _last.get(key(est, dtype, options))
+    return last_two[1] if last_two is not None and last_two[0] == last_two[1] else None
 
 
 def remember(est, dtype, options, plan):
-    """Keeps the plan's kind and moduli for the next product of this key (scheme II), or forgets
-    the key (scheme I)."""
+    """Keeps the plan's kind and moduli, after the previous one, for the next product of this key
+    (scheme II), or forgets the key (scheme I)."""
     if est.a.device.type not in DEVICES or est.shared:
         return
     k, kind = key(est, dtype, options), kind_and_moduli(plan)
     if kind is None:
         _last.pop(k, None)
         return
-    _last[k] = kind
+    _last[k] = (_last.get(k, (None, None))[1], kind)
     _last.move_to_end(k)
     while len(_last) > MAX_KEYS:
         _last.popitem(last=False)
