@@ -353,12 +353,14 @@ def test_the_entry_bounds_floor_is_below_it(device, case):
     a single term (3 x 5: spans 2 and 3, so 2^5 = 32 = the bound's sum), whichever operand has
     fewer rows."""
     if case == "one term":
-        A, B = torch.tensor([[3.0]], dtype=torch.float64), torch.tensor([[5.0]], dtype=torch.float64)
+        A = torch.tensor([[3.0]], dtype=torch.float64)
+        B = torch.tensor([[5.0]], dtype=torch.float64)
     elif case == "wide rows of A":
         A, B = huge_meets_tiny(seed=9)[0][:5], huge_meets_tiny(seed=9)[1]
     elif case == "phi 1":
         g = seeded(11)
-        A, B = accuracy.phi_matrix(20, 30, 1.0, generator=g), accuracy.phi_matrix(30, 40, 1.0, generator=g)
+        A = accuracy.phi_matrix(20, 30, 1.0, generator=g)
+        B = accuracy.phi_matrix(30, 40, 1.0, generator=g)
     else:
         A, B = ENTRY_BOUND_CASES[case]()
     est = estimates_of(A.to(device), B.to(device))

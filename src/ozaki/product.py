@@ -523,7 +523,8 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
         return (dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: "
                                     f"{truncated_why}"), None)
     if backend == "auto":
-        if _exact_int8_gemms(est) <= plan.gemms:  # short rows (integers, few binades): exact, cheaper
+        # short rows (integers, few binades): the exact INT8 split, where it costs no more
+        if _exact_int8_gemms(est) <= plan.gemms:
             return _exact_int8_plan(est, dtype), None
     return plan, inputs
 

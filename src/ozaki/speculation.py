@@ -1,15 +1,16 @@
 """The default plan without a wait (docs/algorithm.md, "The plan without a wait").
 
 The default plan reads scheme II's estimate to the host; on a GPU the device would idle while the
-host reads it, plans and launches the product. Where the last two products of the same shapes, dtype,
-device and options were the same scheme-II product (truncated, wide or exact) with n moduli, that
-product is launched right after the estimate's read starts; once the plan is made, it is kept if the plan
-is the same kind of product with n moduli, and dropped otherwise (the plan's product then runs as
-it would have). The result is the plan's product either way, bit for bit; a wrong guess costs one
-product.
+host reads it, plans and launches the product. Where the last two products of the same shapes,
+dtype, device and options were the same scheme-II product (truncated, wide or exact) with n
+moduli, that product is launched right after the estimate's read starts; once the plan is made,
+it is kept if the plan is the same kind of product with n moduli, and dropped otherwise (the
+plan's product then runs as it would have). The result is the plan's product either way, bit for
+bit; a wrong guess costs one product.
 """
 
 import collections
+import threading
 
 #: Devices whose products are launched before their plan is read (on the CPU nothing overlaps).
 DEVICES = ("cuda",)
@@ -17,6 +18,7 @@ DEVICES = ("cuda",)
 MAX_KEYS = 64
 
 _last = collections.OrderedDict()
+_lock = threading.Lock()  # products may be called from several threads
 
 
 def key(est, dtype, options):
@@ -39,7 +41,8 @@ def guess(est, dtype, options):
     if (est.a.device.type not in DEVICES or est.shared or est.norms is None
             or options.moduli is not None or options.rounding is not None):
         return None
-    last_two = _last.get(key(est, dtype, options))
+    with _lock:
+        last_two = _last.get(key(est, dtype, options))
     return last_two[1] if last_two is not None and last_two[0] == last_two[1] else None
 
 
@@ -49,15 +52,17 @@ def remember(est, dtype, options, plan):
     if est.a.device.type not in DEVICES or est.shared:
         return
     k, kind = key(est, dtype, options), kind_and_moduli(plan)
-    if kind is None:
-        _last.pop(k, None)
-        return
-    _last[k] = (_last.get(k, (None, None))[1], kind)
-    _last.move_to_end(k)
-    while len(_last) > MAX_KEYS:
-        _last.popitem(last=False)
+    with _lock:
+        if kind is None:
+            _last.pop(k, None)
+            return
+        _last[k] = (_last.get(k, (None, None))[1], kind)
+        _last.move_to_end(k)
+        while len(_last) > MAX_KEYS:
+            _last.popitem(last=False)
 
 
 def forget():
     """Drops every remembered guess."""
-    _last.clear()
+    with _lock:
+        _last.clear()
