@@ -229,7 +229,7 @@ class Estimates:
     def _floor_exponent(self):
         """s + min_l w_l of entry_bound_floor, a 0-d int64 tensor."""
         if self.bt.shape[0] <= self.a.shape[0]:
-            exponents, other = _column_exponents(self.bt, self.stats_b), self.stats_a
+            exponents, other = self._column_exponents_b(), self.stats_a
         else:
             exponents, other = self._column_exponents_a(), self.stats_b
         return exponents.min() + torch.where(_usable_rows(other), other[1], 0).max()
@@ -237,7 +237,7 @@ class Estimates:
     def _entry_bound_sum(self):
         """exact_entry_bound's float64 sum_l 2^(u_l + v_l), largest over a batch's elements: 0-d."""
         u = self._column_exponents_a()
-        v = _column_exponents(self.bt, self.stats_b)
+        v = self._column_exponents_b()
         u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
         # per element of a batch; exponents are clamped to 900 so that the sum stays finite (a
         # bound that large rules exact scheme II out)
@@ -247,6 +247,14 @@ class Estimates:
 
     def _column_exponents_a(self):
         return _column_exponents(self.a, self.stats_a)
+
+    def _column_exponents_b(self):
+        """bt's column exponents, computed once (the entry bound's floor and the bound read them)."""
+        if self._exponents_b is None:
+            self._exponents_b = _column_exponents(self.bt, self.stats_b)
+        return self._exponents_b
+
+    _exponents_b = None
 
     def _largest_integer_norms(self, norm_a, norm_b):
         """float64 (2,): the integer-norm bounds of a's and bt's rows (crt_row_bounds)."""
