@@ -110,6 +110,32 @@ def test_no_guess_for_fixed_counts_or_nearest(device, products, monkeypatch):
         assert products == ([] if planned is None else [planned])  # no guessed product first
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_a_guessed_product_that_does_not_fit_leaves_the_plans_product(device, products,
+                                                                      monkeypatch):
+    """Out of memory in the guessed product (launched before the plan): the call goes on with
+    the plan, and gives its bits."""
+    monkeypatch.setattr(speculation, "DEVICES", (device,))
+    speculation.forget()
+    A, B = phi_pair(*SHAPE, 0.5, seed=4, device=device)
+    expected = without_guess(lambda: ozaki.dgemm(A, B), monkeypatch)
+    for _ in range(2):
+        ozaki.dgemm(A, B)
+    counted = _ops.gemm_crt
+    failed = []
+
+    def out_of_memory_once(*args, **kwargs):
+        if not failed:
+            failed.append(args[6])
+            raise torch.OutOfMemoryError("no room for the guessed product")
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(_ops, "gemm_crt", out_of_memory_once)
+    products.clear()
+    assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert failed == [ozaki.plan(A, B).moduli] and products == [("crt", failed[0])]
+
+
 def test_remembered_keys_are_bounded(monkeypatch):
     monkeypatch.setattr(speculation, "DEVICES", ("cpu",))
     monkeypatch.setattr(speculation, "MAX_KEYS", 3)

@@ -593,8 +593,13 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
         kind, moduli = guessed
         early_inputs = _CrtInputs(est)
         est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b, floor=kind == "wide")
-        early = _scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli, est.k,
-                                    kept)
+        try:
+            early = _scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli,
+                                        est.k, kept)
+        except torch.OutOfMemoryError:
+            # the guessed product did not fit: the plan's product alone may (the read above
+            # serves the plan all the same)
+            early = None
     plan, inputs = plan_for(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
     if early is not None and speculation.kind_and_moduli(plan) == guessed:
