@@ -25,6 +25,7 @@ import warnings
 import torch
 
 from . import _ops, crt
+from .host_copy import HostCopy
 from .planner import auto_plan, crt_plan, predicted_error
 
 SAMPLED_ROWS = 32
@@ -120,27 +121,6 @@ def warn(text: str):
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     warnings.warn(text, AccuracyWarning, stacklevel=level)
-
-
-class HostCopy:
-    """Device values on their way to the host: copied without a wait where the device is a GPU
-    (into pinned memory, on the current stream), read by values() (which waits for that copy
-    alone, not for work queued after it)."""
-
-    def __init__(self, values):
-        if values.device.type == "cuda":
-            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-            self._host.copy_(values, non_blocking=True)
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-        else:
-            self._host, self._copied = values, None
-
-    def values(self):
-        """The values as a Python number (0-d) or list."""
-        if self._copied is not None:
-            self._copied.synchronize()
-        return self._host.tolist()
 
 
 def _side_stream(device, streams={}):

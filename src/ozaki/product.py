@@ -13,6 +13,7 @@ from . import _ops, fixed_counts, prepared, speculation
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
+from .host_copy import HostCopy
 from .operands import FLOATS, check_alike, check_tensor
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
@@ -286,7 +287,7 @@ class Estimates:
         floor: entry_bound_floor comes in the same read (the plan of rows of wide span asks for
         it)."""
         self._started = (norm_a, norm_b,
-                         fixed_counts.HostCopy(self._magnitude_values(norm_a, norm_b, floor)))
+                         HostCopy(self._magnitude_values(norm_a, norm_b, floor)))
 
     def _magnitude_values(self, norm_a, norm_b, floor=False):
         """float64 (5 + extras,): crt_magnitude's negated bound, then the largest span and exact

@@ -1,0 +1,25 @@
+"""Small device values read by the host without waiting for the work queued after them: the
+plan's estimate (ozaki/product.py) and the fixed-count check (ozaki/fixed_counts.py)."""
+
+import torch
+
+
+class HostCopy:
+    """Device values on their way to the host: copied without a wait where the device is a GPU
+    (into pinned memory, on the current stream), read by values() (which waits for that copy
+    alone, not for work queued after it)."""
+
+    def __init__(self, values):
+        if values.device.type == "cuda":
+            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host.copy_(values, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        else:
+            self._host, self._copied = values, None
+
+    def values(self):
+        """The values as a Python number (0-d) or list."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host.tolist()
