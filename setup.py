@@ -104,7 +104,7 @@ def gencode(arch):
 
 
 def make_extension():
-    cpu_sources = ["csrc/ozaki.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
+    cpu_sources = sorted(glob.glob("csrc/*.cpp")) + sorted(glob.glob("csrc/cpu/*.cpp"))
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
     import torch
 

@@ -9,7 +9,7 @@ import torch
 
 import ozaki
 from ozaki import _ops, crt
-from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
+from helpers import assert_bitwise_equal, cpu_and_cuda, crt_paths, phi_tensor, seeded
 
 # (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles
 # (and the reduced path's switch between them at 256 columns), k around the 128-byte stages and the
@@ -157,6 +157,37 @@ def test_the_plan_estimate_gives_the_cpu_value(shape, batch):
     expected = magnitude_on("cpu", A, B, seed=k)
     assert 0 < expected.item() < float("inf")
     assert_bitwise_equal(magnitude_on("cuda", A, B, seed=k), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", [(1, 7, 1), (37, 130, 65), (129, 33, 257)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, device):
+    """ozaki::crt_plan_reads returns, bit for bit, what its parts return called one by one: the
+    rows' statistics and norm scales, their usable rows, and -crt_magnitude with both operands'
+    crt_row_bounds; rows with NaN/Inf and zero rows included, and the CUDA values equal the
+    CPU's."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, torch.float64, seed=m * k + n)
+    if m > 1:
+        A[..., 0, :] = 0.0  # a zero row: not usable
+    a, bt = A.contiguous().to(device), B.mT.contiguous().to(device)
+    stats_a, norm_a, stats_b, norm_b, values = _ops.crt_plan_reads(a, bt)
+    parts = []
+    for x, stats, norm in ((a, stats_a, norm_a), (bt, stats_b, norm_b)):
+        expected_stats, expected_norm = _ops.row_stats_with_norm_scales(x.reshape(-1, k))
+        for got, expected in zip((*stats, norm, stats.usable),
+                                 (*expected_stats, expected_norm, expected_stats.usable)):
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
+        parts.append(_ops.crt_row_bounds(expected_stats, expected_norm))
+    magnitude = _ops.crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, stats_a.usable,
+                                   stats_b.usable)
+    assert_bitwise_equal(values, torch.cat([-magnitude.reshape(1), *parts]))
+    assert stats_a.usable[0] == (m == 1) and stats_a.usable.any() and stats_b.usable.any()
+    if device != "cpu":
+        cpu_values = _ops.crt_plan_reads(a.cpu(), bt.cpu())[-1]
+        assert_bitwise_equal(values.cpu(), cpu_values)
 
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)

@@ -140,6 +140,8 @@ OPCHECK_CASES = {
     "crt_row_scales": (OPS.crt_row_scales,
                        lambda d: (row_operands(d)[4], *row_operands(d)[2][:2], 30)),
     "crt_row_bounds": (OPS.crt_row_bounds, lambda d: (*row_operands(d)[2], row_operands(d)[4])),
+    "crt_plan_reads": (OPS.crt_plan_reads, lambda d: row_operands(d)[:2]),
+    "crt_plan_reads-batched": (OPS.crt_plan_reads, lambda d: row_operands(d, 2)[:2]),
     "crt_magnitude": (OPS.crt_magnitude, crt_magnitude_args),
     "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
     "gemm_crt": (OPS.gemm_crt, crt_args),

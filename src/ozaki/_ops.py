@@ -47,6 +47,13 @@ class RowStats(tuple):
             self._usable = (self[1] > 0) > self[2]
         return self._usable
 
+    @classmethod
+    def with_usable(cls, stats, usable):
+        """RowStats of stats whose usable rows are already known."""
+        row_stats = cls(stats)
+        row_stats._usable = usable
+        return row_stats
+
 
 def row_stats(a: torch.Tensor):
     """Per row of a contiguous (rows, k) matrix: RowStats (tau, bit_span, nonfinite)."""
@@ -107,6 +114,16 @@ def crt_row_scales(norm_scales: torch.Tensor, stats, t: int) -> torch.Tensor:
     """Per row: the int32 code of its scheme-II scale for budget 2^t (csrc/crt.h,
     crt_row_scale_code), from the code of its norm scale and its row_stats."""
     return torch.ops.ozaki.crt_row_scales(norm_scales, stats[0], stats[1], t)
+
+
+def crt_plan_reads(a, bt):
+    """(stats_a, norm_a, stats_b, norm_b, values) in one call: row_stats_with_norm_scales of a's
+    rows and of bt's (flattened when batched; RowStats with their usable rows set), and float64
+    (5,) values -crt_magnitude, crt_row_bounds of a's rows, crt_row_bounds of bt's."""
+    (tau_a, span_a, nonfinite_a, norm_a, usable_a,
+     tau_b, span_b, nonfinite_b, norm_b, usable_b, values) = torch.ops.ozaki.crt_plan_reads(a, bt)
+    return (RowStats.with_usable((tau_a, span_a, nonfinite_a), usable_a), norm_a,
+            RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values)
 
 
 def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -> torch.Tensor:

@@ -3,6 +3,8 @@ formula of ozaki::gemm, and a fake kernel for every ozaki operator, so torch.com
 torch.library.opcheck and FakeTensor tracing see shapes and dtypes without running anything.
 Imported by ozaki/__init__.py."""
 
+import math
+
 import torch
 
 from . import _ops  # noqa: F401  (loads the schemas)
@@ -109,6 +111,16 @@ def _crt_row_bounds_fake(tau, bit_span, nonfinite, norm_scales):
 @torch.library.register_fake("ozaki::crt_magnitude")
 def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b):
     return a.new_empty((), dtype=torch.float64)
+
+
+@torch.library.register_fake("ozaki::crt_plan_reads")
+def _crt_plan_reads_fake(a, bt):
+    def rows(x):  # (tau, bit_span, nonfinite, norm_scales, usable) of the flattened rows
+        count = math.prod(x.shape[:-1])
+        return (x.new_empty(count, dtype=torch.int32), x.new_empty(count, dtype=torch.int32),
+                x.new_empty(count, dtype=torch.bool), x.new_empty(count, dtype=torch.int32),
+                x.new_empty(count, dtype=torch.bool))
+    return (*rows(a), *rows(bt), a.new_empty((5,), dtype=torch.float64))
 
 
 @torch.library.register_fake("ozaki::gemm_crt")

@@ -87,8 +87,12 @@ def _scheme_two_considered(k, options):
 
 def _estimates(a, bt, options):
     """The Estimates of a and bt, with the rows' norm scales read together with their row_stats
-    when scheme II may run."""
+    when scheme II may run, and all that scheme II's default plan reads (its estimate included)
+    in one call when that plan will be made."""
     if _scheme_two_considered(a.shape[-1], options):
+        if options.moduli is None and options.rounding is None:
+            stats_a, norm_a, stats_b, norm_b, values = _ops.crt_plan_reads(a, bt)
+            return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
         (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
         return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
     return Estimates(a, bt, row_stats(a), row_stats(bt))
@@ -125,12 +129,14 @@ class Estimates:
 
     a (m, k) and bt (n, k) (or batches of them), with row_stats stats_a and stats_b; k is the
     product's whole inner dimension; norms: the norm scales of a's and bt's rows when already read
-    (_row_stats_and_norms)."""
+    (_row_stats_and_norms); values: crt_magnitude's values for those norm scales when already
+    computed on the device (_ops.crt_plan_reads)."""
 
-    def __init__(self, a, bt, stats_a, stats_b, norms=None):
+    def __init__(self, a, bt, stats_a, stats_b, norms=None, values=None):
         self.a, self.bt, self.stats_a, self.stats_b = a, bt, stats_a, stats_b
         self.k = a.shape[-1]
         self.norms = norms
+        self._values = values
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
         self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
         self._entry_sum = None  # exact_entry_bound's sum, where read along with it (KeptEstimates)
@@ -294,8 +300,14 @@ class Estimates:
         scheme II's norm bound of a's rows and of bt's (plan_for asks for them next, so they come
         in the same device-to-host read), then _take_extras' values (here entry_bound_floor's
         sum of exponents where floor is asked for)."""
-        local = self._crt_magnitude_bound(norm_a, norm_b)
-        values = [-local.reshape(1), *self._row_bounds(norm_a, norm_b)]
+        known = self._values
+        if known is not None and self.norms[0] is norm_a and self.norms[1] is norm_b:
+            if not floor:
+                return known
+            values = [known]
+        else:
+            local = self._crt_magnitude_bound(norm_a, norm_b)
+            values = [-local.reshape(1), *self._row_bounds(norm_a, norm_b)]
         if floor:
             values.append(self._floor_exponent().double().reshape(1))
         return torch.cat(values)
