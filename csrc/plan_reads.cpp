@@ -1,6 +1,9 @@
 // ozaki::crt_plan_reads: everything the default scheme-II plan reads from the device, computed by
 // the operators that compute each part alone, composed here so that the host dispatches one
 // operator instead of a dozen (on a GPU, the host's dispatches set the pace of small products).
+// The CUDA backend has a kernel of its own (csrc/cuda/plan_reads.cu), which fuses the passes.
+#include "plan_reads.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -31,11 +34,9 @@ at::Tensor usable_rows(const at::Tensor& bit_span, const at::Tensor& nonfinite) 
   return at::gt(at::gt(bit_span, 0), nonfinite);
 }
 
-using PlanReads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                             at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                             at::Tensor>;
+}  // namespace
 
-PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
+PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
   static const auto stats_op =
       find_operator<RowStats(const at::Tensor&)>("ozaki::row_stats_with_norm_scales");
   static const auto bounds_op = find_operator<at::Tensor(
@@ -58,10 +59,8 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
           tau_b, span_b, nonfinite_b, norm_b, usable_b, values};
 }
 
-}  // namespace
-
 TORCH_LIBRARY_IMPL(ozaki, CompositeExplicitAutograd, m) {
-  m.impl("crt_plan_reads", &crt_plan_reads);
+  m.impl("crt_plan_reads", &composed_crt_plan_reads);
 }
 
 }  // namespace ozaki

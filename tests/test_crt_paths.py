@@ -160,16 +160,17 @@ def test_the_plan_estimate_gives_the_cpu_value(shape, batch):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
 @pytest.mark.parametrize("shape", [(1, 7, 1), (37, 130, 65), (129, 33, 257)],
                          ids=lambda s: "x".join(map(str, s)))
-def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, device):
+def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, dtype, device):
     """ozaki::crt_plan_reads returns, bit for bit, what its parts return called one by one: the
     rows' statistics and norm scales, their usable rows, and -crt_magnitude with both operands'
-    crt_row_bounds; rows with NaN/Inf and zero rows included, and the CUDA values equal the
-    CPU's."""
+    crt_row_bounds (on CUDA these are fused: a pass per operand, the minimum GEMM, one kernel for
+    the values); rows with NaN/Inf and zero rows included, and the CUDA values equal the CPU's."""
     m, k, n = shape
-    A, B = operands(batch, m, k, n, torch.float64, seed=m * k + n)
+    A, B = operands(batch, m, k, n, dtype, seed=m * k + n)
     if m > 1:
         A[..., 0, :] = 0.0  # a zero row: not usable
     a, bt = A.contiguous().to(device), B.mT.contiguous().to(device)

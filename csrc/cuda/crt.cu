@@ -29,6 +29,7 @@
 #include "int8_gemm.cuh"
 #include "launch.cuh"
 #include "ops.h"
+#include "plan_rows.cuh"
 #include "reduced_gemm.cuh"
 
 namespace ozaki::cuda {
@@ -52,8 +53,6 @@ constexpr int64_t kResultAlign = 4;
 constexpr int64_t kReducedResultAlign = 16;
 
 // ---- row_norm_scales, row_norm_square_sums ----------------------------------------------------
-
-constexpr int kNormThreads = 256;
 
 // What the per-row reduction writes: the norm scale's code (row_norm_scales) or the sum itself (a
 // k-shard's, row_norm_square_sums).
@@ -112,40 +111,7 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
                                                          "ozaki::row_norm_square_sums");
 }
 
-namespace {
-
 // ---- row_stats_with_norm_scales, crt_row_scales ------------------------------------------------
-
-// One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
-// same row, which the first sweep has just brought into L2 when the rows of the resident blocks fit
-// there: then one read of the operand from memory instead of two, else two as with the separate
-// kernels. Blocks of kNormThreads, so that several rows per multiprocessor overlap their two
-// sweeps (one large block per row leaves memory idle during the second). Both reductions are
-// exact and order-free (max/min, integer sums).
-template <typename T>
-__global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
-                                      bool* nonfinite, int* norm_scale) {
-  __shared__ int row_tau;
-  const int64_t row = blockIdx.x;
-  const T* entries = a + row * k;
-  RowStats stats;
-  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
-  const RowStats total = block_row_stats<kNormThreads>(stats);
-  if (threadIdx.x == 0) {
-    tau[row] = total.tau();
-    bit_span[row] = total.bit_span();
-    nonfinite[row] = total.nonfinite;
-    row_tau = total.tau();
-  }
-  __syncthreads();
-  const int t = row_tau;
-  unsigned long long sum = 0;
-  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
-  const unsigned long long square_sum = block_sum<kNormThreads>(sum);
-  if (threadIdx.x == 0) norm_scale[row] = norm_scale_code(square_sum, t);
-}
-
-}  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
     const at::Tensor& a) {
@@ -197,37 +163,10 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
 
 namespace {
 
-constexpr int kRowBoundsThreads = 1024;
-
-// One block: the largest bit_span and integer_norm_bound (usable rows) over all rows, a max in
-// any order (exact), written to out[0] and out[1]. A row's values are read without a branch, so
-// that the loads of successive rows overlap.
+// One block: block_row_bounds of all rows.
 __global__ void row_bounds_kernel(const int* tau, const int* bit_span, const bool* nonfinite,
                                   const int* norm, int64_t rows, double* out) {
-  __shared__ double spans[kRowBoundsThreads], bounds[kRowBoundsThreads];
-  double span = 0.0, bound = 0.0;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    const int row_span = bit_span[i];
-    const bool usable = (row_span > 0) & !nonfinite[i];
-    const double row_bound = integer_norm_bound(tau[i], row_span, norm[i]);
-    span = fmax(span, static_cast<double>(row_span));
-    bound = usable ? fmax(bound, row_bound) : bound;
-  }
-  spans[threadIdx.x] = span;
-  bounds[threadIdx.x] = bound;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      spans[threadIdx.x] = fmax(spans[threadIdx.x], spans[threadIdx.x + half]);
-      bounds[threadIdx.x] = fmax(bounds[threadIdx.x], bounds[threadIdx.x + half]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    out[0] = spans[0];
-    out[1] = bounds[0];
-  }
+  block_row_bounds(tau, bit_span, nonfinite, norm, rows, out);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <optional>
 #include <tuple>
 
+#include "../plan_reads.h"
+
 namespace ozaki::cuda {
 
 // csrc/cuda/split.cu: row statistics and FP16 slices.
@@ -55,6 +57,9 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
                          const at::Tensor& usable_b);
 at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
                                 int64_t total_k);
+
+// csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused.
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,

@@ -20,6 +20,7 @@ TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("crt_row_bounds", &crt_row_bounds);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);
+  m.impl("crt_plan_reads", &crt_plan_reads);
   m.impl("crt_magnitude_digits", &crt_magnitude_digits);
   m.impl("gemm_crt", &gemm_crt);
   m.impl("gemm_crt_exact", &gemm_crt_exact);

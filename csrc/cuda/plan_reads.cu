@@ -1,0 +1,149 @@
+// ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
+// operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
+// digits in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
+// have brought into L2), the digits meet in the reduced GEMM's minimum epilogue, and one kernel
+// turns the least digit product and the rows' bounds into the values. The bits are those of the
+// operators that compute each part alone (csrc/plan_reads.cpp), which this build runs instead
+// where it has no reduced GEMM.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "../checks.h"
+#include "../crt.h"
+#include "../plan_reads.h"
+#include "../row_stats_output.h"
+#include "ops.h"
+#include "plan_rows.cuh"
+#include "reduced_gemm.cuh"
+
+namespace ozaki::cuda {
+namespace {
+
+constexpr int kDigitGroup = 8;  // digits per thread and 8-byte store
+
+// row_stats_norm_kernel's third step: the row's usable flag, and its magnitude digits
+// (magnitude_digit, as crt_magnitude_digits) written to digits + row * k_stride, zeros past k.
+// The block of row 0 also sets *smallest to INT_MAX for the minimum epilogue (nullptr: not).
+template <typename T>
+struct WriteDigits {
+  static constexpr bool kRuns = true;
+  int8_t* digits;
+  int64_t k_stride;
+  int gain;
+  bool* usable;
+  int32_t* smallest;
+
+  __device__ void operator()(int64_t row, const T* entries, int64_t k, int tau, int norm,
+                             bool row_usable) const {
+    if (threadIdx.x == 0) {
+      usable[row] = row_usable;
+      if (row == 0 && smallest != nullptr) *smallest = INT_MAX;
+    }
+    int8_t* out = digits + row * k_stride;
+    for (int64_t l0 = threadIdx.x * int64_t(kDigitGroup); l0 < k_stride;
+         l0 += int64_t(blockDim.x) * kDigitGroup) {
+      __align__(8) int8_t group[kDigitGroup];
+#pragma unroll
+      for (int c = 0; c < kDigitGroup; ++c) {
+        const int64_t l = l0 + c;
+        group[c] = static_cast<int8_t>(
+            l < k ? magnitude_digit(static_cast<double>(entries[l]), tau, norm, gain) : 0);
+      }
+      *reinterpret_cast<uint2*>(out + l0) = *reinterpret_cast<const uint2*>(group);
+    }
+  }
+};
+
+// What one operand's pass returns: RowStatsOutput's three vectors, the norm scale codes, the
+// usable flags and the digits.
+struct OperandReads {
+  at::Tensor tau, bit_span, nonfinite, norm, usable, digits;
+};
+
+template <typename T>
+OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
+                          int gain, int32_t* smallest, cudaStream_t stream) {
+  const RowStatsOutput stats(rows, x.options());
+  OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
+                   at::empty({rows}, x.options().dtype(at::kInt)),
+                   at::empty({rows}, x.options().dtype(at::kBool)),
+                   at::empty({rows, k_stride}, x.options().dtype(at::kChar))};
+  const WriteDigits<T> digits{out.digits.mutable_data_ptr<int8_t>(), k_stride, gain,
+                              out.usable.mutable_data_ptr<bool>(), smallest};
+  row_stats_norm_kernel<T, WriteDigits<T>><<<rows, kNormThreads, 0, stream>>>(
+      x.const_data_ptr<T>(), k, stats.tau_data, stats.bit_span_data, stats.nonfinite_data,
+      out.norm.mutable_data_ptr<int>(), digits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+// The per-row vectors of one operand's rows, for plan_values_kernel.
+struct OperandRowsView {
+  const int* tau;
+  const int* bit_span;
+  const bool* nonfinite;
+  const int* norm;
+  int64_t count;
+};
+
+// Two blocks of kRowBoundsThreads: block b writes crt_row_bounds of operand b (a, then bt) to
+// values[1 + 2 b] and values[2 + 2 b]; block 0 also writes values[0] = -crt_magnitude, the least
+// digit product times scale (+inf where no usable row met a usable column).
+__global__ void plan_values_kernel(OperandRowsView a, OperandRowsView b, const int32_t* smallest,
+                                   double scale, double* values) {
+  const OperandRowsView& rows = blockIdx.x == 0 ? a : b;
+  block_row_bounds(rows.tau, rows.bit_span, rows.nonfinite, rows.norm, rows.count,
+                   values + 1 + 2 * blockIdx.x);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    values[0] = *smallest == INT_MAX ? -infinity() : -(static_cast<double>(*smallest) * scale);
+  }
+}
+
+}  // namespace
+
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
+  constexpr const char* op = "ozaki::crt_plan_reads";
+  const ProductShape shape = check_operands(a, bt, op);
+  check_same_device(a, {&bt}, op);
+  check_crt_inner(shape.k, op);
+  const int64_t rows_a = shape.batch * shape.m, rows_b = shape.batch * shape.n;
+  if (!reduced_gemm_available() || rows_a == 0 || rows_b == 0 || shape.k == 0) {
+    return composed_crt_plan_reads(a, bt);
+  }
+  const c10::cuda::CUDAGuard guard(a.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int64_t k_stride = (shape.k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
+  const int gain = crt_magnitude_gain(shape.k);
+  at::Tensor smallest = at::empty({1}, a.options().dtype(at::kInt));
+  OperandReads ra, rb;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    ra = read_operand<scalar_t>(a, rows_a, shape.k, k_stride, gain,
+                                smallest.mutable_data_ptr<int32_t>(), stream);
+    rb = read_operand<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
+  });
+  magnitude_min_gemms(MagnitudeMinGemm{ra.digits.const_data_ptr<int8_t>(), shape.m * k_stride,
+                                       rb.digits.const_data_ptr<int8_t>(), shape.n * k_stride,
+                                       shape.m, shape.n, k_stride, shape.batch,
+                                       ra.usable.const_data_ptr<bool>(),
+                                       rb.usable.const_data_ptr<bool>(),
+                                       smallest.mutable_data_ptr<int32_t>()},
+                      stream);
+  at::Tensor values = at::empty({5}, a.options().dtype(at::kDouble));
+  const auto view = [](const OperandReads& r, int64_t count) {
+    return OperandRowsView{r.tau.const_data_ptr<int>(), r.bit_span.const_data_ptr<int>(),
+                           r.nonfinite.const_data_ptr<bool>(), r.norm.const_data_ptr<int>(),
+                           count};
+  };
+  plan_values_kernel<<<2, kRowBoundsThreads, 0, stream>>>(
+      view(ra, rows_a), view(rb, rows_b), smallest.const_data_ptr<int32_t>(),
+      pow2(-2 * gain), values.mutable_data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {ra.tau, ra.bit_span, ra.nonfinite, ra.norm, ra.usable,
+          rb.tau, rb.bit_span, rb.nonfinite, rb.norm, rb.usable, values};
+}
+
+}  // namespace ozaki::cuda

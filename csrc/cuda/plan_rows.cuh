@@ -1,0 +1,96 @@
+// The per-row passes scheme II's plan reads, shared by ozaki::row_stats_with_norm_scales and
+// ozaki::crt_row_bounds (crt.cu) and by ozaki::crt_plan_reads (plan_reads.cu), which adds the
+// estimate's magnitude digits to the first.
+#pragma once
+
+#include <cstdint>
+
+#include "../crt.h"
+#include "launch.cuh"
+
+namespace ozaki::cuda {
+
+constexpr int kNormThreads = 256;
+
+// row_stats_norm_kernel's After that does nothing: no third step.
+struct NothingAfter {
+  static constexpr bool kRuns = false;
+  template <typename T>
+  __device__ void operator()(int64_t, const T*, int64_t, int, int, bool) const {}
+};
+
+// One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
+// same row, which the first sweep has just brought into L2 when the rows of the resident blocks fit
+// there: then one read of the operand from memory instead of two, else two as with the separate
+// kernels. Blocks of kNormThreads, so that several rows per multiprocessor overlap their two
+// sweeps (one large block per row leaves memory idle during the second). Both reductions are
+// exact and order-free (max/min, integer sums). Where After::kRuns, every thread then calls
+// after(row, entries, k, tau, norm_code, usable) with the row's values (usable: a nonzero span
+// and no NaN/Inf).
+template <typename T, typename After = NothingAfter>
+__global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
+                                      bool* nonfinite, int* norm_scale, After after = {}) {
+  __shared__ int row_tau, row_norm;
+  __shared__ bool row_usable;
+  const int64_t row = blockIdx.x;
+  const T* entries = a + row * k;
+  RowStats stats;
+  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
+  const RowStats total = block_row_stats<kNormThreads>(stats);
+  if (threadIdx.x == 0) {
+    tau[row] = total.tau();
+    bit_span[row] = total.bit_span();
+    nonfinite[row] = total.nonfinite;
+    row_tau = total.tau();
+    row_usable = total.bit_span() > 0 && !total.nonfinite;
+  }
+  __syncthreads();
+  const int t = row_tau;
+  unsigned long long sum = 0;
+  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+  const unsigned long long square_sum = block_sum<kNormThreads>(sum);
+  if (threadIdx.x == 0) {
+    row_norm = norm_scale_code(square_sum, t);
+    norm_scale[row] = row_norm;
+  }
+  if constexpr (After::kRuns) {
+    __syncthreads();
+    after(row, entries, k, t, row_norm, row_usable);
+  }
+}
+
+constexpr int kRowBoundsThreads = 1024;
+
+// By one block of kRowBoundsThreads: the largest bit_span and integer_norm_bound (usable rows)
+// over all rows, a max in any order (exact), written to out[0] and out[1]. A row's values are
+// read without a branch, so that the loads of successive rows overlap.
+__device__ __forceinline__ void block_row_bounds(const int* tau, const int* bit_span,
+                                                 const bool* nonfinite, const int* norm,
+                                                 int64_t rows, double* out) {
+  __shared__ double spans[kRowBoundsThreads], bounds[kRowBoundsThreads];
+  double span = 0.0, bound = 0.0;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    const int row_span = bit_span[i];
+    const bool usable = (row_span > 0) & !nonfinite[i];
+    const double row_bound = integer_norm_bound(tau[i], row_span, norm[i]);
+    span = fmax(span, static_cast<double>(row_span));
+    bound = usable ? fmax(bound, row_bound) : bound;
+  }
+  spans[threadIdx.x] = span;
+  bounds[threadIdx.x] = bound;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      spans[threadIdx.x] = fmax(spans[threadIdx.x], spans[threadIdx.x + half]);
+      bounds[threadIdx.x] = fmax(bounds[threadIdx.x], bounds[threadIdx.x + half]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[0] = spans[0];
+    out[1] = bounds[0];
+  }
+}
+
+}  // namespace ozaki::cuda
