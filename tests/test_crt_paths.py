@@ -162,12 +162,13 @@ def test_the_plan_estimate_gives_the_cpu_value(shape, batch):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", [(1, 7, 1), (37, 130, 65), (129, 33, 257)],
+@pytest.mark.parametrize("shape", [(1, 7, 1), (37, 130, 65), (129, 33, 257), (5, 6200, 3)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, dtype, device):
     """ozaki::crt_plan_reads returns, bit for bit, what its parts return called one by one: the
     rows' statistics and norm scales, their usable rows, and -crt_magnitude with both operands'
-    crt_row_bounds (on CUDA these are fused: a pass per operand, the minimum GEMM, one kernel for
+    crt_row_bounds (on CUDA these are fused: a pass per operand, with the estimate's digits for
+    rows up to 48 KiB (float64 k = 6200 is past it, float32 not), the minimum GEMM, one kernel for
     the values); rows with NaN/Inf and zero rows included, and the CUDA values equal the CPU's."""
     m, k, n = shape
     A, B = operands(batch, m, k, n, dtype, seed=m * k + n)

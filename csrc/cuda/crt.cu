@@ -185,39 +185,7 @@ at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
   return out;
 }
 
-namespace {
-
 // ---- crt_magnitude -------------------------------------------------------------------------------
-
-template <typename T>
-__global__ void magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
-                                        const int* tau, const int* norm, int gain, int8_t* out) {
-  const int64_t total = rows * k_stride;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = e / k_stride, l = e - r * k_stride;
-    out[e] = static_cast<int8_t>(
-        l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r], norm[r], gain) : 0);
-  }
-}
-
-// Digits of every row of the flattened a (rows of all elements of a batch), tau and norm (the
-// rows' norm scale codes) indexed alike; gain: crt_magnitude_gain.
-template <typename T>
-at::Tensor magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
-                                int gain, int64_t k_stride) {
-  const int64_t k = a.size(-1), rows = a.numel() / k;
-  at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
-  constexpr int threads = 256;
-  magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
-                               at::cuda::getCurrentCUDAStream()>>>(
-      a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
-      norm.const_data_ptr<int>(), gain, digits.mutable_data_ptr<int8_t>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return digits;
-}
-
-}  // namespace
 
 // The digits of every entry as int8 (rows, k), contiguous for int8_matmul: its products of two of
 // them are crt_magnitude's, and a k-shard's products add up to the whole rows'.
@@ -231,7 +199,7 @@ at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, cons
   if (rows == 0 || k == 0) return at::empty({rows, k}, a.options().dtype(at::kChar));
   at::Tensor digits;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    digits = magnitude_digit_rows<scalar_t>(a, tau, norm, gain, k);  // k_stride = k: no padding
+    digits = crt_magnitude_digit_rows<scalar_t>(a, tau, norm, gain, k);  // k_stride = k: no padding
   });
   return digits;
 }
@@ -312,8 +280,8 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
   const int gain = crt_magnitude_gain(k);
   at::Tensor da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    da = magnitude_digit_rows<scalar_t>(a, tau_a, norm_a, gain, k_stride);
-    db = magnitude_digit_rows<scalar_t>(bt, tau_b, norm_b, gain, k_stride);
+    da = crt_magnitude_digit_rows<scalar_t>(a, tau_a, norm_a, gain, k_stride);
+    db = crt_magnitude_digit_rows<scalar_t>(bt, tau_b, norm_b, gain, k_stride);
   });
   if (reduced_gemm_available()) {
     return smallest_digit_product(da, db, shape, usable_a, usable_b, pow2(-2 * gain));

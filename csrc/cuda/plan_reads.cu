@@ -1,10 +1,11 @@
 // ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
 // operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
 // digits in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
-// have brought into L2), the digits meet in the reduced GEMM's minimum epilogue, and one kernel
-// turns the least digit product and the rows' bounds into the values. The bits are those of the
-// operators that compute each part alone (csrc/plan_reads.cpp), which this build runs instead
-// where it has no reduced GEMM.
+// have brought into L2; rows longer than kDigitSweepRowBytes, which L2 does not keep for it, get
+// their digits from a pass of their own instead), the digits meet in the reduced GEMM's minimum
+// epilogue, and one kernel turns the least digit product and the rows' bounds into the values.
+// The bits are those of the operators that compute each part alone (csrc/plan_reads.cpp), which
+// this build runs instead where it has no reduced GEMM.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -24,10 +25,15 @@ namespace ozaki::cuda {
 namespace {
 
 constexpr int kDigitGroup = 8;  // digits per thread and 8-byte store
+// Rows up to this size get their digits in the statistics pass: the resident blocks' rows then
+// stay in L2 for the third sweep; longer ones are read again from memory, at the rate of the
+// separate digit pass at best (docs/benchmarks.md, "Scheme II paths").
+constexpr int64_t kDigitSweepRowBytes = int64_t(48) << 10;
 
-// row_stats_norm_kernel's third step: the row's usable flag, and its magnitude digits
-// (magnitude_digit, as crt_magnitude_digits) written to digits + row * k_stride, zeros past k.
-// The block of row 0 also sets *smallest to INT_MAX for the minimum epilogue (nullptr: not).
+// row_stats_norm_kernel's third step: the row's usable flag, and, where digits is not nullptr,
+// its magnitude digits (magnitude_digit, as crt_magnitude_digits) written to digits + row *
+// k_stride, zeros past k. The block of row 0 also sets *smallest to INT_MAX for the minimum
+// epilogue (nullptr: not).
 template <typename T>
 struct WriteDigits {
   static constexpr bool kRuns = true;
@@ -43,6 +49,7 @@ struct WriteDigits {
       usable[row] = row_usable;
       if (row == 0 && smallest != nullptr) *smallest = INT_MAX;
     }
+    if (digits == nullptr) return;
     int8_t* out = digits + row * k_stride;
     for (int64_t l0 = threadIdx.x * int64_t(kDigitGroup); l0 < k_stride;
          l0 += int64_t(blockDim.x) * kDigitGroup) {
@@ -68,16 +75,18 @@ template <typename T>
 OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
                           int gain, int32_t* smallest, cudaStream_t stream) {
   const RowStatsOutput stats(rows, x.options());
+  const bool sweep = k * int64_t(sizeof(T)) <= kDigitSweepRowBytes;
   OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
                    at::empty({rows}, x.options().dtype(at::kInt)),
                    at::empty({rows}, x.options().dtype(at::kBool)),
-                   at::empty({rows, k_stride}, x.options().dtype(at::kChar))};
-  const WriteDigits<T> digits{out.digits.mutable_data_ptr<int8_t>(), k_stride, gain,
-                              out.usable.mutable_data_ptr<bool>(), smallest};
+                   sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
+  const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
+                              gain, out.usable.mutable_data_ptr<bool>(), smallest};
   row_stats_norm_kernel<T, WriteDigits<T>><<<rows, kNormThreads, 0, stream>>>(
       x.const_data_ptr<T>(), k, stats.tau_data, stats.bit_span_data, stats.nonfinite_data,
       out.norm.mutable_data_ptr<int>(), digits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;
 }
 

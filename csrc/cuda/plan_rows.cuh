@@ -1,7 +1,10 @@
-// The per-row passes scheme II's plan reads, shared by ozaki::row_stats_with_norm_scales and
-// ozaki::crt_row_bounds (crt.cu) and by ozaki::crt_plan_reads (plan_reads.cu), which adds the
-// estimate's magnitude digits to the first.
+// The per-row passes scheme II's plan reads, shared by ozaki::row_stats_with_norm_scales,
+// ozaki::crt_row_bounds and ozaki::crt_magnitude (crt.cu) and by ozaki::crt_plan_reads
+// (plan_reads.cu), which adds the estimate's magnitude digits to the first where rows are short.
 #pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 
 #include <cstdint>
 
@@ -91,6 +94,36 @@ __device__ __forceinline__ void block_row_bounds(const int* tau, const int* bit_
     out[0] = spans[0];
     out[1] = bounds[0];
   }
+}
+
+template <typename T>
+__global__ void crt_magnitude_digits_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
+                                            const int* tau, const int* norm, int gain,
+                                            int8_t* out) {
+  const int64_t total = rows * k_stride;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = e / k_stride, l = e - r * k_stride;
+    out[e] = static_cast<int8_t>(
+        l < k ? magnitude_digit(static_cast<double>(a[r * k + l]), tau[r], norm[r], gain) : 0);
+  }
+}
+
+// The estimate's magnitude digits of every row of the flattened a (rows of all elements of a
+// batch), int8 (rows, k_stride), zeros past k; tau and norm (the rows' norm scale codes) indexed
+// alike; gain: crt_magnitude_gain.
+template <typename T>
+at::Tensor crt_magnitude_digit_rows(const at::Tensor& a, const at::Tensor& tau,
+                                    const at::Tensor& norm, int gain, int64_t k_stride) {
+  const int64_t k = a.size(-1), rows = a.numel() / k;
+  at::Tensor digits = at::empty({rows, k_stride}, a.options().dtype(at::kChar));
+  constexpr int threads = 256;
+  crt_magnitude_digits_kernel<T><<<grid_for(rows * k_stride, threads), threads, 0,
+                                   at::cuda::getCurrentCUDAStream()>>>(
+      a.const_data_ptr<T>(), rows, k, k_stride, tau.const_data_ptr<int>(),
+      norm.const_data_ptr<int>(), gain, digits.mutable_data_ptr<int8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return digits;
 }
 
 }  // namespace ozaki::cuda
