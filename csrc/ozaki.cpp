@@ -1,6 +1,6 @@
 // Every ozaki operator schema, in one place. Kernels are registered per device, each backend's in
 // one table: csrc/cpu/register.cpp and csrc/cuda/register.cu (the public ozaki::gemm's in Python;
-// crt_plan_reads, composed of other operators, once for every device in csrc/plan_reads.cpp);
+// crt_plan_reads is also composed of other operators for any device, in csrc/plan_reads.cpp);
 // the public Python API (ozaki/) validates user input and calls these. Fake kernels for
 // torch.compile are in ozaki/library.py.
 #include <Python.h>
@@ -71,9 +71,10 @@ TORCH_LIBRARY(ozaki, m) {
   m.def(
       "crt_magnitude(Tensor a, Tensor bt, Tensor tau_a, Tensor tau_b, Tensor norm_a, Tensor norm_b, "
       "Tensor usable_a, Tensor usable_b) -> Tensor");
-  // The default plan's device reads in one call (csrc/plan_reads.cpp): row_stats_with_norm_scales
-  // of a's rows and of bt's (flattened when batched), their usable rows (bit_span > 0, no NaN/Inf),
-  // and float64 (5,) values: -crt_magnitude, then crt_row_bounds of a's rows and of bt's.
+  // The default plan's device reads in one call (csrc/plan_reads.cpp; fused on CUDA,
+  // csrc/cuda/plan_reads.cu): row_stats_with_norm_scales of a's rows and of bt's (flattened when
+  // batched), their usable rows (bit_span > 0, no NaN/Inf), and float64 (5,) values:
+  // -crt_magnitude, then crt_row_bounds of a's rows and of bt's.
   m.def(
       "crt_plan_reads(Tensor a, Tensor bt) -> (Tensor tau_a, Tensor bit_span_a, "
       "Tensor nonfinite_a, Tensor norm_a, Tensor usable_a, Tensor tau_b, Tensor bit_span_b, "

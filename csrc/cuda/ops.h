@@ -58,8 +58,6 @@ at::Tensor crt_magnitude(const at::Tensor& a, const at::Tensor& bt, const at::Te
 at::Tensor crt_magnitude_digits(const at::Tensor& a, const at::Tensor& tau, const at::Tensor& norm,
                                 int64_t total_k);
 
-// csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused.
-PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
@@ -81,5 +79,8 @@ at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt);
 
 // csrc/cuda/transpose.cu: B's columns as rows.
 at::Tensor transposed(const at::Tensor& b);
+
+// csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused.
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
 
 }  // namespace ozaki::cuda
