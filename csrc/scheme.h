@@ -166,6 +166,10 @@ struct RowStats {
   OZAKI_HD int bit_span() const { return any_nonzero() ? max_exponent - lowest_bit : 0; }
 };
 
+// Whether a row constrains the plans: nonzero (a bit span) and without NaN/Inf, whose entries of C
+// get the IEEE value of the plain dot product instead (ozaki/_ops.py, RowStats.usable).
+OZAKI_HD bool usable_row(int bit_span, bool nonfinite) { return bit_span > 0 && !nonfinite; }
+
 // Digits are rounded to nearest (balanced), so each slice after the first adds beta + 1 bits.
 OZAKI_HD int grid_step_bits(int beta) { return beta + 1; }
 

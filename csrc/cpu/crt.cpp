@@ -108,7 +108,7 @@ at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
   double span = 0.0, bound = 0.0;
   for (int64_t i = 0; i < tau.size(0); ++i) {
     span = std::max(span, static_cast<double>(span_in[i]));
-    if (span_in[i] > 0 && !nonfinite_in[i]) {
+    if (usable_row(span_in[i], nonfinite_in[i])) {
       bound = std::max(bound, integer_norm_bound(tau_in[i], span_in[i], norm[i]));
     }
   }

@@ -45,7 +45,7 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
     bit_span[row] = total.bit_span();
     nonfinite[row] = total.nonfinite;
     row_tau = total.tau();
-    row_usable = total.bit_span() > 0 && !total.nonfinite;
+    row_usable = usable_row(total.bit_span(), total.nonfinite);
   }
   __syncthreads();
   const int t = row_tau;
@@ -75,7 +75,7 @@ __device__ __forceinline__ void block_row_bounds(const int* tau, const int* bit_
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const int row_span = bit_span[i];
-    const bool usable = (row_span > 0) & !nonfinite[i];
+    const bool usable = usable_row(row_span, nonfinite[i]);
     const double row_bound = integer_norm_bound(tau[i], row_span, norm[i]);
     span = fmax(span, static_cast<double>(row_span));
     bound = usable ? fmax(bound, row_bound) : bound;
