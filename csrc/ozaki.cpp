@@ -79,6 +79,18 @@ TORCH_LIBRARY(ozaki, m) {
       "crt_plan_reads(Tensor a, Tensor bt) -> (Tensor tau_a, Tensor bit_span_a, "
       "Tensor nonfinite_a, Tensor norm_a, Tensor usable_a, Tensor tau_b, Tensor bit_span_b, "
       "Tensor nonfinite_b, Tensor norm_b, Tensor usable_b, Tensor values)");
+  // The same reads for a product whose left operand a (a matrix) is prepared (ozaki.prepare;
+  // csrc/plan_reads.cpp): from a's kept parts (row_stats_with_norm_scales of its rows, the magnitude
+  // digits of its usable rows, its crt_row_bounds and, once a product needed them, exact scheme
+  // II's column exponents) and bt: bt's row statistics, norm scales and usable rows, and float64
+  // values: -crt_magnitude, a's and bt's crt_row_bounds, then exact scheme II's entry bound sum
+  // where a's column exponents are given (ozaki/product.py, KeptEstimates). The digits are read
+  // only where n <= 2k/3 (else crt_magnitude runs on a itself; (0, k) digits may be passed).
+  m.def(
+      "crt_kept_plan_reads(Tensor a, Tensor tau_a, Tensor bit_span_a, Tensor nonfinite_a, "
+      "Tensor norm_a, Tensor usable_digits_a, Tensor bounds_a, Tensor? column_exponents_a, "
+      "Tensor bt) -> (Tensor tau_b, Tensor bit_span_b, Tensor nonfinite_b, Tensor norm_b, "
+      "Tensor usable_b, Tensor values)");
   // C = a @ bt.T from A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j) (scale codes scale_a, scale_b): A'B'
   // exactly from INT8 residues of the first `moduli` moduli, rounded once as A'B' / (c_a_i c_b_j).
   // The scales must keep |A'B'| below P / 2. (m, n) or (batch, m, n). residues_a: a's residues

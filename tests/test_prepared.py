@@ -173,6 +173,41 @@ def test_kept_estimate_equals_the_operator(device, n, monkeypatch):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("n", [30, 61])  # the kept digits' path, and the operator's past 2k/3
+@pytest.mark.parametrize("with_exponents", [False, True], ids=["first", "exponents-kept"])
+def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, monkeypatch):
+    """ozaki::crt_kept_plan_reads returns, bit for bit, what KeptEstimates computes part by part:
+    bt's statistics, norm scales and usable rows, -crt_magnitude from the kept digits (or the
+    operator past 2k/3), both operands' row bounds and, once A's column exponents are kept, the
+    entry bound's sum; zero and NaN rows and columns included, over several column blocks."""
+    A, B = phi_pair(40, 90, n, 2.0, seed=n, device=device)
+    A[5] = 0.0
+    A[7, 3] = float("nan")
+    B[:, 4] = 0.0
+    B[2, 6] = float("inf")
+    bt = row_operand(B.mT)
+    expected_stats, expected_norm = _ops.row_stats_with_norm_scales(bt)
+    with ozaki.prepare(A) as kept:
+        parts = KeptEstimates(kept, bt, expected_stats, expected_norm)
+        if with_exponents:
+            parts.exact_entry_bound()  # keeps A's column exponents
+        stats_a, norm_a = kept.stats_and_norms()
+        monkeypatch.setattr("ozaki.product._BOUND_CHUNK_ENTRIES", 1)  # one column per block
+        expected = parts._magnitude_values(norm_a, expected_norm)
+        digits = kept.usable_digits() if 3 * n <= 2 * 90 else torch.empty(
+            (0, 90), dtype=torch.int8, device=device)
+        stats_b, norm_b, values = _ops.crt_kept_plan_reads(
+            kept.rows(), stats_a, norm_a, digits, kept.row_bounds(),
+            kept.known_column_exponents(), bt)
+    for got, want in zip((*stats_b, norm_b, stats_b.usable),
+                         (*expected_stats, expected_norm, expected_stats.usable)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    assert values.numel() == (6 if with_exponents else 5)
+    assert_bitwise_equal(values, expected)
+    assert not stats_b.usable[4] and not stats_b.usable[6] and stats_b.usable.any()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("unusable", ["rows-of-a", "columns-of-b"])
 def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
     A, B = phi_pair(6, 20, 5, 1.0, seed=17, device=device)

@@ -47,6 +47,16 @@ def slices_args(device, batch=None, int8=False, nearest=False):
     return (a, bt, sa[0], sb[0], sa[1], sb[1], sa[2], sb[2], 3, True, nearest, int8, 0)
 
 
+def kept_plan_reads_args(device, exponents=False):
+    """crt_kept_plan_reads' arguments: a's parts as ozaki.prepare keeps them (its usable rows'
+    magnitude digits, its row bounds, its column exponents as int64 (k,) or None) and bt."""
+    a, bt, sa, _, norm_a, _, usable_a, _ = row_operands(device)
+    digits = _ops.crt_magnitude_digits(a, sa[0], norm_a)[usable_a]
+    bounds = _ops.crt_row_bounds(sa, norm_a)
+    column = torch.arange(a.shape[-1], device=device, dtype=torch.int64) if exponents else None
+    return (a, *sa, norm_a, digits, bounds, column, bt)
+
+
 def crt_args(device, batch=None, count=8):
     a, bt, sa, sb, norm_a, norm_b, *_ = row_operands(device, batch)
     t_a, t_b = crt.scale_bits(count, a.shape[-1])
@@ -142,6 +152,9 @@ OPCHECK_CASES = {
     "crt_row_bounds": (OPS.crt_row_bounds, lambda d: (*row_operands(d)[2], row_operands(d)[4])),
     "crt_plan_reads": (OPS.crt_plan_reads, lambda d: row_operands(d)[:2]),
     "crt_plan_reads-batched": (OPS.crt_plan_reads, lambda d: row_operands(d, 2)[:2]),
+    "crt_kept_plan_reads": (OPS.crt_kept_plan_reads, kept_plan_reads_args),
+    "crt_kept_plan_reads-exponents": (OPS.crt_kept_plan_reads,
+                                      lambda d: kept_plan_reads_args(d, True)),
     "crt_magnitude": (OPS.crt_magnitude, crt_magnitude_args),
     "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
     "gemm_crt": (OPS.gemm_crt, crt_args),

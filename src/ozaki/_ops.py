@@ -126,6 +126,16 @@ def crt_plan_reads(a, bt):
             RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values)
 
 
+def crt_kept_plan_reads(a, stats_a, norm_a, usable_digits_a, bounds_a, column_exponents_a, bt):
+    """crt_plan_reads for a product whose left operand a (a matrix) is prepared, from its kept
+    parts: (stats_b, norm_b, values): bt's RowStats (usable rows set) and norm scale codes, and
+    float64 values -crt_magnitude, a's and bt's crt_row_bounds, then exact scheme II's entry bound
+    sum where a's column exponents are given (else None)."""
+    tau_b, span_b, nonfinite_b, norm_b, usable_b, values = torch.ops.ozaki.crt_kept_plan_reads(
+        a, *stats_a, norm_a, usable_digits_a, bounds_a, column_exponents_a, bt)
+    return RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values
+
+
 def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -> torch.Tensor:
     """Exact lower bound of min over usable (i, j) of (|a| |bt|^T)_ij c_a_i c_b_j, 0-d (c: the norm
     scales of row_norm_scales)."""

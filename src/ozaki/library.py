@@ -123,6 +123,16 @@ def _crt_plan_reads_fake(a, bt):
     return (*rows(a), *rows(bt), a.new_empty((5,), dtype=torch.float64))
 
 
+@torch.library.register_fake("ozaki::crt_kept_plan_reads")
+def _crt_kept_plan_reads_fake(a, tau_a, bit_span_a, nonfinite_a, norm_a, usable_digits_a, bounds_a,
+                              column_exponents_a, bt):
+    n = bt.shape[0]
+    values = 5 if column_exponents_a is None else 6
+    return (bt.new_empty(n, dtype=torch.int32), bt.new_empty(n, dtype=torch.int32),
+            bt.new_empty(n, dtype=torch.bool), bt.new_empty(n, dtype=torch.int32),
+            bt.new_empty(n, dtype=torch.bool), bt.new_empty((values,), dtype=torch.float64))
+
+
 @torch.library.register_fake("ozaki::gemm_crt")
 def _gemm_crt_fake(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes,
                    residues_a=None):

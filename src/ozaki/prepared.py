@@ -94,6 +94,10 @@ class Prepared:
         """Whether exact scheme II's column exponents of A are kept (a product needed them)."""
         return self._column_exponents is not None
 
+    def known_column_exponents(self):
+        """Exact scheme II's column exponents of A where kept, else None."""
+        return self._column_exponents
+
     def column_exponents(self, compute):
         """Exact scheme II's column exponents of A (compute() makes them)."""
         if self._column_exponents is None:

@@ -327,14 +327,33 @@ class Estimates:
                                   _usable_rows(self.stats_a), _usable_rows(self.stats_b))
 
 
+def _kept_estimates(kept, bt, options):
+    """The KeptEstimates of a product with kept parts where scheme II may run: with all that
+    scheme II's default plan reads in one call (ozaki::crt_kept_plan_reads) when that plan will be
+    made. A's magnitude digits are passed only where the estimate reads them (n <= 2k/3), so that
+    they are computed and kept only there."""
+    if options.moduli is not None or options.rounding is not None:
+        return KeptEstimates(kept, bt, *_row_stats_and_norms(bt))
+    stats_a, norm_a = kept.stats_and_norms()
+    n, k = bt.shape
+    digits = (kept.usable_digits() if 3 * n <= 2 * k
+              else torch.empty((0, k), dtype=torch.int8, device=bt.device))
+    stats_b, norm_b, values = _ops.crt_kept_plan_reads(kept.rows(), stats_a, norm_a, digits,
+                                                       kept.row_bounds(),
+                                                       kept.known_column_exponents(), bt)
+    return KeptEstimates(kept, bt, stats_b, norm_b, values)
+
+
 class KeptEstimates(Estimates):
     """Estimates of a product whose left operand has kept parts (ozaki.prepare): its magnitude
-    digits and column exponents come from them, the same values Estimates computes."""
+    digits and column exponents come from them, the same values Estimates computes. values: as
+    Estimates', from ozaki::crt_kept_plan_reads (with the entry bound's sum where A's column
+    exponents were kept)."""
 
-    def __init__(self, kept, bt, stats_b, norm_b=None):
+    def __init__(self, kept, bt, stats_b, norm_b=None, values=None):
         stats_a, norm_a = kept.stats_and_norms()
         super().__init__(kept.rows(), bt, stats_a, stats_b,
-                         norms=None if norm_b is None else (norm_a, norm_b))
+                         norms=None if norm_b is None else (norm_a, norm_b), values=values)
         self.kept = kept
 
     def _column_exponents_a(self):
@@ -345,7 +364,7 @@ class KeptEstimates(Estimates):
         exponents show that an earlier product needed it (one device: combine_max is the
         identity, so the sum passes through it unchanged); no floor (it is never asked for)."""
         values = super()._magnitude_values(norm_a, norm_b)
-        if not self.kept.has_column_exponents():
+        if values is self._values or not self.kept.has_column_exponents():
             return values
         return torch.cat([values, self._entry_bound_sum().reshape(1)])
 
@@ -671,7 +690,7 @@ def real_product(A, B, dtype, options=Options()):
     else:
         bt = row_operand(B.mT)
         if _scheme_two_considered(k, options):
-            est = KeptEstimates(kept, bt, *_row_stats_and_norms(bt))
+            est = _kept_estimates(kept, bt, options)
         else:
             est = KeptEstimates(kept, bt, row_stats(bt))
     return planned_product(est.a, bt, est.stats_a, est.stats_b, est, dtype, options, kept)
