@@ -93,8 +93,8 @@ at::Tensor magnitude_from_digits(const at::Tensor& usable_digits_a, const at::Te
     smallest = smallest.defined() ? at::minimum(smallest, part) : part;
   }
   const double scale = pow2(-2 * crt_magnitude_gain(k));
-  return at::where(smallest == INT_MAX, at::full({}, std::numeric_limits<double>::infinity(), options),
-                   smallest.to(at::kDouble) * scale);
+  const at::Tensor infinite = at::full({}, std::numeric_limits<double>::infinity(), options);
+  return at::where(smallest == INT_MAX, infinite, smallest.to(at::kDouble) * scale);
 }
 
 // Per column l of bt: the largest exponent e with |bt'_il| < 2^e over its usable rows i (bt' the
@@ -110,7 +110,8 @@ at::Tensor column_exponents(const at::Tensor& x, const at::Tensor& tau, const at
   for (int64_t i0 = 0; i0 < x.size(0); i0 += chunk) {
     const int64_t i1 = std::min(x.size(0), i0 + chunk);
     const at::Tensor rows = x.slice(0, i0, i1);
-    const at::Tensor exponent = std::get<1>(at::frexp(rows)).to(at::kLong) + exponents.slice(0, i0, i1);
+    const at::Tensor exponent =
+        std::get<1>(at::frexp(rows)).to(at::kLong) + exponents.slice(0, i0, i1);
     const at::Tensor part =
         exponent.masked_fill_(rows.eq(0).logical_or_(unused.slice(0, i0, i1)), -10000).amax(0);
     largest = largest.defined() ? at::maximum(largest, part) : part;
@@ -121,10 +122,11 @@ at::Tensor column_exponents(const at::Tensor& x, const at::Tensor& tau, const at
 // Exact scheme II's entry bound sum over l of 2^(u_l + v_l) in float64 for a's column exponents u
 // and bt's v (ozaki/product.py, Estimates._entry_bound_sum, for one matrix), 0-d.
 at::Tensor entry_bound_sum(const at::Tensor& exponents_a, const at::Tensor& exponents_b) {
-  const at::Tensor exponents = (exponents_a.to(at::kDouble) + exponents_b.to(at::kDouble)).view({1, -1});
+  const at::Tensor exponents =
+      (exponents_a.to(at::kDouble) + exponents_b.to(at::kDouble)).view({1, -1});
   // 2^e from the bit pattern (ozaki/crt.py, power_of_two), exponents clamped to the normal range
-  const at::Tensor powers =
-      at::bitwise_left_shift(exponents.clamp(-1000, 900).to(at::kLong) + 1023, 52).view(at::kDouble);
+  const at::Tensor biased = exponents.clamp(-1000, 900).to(at::kLong) + 1023;
+  const at::Tensor powers = at::bitwise_left_shift(biased, 52).view(at::kDouble);
   return powers.masked_fill(exponents < -2000, 0.0).sum(1).amax();
 }
 
@@ -135,6 +137,25 @@ KeptPlanReads composed_crt_kept_plan_reads(
     const at::Tensor& nonfinite_a, const at::Tensor& norm_a, const at::Tensor& usable_digits_a,
     const at::Tensor& bounds_a, const std::optional<at::Tensor>& column_exponents_a,
     const at::Tensor& bt) {
+  constexpr const char* op = "ozaki::crt_kept_plan_reads";
+  TORCH_CHECK(a.dim() == 2 && bt.dim() == 2 && a.size(1) == bt.size(1), op,
+              ": a and bt must be matrices with the same number of columns, got ", a.sizes(),
+              " and ", bt.sizes());
+  const int64_t k = a.size(1);
+  TORCH_CHECK(usable_digits_a.scalar_type() == at::kChar && usable_digits_a.dim() == 2 &&
+                  usable_digits_a.size(1) == k,
+              op, ": usable_digits_a must be int8 (rows, ", k, "), got ",
+              usable_digits_a.scalar_type(), " ", usable_digits_a.sizes());
+  TORCH_CHECK(bounds_a.scalar_type() == at::kDouble && bounds_a.dim() == 1 && bounds_a.size(0) == 2,
+              op, ": bounds_a must be float64 (2,) (crt_row_bounds), got ", bounds_a.scalar_type(),
+              " ", bounds_a.sizes());
+  const bool exponents_ok =
+      !column_exponents_a.has_value() ||
+      (column_exponents_a->scalar_type() == at::kLong && column_exponents_a->dim() == 1 &&
+       column_exponents_a->size(0) == k);
+  TORCH_CHECK(exponents_ok,
+              op, ": column_exponents_a must be None or int64 (", k, ",), got ",
+              column_exponents_a.has_value() ? column_exponents_a->sizes() : at::IntArrayRef{});
   auto [tau_b, span_b, nonfinite_b, norm_b] = row_stats_operator().call(bt);
   at::Tensor usable_b = usable_rows(span_b, nonfinite_b);
   // For n > 2k/3 the operator's single pass over the m x n products costs less than the passes

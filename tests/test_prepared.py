@@ -207,6 +207,18 @@ def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, 
     assert not stats_b.usable[4] and not stats_b.usable[6] and stats_b.usable.any()
 
 
+def test_kept_plan_reads_name_a_bad_argument():
+    a, bt = torch.rand(4, 6, dtype=torch.float64), torch.rand(3, 6, dtype=torch.float64)
+    (stats, norm) = _ops.row_stats_with_norm_scales(a)
+    digits = torch.zeros(4, 6, dtype=torch.int8)
+    bounds = _ops.crt_row_bounds(stats, norm)
+    with pytest.raises(RuntimeError, match=r"column_exponents_a must be None or int64 \(6,\)"):
+        _ops.crt_kept_plan_reads(a, stats, norm, digits, bounds, torch.zeros(1, dtype=torch.int64),
+                                 bt)
+    with pytest.raises(RuntimeError, match=r"same number of columns, got \[4, 6\] and \[3, 5\]"):
+        _ops.crt_kept_plan_reads(a, stats, norm, digits, bounds, None, bt[:, :5].contiguous())
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("unusable", ["rows-of-a", "columns-of-b"])
 def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
