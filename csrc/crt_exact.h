@@ -156,6 +156,37 @@ OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t multipliers, const Exac
   return x.negative ? -symmetric : symmetric;
 }
 
+// exact_residue for modulus I of kExactModuli with its constants known at compile time: the same
+// value, by the same arithmetic, with the remainder's magic number and shift as immediates (the
+// CUDA residue pass unrolls its moduli with it for the usual counts, csrc/cuda/crt.cu).
+template <int I>
+OZAKI_HD int exact_residue_of(const ExactEntry& x, uint32_t multipliers) {
+  constexpr uint32_t p = kExactModuli[I];
+  constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
+  const uint32_t low = static_cast<uint32_t>(x.m & mask);
+  if constexpr (p == 256) {  // the low byte of m W 2^s (the upper fields' multipliers are 0)
+    const uint8_t r = static_cast<uint8_t>(low * (multipliers & 255u));
+    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
+  } else {
+    const uint32_t mid = static_cast<uint32_t>((x.m >> 21) & mask);
+    const uint32_t high = static_cast<uint32_t>(x.m >> 42);
+    const uint32_t sum = low * (multipliers & 255u) + mid * ((multipliers >> 8) & 255u) +
+                         high * (multipliers >> 16);
+    constexpr int shift = p > 128 ? 7 : 6;
+    constexpr uint32_t magic = static_cast<uint32_t>(((uint64_t(1) << (32 + shift)) + p - 1) / p);
+#ifdef __CUDA_ARCH__
+    const uint32_t q = __umulhi(sum, magic) >> shift;
+#else
+    const uint32_t q = static_cast<uint32_t>((uint64_t(sum) * magic) >> (32 + shift));
+#endif
+    const uint32_t r = sum - q * p;
+    constexpr int half = static_cast<int>(p - 1) / 2;
+    const int symmetric =
+        static_cast<int>(r) > half ? static_cast<int>(r) - static_cast<int>(p) : static_cast<int>(r);
+    return x.negative ? -symmetric : symmetric;
+  }
+}
+
 // R mod p in [0, p) for any INT32 R (the GEMM result of one modulus).
 OZAKI_HD uint32_t exact_unsigned_residue(int32_t R, const ExactModulus& c) {
   if (c.p == 256) return static_cast<uint32_t>(R) & 255u;

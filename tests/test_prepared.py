@@ -138,14 +138,16 @@ def test_gemm_uses_the_residues_it_is_given(device, exact):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("exact, moduli", [(False, 13), (True, 1), (True, 17), (True, 24),
+                                           (True, 25), (True, 40)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_left_residues_are_the_same_on_cpu_and_cuda(exact, dtype):
+def test_left_residues_are_the_same_on_cpu_and_cuda(exact, moduli, dtype):
+    """On CUDA, exact residues come from a kernel with the moduli unrolled up to 24 of them and
+    from a loop over the moduli past that; both give the CPU's bytes."""
     A = phi_pair(37, 45, 1, 2.0, seed=7, dtype=dtype)[0]
     A[3, 4] = float("inf")
     stats, norms = _ops.row_stats_with_norm_scales(A)
     scale = _ops.integer_exponents(stats) if exact else _ops.crt_row_scales(norms, stats, 40)
-    moduli = 25 if exact else 13
     cpu = _ops.crt_left_residues(A, scale, moduli, exact)
     assert cpu.shape == (moduli, 37, 48) and not cpu[..., 45:].any()
     assert torch.equal(_ops.crt_left_residues(A.cuda(), scale.cuda(), moduli, exact).cpu(), cpu)

@@ -872,6 +872,63 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
   }
 }
 
+// Moduli counts up to this get exact_residues_fixed_kernel, whose moduli are compile-time
+// constants: about 1.8 times the run-time kernel's speed from 17 to 24 moduli (docs/benchmarks.md,
+// "Exact and wide scheme II"); larger counts keep the loop, whose body stays small.
+constexpr int kExactFixedModuli = 24;
+
+// exact_residues_kernel for N moduli known at compile time: every modulus unrolled, its remainder
+// by immediates (exact_residue_of), the same residues.
+template <int N, typename T>
+__global__ void exact_residues_fixed_kernel(const T* a, int64_t k, RowBlocks blocks,
+                                            int64_t k_stride, const int* exponent, ExactCrt crt,
+                                            const uint32_t* table, bool weighted, bool aligned,
+                                            int8_t* out) {
+  __shared__ uint32_t multipliers[N * kExactTableShifts];
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < N * kExactTableShifts;
+       t += blockDim.x * blockDim.y) {
+    multipliers[t] = table[t];
+  }
+  __syncthreads();
+  const int64_t groups_per_row = k_stride / kResidueGroup;
+  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
+    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
+    const int64_t r = block_row - e * blocks.count;
+    const int64_t row = blocks.row(e, r);
+    const int row_exponent = exponent[row];
+    const T* entries = a + row * k;
+    int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kResidueGroup;
+      double x[kResidueGroup];
+      if (aligned) {
+        load_group<true>(entries, l0, k, x);
+      } else {
+        load_group<false>(entries, l0, k, x);
+      }
+      ExactEntry parts[kResidueGroup];
+#pragma unroll
+      for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
+      for_each_modulus<N>([&](auto index) {
+        constexpr int i = decltype(index)::value;
+        __align__(8) int8_t residues[kResidueGroup];
+#pragma unroll
+        for (int c = 0; c < kResidueGroup; ++c) {
+          const int s = parts[c].s;
+          const uint32_t field = s < kExactTableShifts
+                                     ? multipliers[i * kExactTableShifts + s]
+                                     : multipliers_past_the_table(s, weighted, crt.modulus[i]);
+          residues[c] = static_cast<int8_t>(exact_residue_of<i>(parts[c], field));
+        }
+        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+            *reinterpret_cast<const uint2*>(residues);
+      });
+    }
+  }
+}
+
 // residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
 template <typename T>
 auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_t* tables) {
@@ -881,9 +938,18 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
     if (blocks.total() == 0) return;
     const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
     const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
-    exact_residues_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
-        data, in.k, blocks, k_stride, weighted ? in.scale_b : in.scale_a, crt,
-        tables + (weighted ? crt.moduli * kExactTableShifts : 0), weighted, aligned, out);
+    const int* exponent = weighted ? in.scale_b : in.scale_a;
+    const uint32_t* table = tables + (weighted ? crt.moduli * kExactTableShifts : 0);
+    if (crt.moduli <= kExactFixedModuli) {
+      with_constant<1, kExactFixedModuli>(crt.moduli, [&](auto count) {
+        constexpr int N = decltype(count)::value;
+        exact_residues_fixed_kernel<N, T><<<launch.grid, launch.block, 0, stream>>>(
+            data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
+      });
+    } else {
+      exact_residues_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
+          data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
 }

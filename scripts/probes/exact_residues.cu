@@ -1,0 +1,192 @@
+// Exact and wide scheme II's residue pass (csrc/cuda/crt.cu) on float64 rows like a Gaussian
+// kernel matrix's (entries exp(-r), r up to 40), A's residues (unweighted): the kernel with a loop
+// over run-time moduli (the library's past kExactFixedModuli) against the one with compile-time
+// moduli (exact_residues_fixed_kernel, the library's up to it), each also on a grid capped at 4
+// blocks per SM, and the same loads and stores alone; "differ": bytes that differ from the loop
+// kernel's (-1: not compared).
+//   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
+//        scripts/probes/exact_residues.cu -o /tmp/exact_residues && /tmp/exact_residues
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "../../csrc/crt_exact.h"
+#include "check.cuh"
+using namespace ozaki;
+
+constexpr int kGroup = 8;
+__device__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31);
+}
+// kernel-matrix-like entries exp(-r), r in [0, 40), random sign
+__global__ void make_entries(double* a, int64_t count, uint64_t seed) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed ^ t);
+    const double r = static_cast<double>(h >> 11) * 0x1p-53 * 40.0;
+    a[t] = ((h & 1) ? -1.0 : 1.0) * exp(-r);
+  }
+}
+
+// csrc/cuda/crt.cu's exact_residues_kernel (run-time moduli) for the rows of one matrix, aligned
+__global__ void loop_kernel(const double* a, int64_t rows, int64_t k, int64_t k_stride, int exponent, ExactCrt crt,
+                        const uint32_t* table, int8_t* out) {
+  __shared__ uint32_t multipliers[kExactMaxModuli * kExactTableShifts];
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x * blockDim.y)
+    multipliers[t] = table[t];
+  __syncthreads();
+  const int64_t groups_per_row = k_stride / kGroup;
+  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows; row += int64_t(gridDim.y) * blockDim.y) {
+    const double* entries = a + row * k;
+    int8_t* row_out = out + row * k_stride;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row; g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kGroup;
+      double x[kGroup];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const double2 d = __ldg(reinterpret_cast<const double2*>(entries + l0) + v);
+        x[2 * v] = d.x; x[2 * v + 1] = d.y;
+      }
+      ExactEntry parts[kGroup];
+#pragma unroll
+      for (int c = 0; c < kGroup; ++c) parts[c] = exact_entry(x[c], exponent);
+#pragma unroll 1
+      for (int i = 0; i < crt.moduli; ++i) {
+        const ExactModulus modulus = crt.modulus[i];
+        __align__(8) int8_t residues[kGroup];
+#pragma unroll
+        for (int c = 0; c < kGroup; ++c) {
+          const int s = parts[c].s;
+          const uint32_t field = s < kExactTableShifts ? multipliers[i * kExactTableShifts + s]
+                                                       : field_multipliers(s, false, modulus);
+          residues[c] = static_cast<int8_t>(exact_residue(parts[c], field, modulus));
+        }
+        *reinterpret_cast<uint2*>(row_out + i * rows * k_stride + l0) = *reinterpret_cast<const uint2*>(residues);
+      }
+    }
+  }
+}
+
+// floor: the same loads and stores
+__global__ void floor_kernel(const double* a, int64_t rows, int64_t k, int64_t k_stride, int moduli, int8_t* out) {
+  const int64_t groups_per_row = k_stride / kGroup;
+  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows; row += int64_t(gridDim.y) * blockDim.y) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row; g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kGroup;
+      uint64_t acc = 0;
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const double2 d = __ldg(reinterpret_cast<const double2*>(a + row * k + l0) + v);
+        acc ^= __double_as_longlong(d.x) ^ (__double_as_longlong(d.y) << 1);
+      }
+      for (int i = 0; i < moduli; ++i)
+        *reinterpret_cast<uint64_t*>(out + i * rows * k_stride + row * k_stride + l0) = acc + i;
+    }
+  }
+}
+
+// csrc/cuda/crt.cu's exact_residues_fixed_kernel: compile-time moduli (exact_residue_of), the
+// remainder's constants immediates
+template <int I, int N>
+struct Moduli {
+  __device__ static void run(const ExactEntry (&parts)[kGroup], const uint32_t* multipliers, int8_t* out, int64_t plane) {
+    if constexpr (I < N) {
+      __align__(8) int8_t residues[kGroup];
+#pragma unroll
+      for (int c = 0; c < kGroup; ++c) {
+        const int s = parts[c].s;
+        const uint32_t field = s < kExactTableShifts ? multipliers[I * kExactTableShifts + s] : 0u;  // s < 256 here
+        residues[c] = static_cast<int8_t>(exact_residue_of<I>(parts[c], field));
+      }
+      *reinterpret_cast<uint2*>(out + I * plane) = *reinterpret_cast<const uint2*>(residues);
+      Moduli<I + 1, N>::run(parts, multipliers, out, plane);
+    }
+  }
+};
+template <int N>
+__global__ void unrolled(const double* a, int64_t rows, int64_t k, int64_t k_stride, int exponent, const uint32_t* table, int8_t* out) {
+  __shared__ uint32_t multipliers[N * kExactTableShifts];
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < N * kExactTableShifts; t += blockDim.x * blockDim.y)
+    multipliers[t] = table[t];
+  __syncthreads();
+  const int64_t groups_per_row = k_stride / kGroup;
+  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows; row += int64_t(gridDim.y) * blockDim.y) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row; g += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t l0 = g * kGroup;
+      double x[kGroup];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const double2 d = __ldg(reinterpret_cast<const double2*>(a + row * k + l0) + v);
+        x[2 * v] = d.x; x[2 * v + 1] = d.y;
+      }
+      ExactEntry parts[kGroup];
+#pragma unroll
+      for (int c = 0; c < kGroup; ++c) parts[c] = exact_entry(x[c], exponent);
+      Moduli<0, N>::run(parts, multipliers, out + row * k_stride + l0, rows * k_stride);
+    }
+  }
+}
+
+template <typename Launch>
+float median_ms(Launch launch) {
+  cudaEvent_t start, stop; CHECK(cudaEventCreate(&start)); CHECK(cudaEventCreate(&stop));
+  launch(); launch();
+  std::vector<float> times;
+  for (int r = 0; r < 7; ++r) {
+    CHECK(cudaEventRecord(start)); launch(); CHECK(cudaEventRecord(stop)); CHECK(cudaEventSynchronize(stop));
+    float ms; CHECK(cudaEventElapsedTime(&ms, start, stop)); times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end()); return times[3];
+}
+
+template <int N>
+void run(int64_t n, int sms, int exponent) {
+  const int64_t k = n, k_stride = (n + 15) / 16 * 16, rows = n;
+  double* a; int8_t* out[2]; uint32_t* table;
+  CHECK(cudaMalloc(&a, rows * k * 8));
+  for (auto& o : out) CHECK(cudaMalloc(&o, N * rows * k_stride));
+  const ExactCrt crt = exact_crt(N);
+  std::vector<uint32_t> host_table(N * kExactTableShifts);
+  for (int t = 0; t < N * kExactTableShifts; ++t) host_table[t] = exact_table_entry(crt, false, t);
+  CHECK(cudaMalloc(&table, host_table.size() * 4));
+  CHECK(cudaMemcpy(table, host_table.data(), host_table.size() * 4, cudaMemcpyHostToDevice));
+  make_entries<<<sms * 32, 256>>>(a, rows * k, 5);
+  CHECK(cudaDeviceSynchronize());
+  const int64_t per_row = k_stride / kGroup;
+  // the library's geometry (row_launch at 256 threads), and one capped at 4 blocks per SM
+  int x = 1; while (x < per_row && x < 256) x *= 2;
+  const int y = 256 / x;
+  const int grid_x = static_cast<int>(std::min<int64_t>((per_row + x - 1) / x, sms * 32));
+  const int64_t cap = std::min<int64_t>((rows * per_row + 255) / 256, sms * 32);
+  const int grid_y = static_cast<int>(std::clamp<int64_t>(cap / grid_x, 1, std::min<int64_t>((rows + y - 1) / y, 65535)));
+  const dim3 block(x, y), grid(grid_x, grid_y);
+  const dim3 capped(grid_x, std::max(1, std::min(grid_y, sms * 4 / grid_x)));
+  const double bytes = double(rows) * k * 8 + double(N) * rows * k_stride;
+  auto report = [&](const char* name, float ms, int which) {
+    int64_t differ = -1;
+    if (which >= 0) {
+      std::vector<int8_t> r0(N * rows * k_stride), r1(N * rows * k_stride);
+      CHECK(cudaMemcpy(r0.data(), out[0], r0.size(), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(r1.data(), out[1], r1.size(), cudaMemcpyDeviceToHost));
+      differ = 0; for (size_t t = 0; t < r0.size(); ++t) differ += r0[t] != r1[t];
+    }
+    std::printf("exact residues N=%2d %5lld^2 E=%d %-34s %.3f ms (%.2f TB/s) differ %lld\n", N, (long long)n, exponent, name, ms, bytes / ms * 1e-9, (long long)differ);
+  };
+  report("loop over run-time moduli", median_ms([&] { loop_kernel<<<grid, block>>>(a, rows, k, k_stride, exponent, crt, table, out[0]); }), -1);
+  report("loop, 4 blocks per SM", median_ms([&] { loop_kernel<<<capped, block>>>(a, rows, k, k_stride, exponent, crt, table, out[1]); }), 0);
+  report("loads and stores only", median_ms([&] { floor_kernel<<<grid, block>>>(a, rows, k, k_stride, N, out[1]); }), -1);
+  report("compile-time moduli", median_ms([&] { unrolled<N><<<grid, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }), 0);
+  report("compile-time moduli, 4 blocks/SM", median_ms([&] { unrolled<N><<<capped, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }), 0);
+  CHECK(cudaGetLastError());
+  CHECK(cudaFree(a)); for (auto& o : out) CHECK(cudaFree(o)); CHECK(cudaFree(table));
+}
+
+int main() {
+  int sms; CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  run<17>(6000, sms, 64);
+  run<18>(6000, sms, 64);
+  run<17>(16384, sms, 64);
+  run<24>(6000, sms, 100);
+  return 0;
+}
