@@ -873,8 +873,8 @@ __global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, i
 }
 
 // Moduli counts up to this get exact_residues_fixed_kernel, whose moduli are compile-time
-// constants: about 1.8 times the run-time kernel's speed from 17 to 24 moduli (docs/benchmarks.md,
-// "Exact and wide scheme II"); larger counts keep the loop, whose body stays small.
+// constants (faster alone and in the product: docs/benchmarks.md, "Exact and wide scheme II");
+// larger counts keep the loop, whose body stays small.
 constexpr int kExactFixedModuli = 24;
 
 // exact_residues_kernel for N moduli known at compile time: every modulus unrolled, its remainder
