@@ -62,8 +62,9 @@ const auto& magnitude_operator() {
   return op;
 }
 
-// Digit products of a's usable rows and bt's rows read a block of columns at a time: their INT32
-// products and the mask take about 12 bytes per entry (ozaki/product.py, _BOUND_CHUNK_ENTRIES).
+// Entries read at once: a block of bt's columns of digit products (INT32 products and the mask)
+// or a block of bt's rows of column exponents, about 12 bytes per entry (as ozaki/product.py's
+// _BOUND_CHUNK_ENTRIES).
 constexpr int64_t kBoundChunkEntries = int64_t(1) << 26;
 
 // crt_magnitude from a's kept digits (its usable rows' only): the least exact digit product over
@@ -158,8 +159,8 @@ KeptPlanReads composed_crt_kept_plan_reads(
               column_exponents_a.has_value() ? column_exponents_a->sizes() : at::IntArrayRef{});
   auto [tau_b, span_b, nonfinite_b, norm_b] = row_stats_operator().call(bt);
   at::Tensor usable_b = usable_rows(span_b, nonfinite_b);
-  // For n > 2k/3 the operator's single pass over the m x n products costs less than the passes
-  // the kept digits save (ozaki/product.py, KeptEstimates._crt_magnitude_bound).
+  // For n > 2k/3 the operator's single pass over the m x n products costs less than the two
+  // extra passes the kept digits save (a's digit pass: 8 bytes per entry of a).
   const at::Tensor magnitude =
       3 * bt.size(0) > 2 * bt.size(1)
           ? magnitude_operator().call(a, bt, tau_a, tau_b, norm_a, norm_b,

@@ -10,7 +10,8 @@ import ozaki
 from helpers import (REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, crt_paths, error_test, ones,
                      phi_pair, seeded)
 from ozaki import _ops, accuracy, crt, prepared
-from ozaki.product import Estimates, KeptEstimates, row_operand
+from ozaki.options import Options
+from ozaki.product import Estimates, KeptEstimates, _kept_estimates, row_operand
 from test_wide_spans import AUTOMATIC_BACKENDS, CASES, assert_no_worse_than_twice_native
 
 #: (id, shape (m, k, n), phi, keyword arguments): the plans a prepared operand serves.
@@ -155,33 +156,12 @@ def test_left_residues_are_the_same_on_cpu_and_cuda(exact, moduli, dtype):
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("n", [30, 61])  # the kept digits' path, and the operator's past 2k/3
-def test_kept_estimate_equals_the_operator(device, n, monkeypatch):
-    """The digit-product minimum of a prepared operand equals ozaki::crt_magnitude's, with zero
-    and NaN rows and columns that must be left out, over several column blocks."""
-    A, B = phi_pair(40, 90, n, 2.0, seed=8, device=device)
-    A[5] = 0.0
-    A[7, 3] = float("nan")
-    B[:, 4] = 0.0
-    bt = row_operand(B.mT)
-    (stats_b, norm_b) = _ops.row_stats_with_norm_scales(bt)
-    (stats_a, norm_a) = _ops.row_stats_with_norm_scales(A)
-    plain = Estimates(A, bt, stats_a, stats_b, norms=(norm_a, norm_b))
-    with ozaki.prepare(A) as kept:
-        est = KeptEstimates(kept, bt, stats_b, norm_b)
-        monkeypatch.setattr("ozaki.product._BOUND_CHUNK_ENTRIES", 1)  # one column per block
-        got = est._crt_magnitude_bound(norm_a, norm_b)
-    assert got.item() == plain._crt_magnitude_bound(norm_a, norm_b).item()
-    assert est.exact_entry_bound() == plain.exact_entry_bound()
-
-
-@pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("n", [30, 61])  # the kept digits' path, and the operator's past 2k/3
 @pytest.mark.parametrize("with_exponents", [False, True], ids=["first", "exponents-kept"])
-def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, monkeypatch):
-    """ozaki::crt_kept_plan_reads returns, bit for bit, what KeptEstimates computes part by part:
-    bt's statistics, norm scales and usable rows, -crt_magnitude from the kept digits (or the
-    operator past 2k/3), both operands' row bounds and, once A's column exponents are kept, the
-    entry bound's sum; zero and NaN rows and columns included, over several column blocks."""
+def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents):
+    """ozaki::crt_kept_plan_reads, from A's kept parts, returns, bit for bit, what the plan reads
+    from A itself (Estimates): bt's statistics, norm scales and usable rows, -crt_magnitude (from
+    the kept digits, or the operator past 2k/3), both operands' row bounds and, once A's column
+    exponents are kept, the entry bound's sum; zero and NaN rows and columns included."""
     A, B = phi_pair(40, 90, n, 2.0, seed=n, device=device)
     A[5] = 0.0
     A[7, 3] = float("nan")
@@ -189,17 +169,18 @@ def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, 
     B[2, 6] = float("inf")
     bt = row_operand(B.mT)
     expected_stats, expected_norm = _ops.row_stats_with_norm_scales(bt)
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
+    plain = Estimates(A, bt, stats_a, expected_stats, norms=(norm_a, expected_norm))
+    expected = plain._magnitude_values(norm_a, expected_norm)
+    if with_exponents:
+        expected = torch.cat([expected, plain._entry_bound_sum().reshape(1)])
     with ozaki.prepare(A) as kept:
-        parts = KeptEstimates(kept, bt, expected_stats, expected_norm)
-        if with_exponents:
-            parts.exact_entry_bound()  # keeps A's column exponents
-        stats_a, norm_a = kept.stats_and_norms()
-        monkeypatch.setattr("ozaki.product._BOUND_CHUNK_ENTRIES", 1)  # one column per block
-        expected = parts._magnitude_values(norm_a, expected_norm)
+        if with_exponents:  # kept once a product needs exact scheme II's entry bound
+            KeptEstimates(kept, bt, expected_stats, expected_norm).exact_entry_bound()
         digits = kept.usable_digits() if 3 * n <= 2 * 90 else torch.empty(
             (0, 90), dtype=torch.int8, device=device)
         stats_b, norm_b, values = _ops.crt_kept_plan_reads(
-            kept.rows(), stats_a, norm_a, digits, kept.row_bounds(),
+            kept.rows(), *kept.stats_and_norms(), digits, kept.row_bounds(),
             kept.known_column_exponents(), bt)
     for got, want in zip((*stats_b, norm_b, stats_b.usable),
                          (*expected_stats, expected_norm, expected_stats.usable)):
@@ -233,9 +214,10 @@ def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
     stats_b, norm_b = _ops.row_stats_with_norm_scales(bt)
     stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
     with ozaki.prepare(A) as kept:
-        got = KeptEstimates(kept, bt, stats_b, norm_b)._crt_magnitude_bound(norm_a, norm_b)
+        got = _ops.crt_kept_plan_reads(kept.rows(), *kept.stats_and_norms(), kept.usable_digits(),
+                                       kept.row_bounds(), None, bt)[2][0]
     expected = Estimates(A, bt, stats_a, stats_b)._crt_magnitude_bound(norm_a, norm_b)
-    assert got.item() == expected.item() == float("inf")
+    assert -got.item() == expected.item() == float("inf")
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -338,8 +320,8 @@ def test_entry_bound_is_read_with_the_estimate_once_a_product_needed_it(device):
         first = ozaki.dgemm(A, B1)
         assert kept.has_column_exponents()
         bt = row_operand(B2.mT)
-        stats_b, norm_b = _ops.row_stats_with_norm_scales(bt)
-        est = KeptEstimates(kept, bt, stats_b, norm_b)
+        est = _kept_estimates(kept, bt, Options())  # as the default call reads them
+        stats_b, norm_b = est.stats_b, est.norm_scales()[1]
         est.crt_magnitude(*est.norm_scales())
         assert est._entry_sum is not None  # read along
         stats_a, norm_a = _ops.row_stats_with_norm_scales(A)

@@ -345,10 +345,10 @@ def _kept_estimates(kept, bt, options):
 
 
 class KeptEstimates(Estimates):
-    """Estimates of a product whose left operand has kept parts (ozaki.prepare): its magnitude
-    digits and column exponents come from them, the same values Estimates computes. values: as
-    Estimates', from ozaki::crt_kept_plan_reads (with the entry bound's sum where A's column
-    exponents were kept)."""
+    """Estimates of a product whose left operand has kept parts (ozaki.prepare): its row bounds
+    and column exponents (and, through ozaki::crt_kept_plan_reads, its magnitude digits) come from
+    them, the same values Estimates computes. values: as Estimates', from crt_kept_plan_reads
+    (with the entry bound's sum where A's column exponents were kept)."""
 
     def __init__(self, kept, bt, stats_b, norm_b=None, values=None):
         stats_a, norm_a = kept.stats_and_norms()
@@ -360,13 +360,9 @@ class KeptEstimates(Estimates):
         return self.kept.column_exponents(super()._column_exponents_a)
 
     def _magnitude_values(self, norm_a, norm_b, floor=False):
-        """Also exact_entry_bound's sum, in the same device-to-host read, where A's kept column
-        exponents show that an earlier product needed it (one device: combine_max is the
-        identity, so the sum passes through it unchanged); no floor (it is never asked for)."""
-        values = super()._magnitude_values(norm_a, norm_b)
-        if values is self._values or not self.kept.has_column_exponents():
-            return values
-        return torch.cat([values, self._entry_bound_sum().reshape(1)])
+        """No floor (never asked for: see exact_entry_bound_exceeds); the entry bound's sum comes
+        with the values where ozaki::crt_kept_plan_reads read them."""
+        return super()._magnitude_values(norm_a, norm_b)
 
     def exact_entry_bound_exceeds(self, limit):
         """Never: A's part of the entry bound (its column exponents) is computed once and kept,
@@ -381,30 +377,6 @@ class KeptEstimates(Estimates):
 
     def _row_bounds(self, norm_a, norm_b):
         return self.kept.row_bounds(), _ops.crt_row_bounds(self.stats_b, norm_b)
-
-    def _crt_magnitude_bound(self, norm_a, norm_b):
-        """ozaki::crt_magnitude from the kept digits of a's usable rows and those of bt: the
-        smallest exact digit product over usable pairs times 2^(-2 g), a block of columns at a
-        time (INT32 products, unusable columns set above every product). For n > 2k/3 the
-        operator itself, whose single pass over the m x n products then costs less than the two
-        extra passes here save (a's digit pass: 8 bytes per entry of a)."""
-        if 3 * self.bt.shape[0] > 2 * self.k:
-            return super()._crt_magnitude_bound(norm_a, norm_b)
-        digits_a = self.kept.usable_digits()
-        inf = torch.full((), float("inf"), dtype=torch.float64, device=self.a.device)
-        if digits_a.shape[0] == 0:
-            return inf
-        digits_b = _ops.crt_magnitude_digits(self.bt, self.stats_b[0], norm_b)
-        unusable_b = ~_usable_rows(self.stats_b)
-        above = torch.iinfo(torch.int32).max  # digit products are at most 127^2 k < 2^31 - 1
-        cols = max(1, _BOUND_CHUNK_ENTRIES // digits_a.shape[0])
-        smallest = None
-        for j0 in range(0, self.bt.shape[0], cols):
-            products = _ops.int8_matmul(digits_a, digits_b[j0:j0 + cols])
-            part = products.masked_fill_(unusable_b[j0:j0 + cols], above).amin()
-            smallest = part if smallest is None else torch.minimum(smallest, part)
-        scale = 2.0 ** (-2 * crt.magnitude_gain(self.k))
-        return torch.where(smallest == above, inf, smallest.double() * scale)
 
 
 #: Entries that _column_exponents reads at once (its temporaries take 12 bytes per entry).
