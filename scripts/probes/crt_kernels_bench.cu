@@ -16,18 +16,12 @@
 
 #include "../../csrc/crt.h"
 #include "check.cuh"
+#include "random_x.cuh"
 
 using namespace ozaki;
 
 
 // ---- valid residue products -----------------------------------------------------------------
-
-__device__ uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Entry t: X random with |X| < 2^bits, bits random up to max_bits (< log2 P - 1: |X| < P/2) and
 // often max_bits itself, some zeros; R_i = y_i X mod p_i plus a random multiple of p_i within
@@ -36,27 +30,11 @@ template <int N>
 __global__ void make_products(int32_t* products, int64_t plane, int max_bits, uint64_t seed) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < plane;
        t += int64_t(gridDim.x) * blockDim.x) {
-    const uint64_t h0 = mix(seed ^ (t * 3)), h1 = mix(seed ^ (t * 3 + 1));
-    const uint64_t h2 = mix(seed ^ (t * 3 + 2));
-    int bits = static_cast<int>(h2 % (max_bits + 1));
-    if (h2 % 97 == 0) bits = 0;
-    if (h2 % 5 == 0) bits = max_bits;  // many near the top
-    uint64_t low = h0, high = h1;
-    if (bits <= 64) {
-      high = 0;
-      low = bits == 64 ? low : (bits == 0 ? 0 : low & ((uint64_t(1) << bits) - 1));
-    } else {
-      high &= (uint64_t(1) << (bits - 64)) - 1;
-    }
-    const bool negative = (h2 >> 40) & 1;
+    const RandomX x_value = random_x(seed, t, max_bits);
     for_each_modulus<N>([&](auto index) {
       constexpr int i = decltype(index)::value;
       constexpr int64_t p = kModuli[i];
-      // X mod p from high 2^64 + low: 2^64 mod p = ((2^32 mod p)^2) mod p
-      const int64_t two32 = (int64_t(1) << 32) % p;
-      const int64_t two64 = two32 * two32 % p;
-      int64_t x = ((static_cast<int64_t>(high % p) * two64) + static_cast<int64_t>(low % p)) % p;
-      if (negative) x = (p - x) % p;
+      const int64_t x = residue_of_x(x_value, p);
       const int64_t r = x * CrtTerm<N, i>::inverse % p;
       const int64_t span = ((int64_t(1) << 31) - (int64_t(1) << 14)) / p - 1;
       const uint64_t h = mix(seed ^ (t * 31 + i + 7));

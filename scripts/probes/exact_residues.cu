@@ -13,13 +13,10 @@
 #include <vector>
 #include "../../csrc/crt_exact.h"
 #include "check.cuh"
+#include "random_x.cuh"
 using namespace ozaki;
 
 constexpr int kGroup = 8;
-__device__ uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31);
-}
 // kernel-matrix-like entries exp(-r), r in [0, 40), random sign
 __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count; t += int64_t(gridDim.x) * blockDim.x) {

@@ -13,33 +13,18 @@
 #include <vector>
 #include "../../csrc/crt.h"
 #include "check.cuh"
+#include "random_x.cuh"
 using namespace ozaki;
 
-__device__ uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 // valid reduced residues of X, |X| < 2^(log2P-1)
 template <int N>
 __global__ void make_bytes(uint8_t* bytes, int64_t plane, int max_bits, uint64_t seed, bool near_top) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < plane; t += int64_t(gridDim.x) * blockDim.x) {
-    const uint64_t h0 = mix(seed ^ (t * 3)), h1 = mix(seed ^ (t * 3 + 1)), h2 = mix(seed ^ (t * 3 + 2));
-    int bits = static_cast<int>(h2 % (max_bits + 1));
-    if (h2 % 97 == 0) bits = 0;
-    if (h2 % 5 == 0) bits = max_bits;
-    if (near_top) bits = max_bits - static_cast<int>(h2 % 9);
-    uint64_t low = h0, high = h1;
-    if (bits <= 64) { high = 0; low = bits == 64 ? low : (bits == 0 ? 0 : low & ((uint64_t(1) << bits) - 1)); }
-    else high &= (uint64_t(1) << (bits - 64)) - 1;
-    const bool negative = (h2 >> 40) & 1;
+    const RandomX x_value = random_x(seed, t, max_bits, near_top);
     for_each_modulus<N>([&](auto index) {
       constexpr int i = decltype(index)::value;
       constexpr int64_t p = kModuli[i];
-      const int64_t two32 = (int64_t(1) << 32) % p, two64 = two32 * two32 % p;
-      int64_t x = ((static_cast<int64_t>(high % p) * two64) + static_cast<int64_t>(low % p)) % p;
-      if (negative) x = (p - x) % p;
+      const int64_t x = residue_of_x(x_value, p);
       bytes[i * plane + t] = static_cast<uint8_t>(x * CrtTerm<N, i>::inverse % p);
     });
   }
