@@ -220,6 +220,21 @@ inline void check_crt_row_scales_arguments(const at::Tensor& norm_scales, const 
               "], got ", t);
 }
 
+// The arguments of ozaki::crt_wide_exponents: four contiguous vectors of one length, int32 but for
+// the bool usable, and a budget t in [0, 2^12].
+inline void check_crt_wide_exponents_arguments(const at::Tensor& norm_scales, const at::Tensor& tau,
+                                               const at::Tensor& bit_span, const at::Tensor& usable,
+                                               int64_t t, const char* op) {
+  TORCH_CHECK(norm_scales.dim() == 1, op, ": norm_scales must be 1-D, got ", norm_scales.dim(),
+              "-D of shape ", norm_scales.sizes());
+  const int64_t rows = norm_scales.size(0);
+  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  check_row_vector(usable, rows, at::kBool, op, "usable");
+  TORCH_CHECK(t >= 0 && t <= (1 << 12), op, ": t must be in [0, 4096], got ", t);
+}
+
 // The arguments of ozaki::crt_row_bounds: four contiguous vectors of one length, int32 but for
 // the bool nonfinite.
 inline void check_crt_row_bounds_arguments(const at::Tensor& tau, const at::Tensor& bit_span,
@@ -232,6 +247,56 @@ inline void check_crt_row_bounds_arguments(const at::Tensor& tau, const at::Tens
   check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
   check_row_vector(nonfinite, rows, at::kBool, op, "nonfinite");
   check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
+}
+
+// The arguments of ozaki::crt_kept_plan_reads: a (m, k) and bt (n, k) of one float dtype, a's kept
+// row vectors, digits int8 (m, k rounded up to kResidueRowAlign), bounds float64 (2,) and, where
+// given, column exponents int64 (k,).
+inline void check_kept_plan_reads_arguments(
+    const at::Tensor& a, const at::Tensor& tau_a, const at::Tensor& bit_span_a,
+    const at::Tensor& nonfinite_a, const at::Tensor& usable_a, const at::Tensor& norm_a,
+    const at::Tensor& digits_a, const at::Tensor& bounds_a,
+    const std::optional<at::Tensor>& column_exponents_a, const at::Tensor& bt, const char* op) {
+  check_matrix(a, op, "a");
+  check_matrix(bt, op, "bt");
+  TORCH_CHECK(a.size(1) == bt.size(1) && a.scalar_type() == bt.scalar_type(), op,
+              ": a and bt must have the same number of columns and dtype, got ", a.sizes(), " ",
+              a.scalar_type(), " and ", bt.sizes(), " ", bt.scalar_type());
+  const int64_t m = a.size(0), k = a.size(1);
+  check_row_vector(tau_a, m, at::kInt, op, "tau_a");
+  check_row_vector(bit_span_a, m, at::kInt, op, "bit_span_a");
+  check_row_vector(nonfinite_a, m, at::kBool, op, "nonfinite_a");
+  check_row_vector(usable_a, m, at::kBool, op, "usable_a");
+  check_row_vector(norm_a, m, at::kInt, op, "norm_a");
+  const int64_t width = (k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
+  TORCH_CHECK(digits_a.scalar_type() == at::kChar && digits_a.dim() == 2 &&
+                  digits_a.size(0) == m && digits_a.size(1) == width && digits_a.is_contiguous(),
+              op, ": digits_a must be contiguous int8 (", m, ", ", width, "), got ",
+              digits_a.scalar_type(), " ", digits_a.sizes());
+  TORCH_CHECK(bounds_a.scalar_type() == at::kDouble && bounds_a.dim() == 1 &&
+                  bounds_a.size(0) == 2 && bounds_a.is_contiguous(),
+              op, ": bounds_a must be float64 (2,) (crt_row_bounds), got ", bounds_a.scalar_type(),
+              " ", bounds_a.sizes());
+  if (column_exponents_a.has_value()) {
+    check_row_vector(*column_exponents_a, k, at::kLong, op, "column_exponents_a");
+  }
+}
+
+// The arguments of ozaki::crt_entry_bound_sum: two (elements, k) tensors of one dtype, int64 or
+// float64, with at least one element. Returns (elements, k).
+inline std::pair<int64_t, int64_t> check_entry_bound_sum_arguments(const at::Tensor& u,
+                                                                   const at::Tensor& v,
+                                                                   const char* op) {
+  TORCH_CHECK(u.dim() == 2 && u.sizes() == v.sizes() && u.size(0) >= 1, op,
+              ": exponents_a and exponents_b must be (elements, k) of one shape with at least one "
+              "element, got ", u.sizes(), " and ", v.sizes());
+  TORCH_CHECK((u.scalar_type() == at::kLong || u.scalar_type() == at::kDouble) &&
+                  v.scalar_type() == u.scalar_type(),
+              op, ": exponents_a and exponents_b must both be int64 or both float64, got ",
+              u.scalar_type(), " and ", v.scalar_type());
+  TORCH_CHECK(u.is_contiguous() && v.is_contiguous(), op,
+              ": exponents_a and exponents_b must be contiguous");
+  return {u.size(0), u.size(1)};
 }
 
 // The arguments of ozaki::crt_magnitude (k is checked: its digit products need k < 2^17).

@@ -532,6 +532,13 @@ OZAKI_HD int crt_row_scale_code(int norm_code, int tau, int span, int t) {
   return (exact ? whole * (1 << kScaleFractionBits) : norm_code) + t * (1 << kScaleFractionBits);
 }
 
+// Wide scheme II's exponent E of a row's scale 2^E <= c 2^t for its norm scale c (code norm_code),
+// floor(log2 c) + t, on usable rows; other rows (zero, or holding NaN/Inf: their entries of C are
+// patched) keep exact scheme II's bit_span - tau, which makes every entry an integer.
+OZAKI_HD int wide_row_exponent(int norm_code, int tau, int bit_span, bool usable, int t) {
+  return usable ? (norm_code >> kScaleFractionBits) + t : bit_span - tau;
+}
+
 // Exact scheme II's bound on a row's 2-norm once scaled to integers: 2^E ||row||_2 <= 2^E / c for
 // E = bit_span - tau (the exponent that makes every entry an integer) and the row's norm scale
 // c = g 2^e (code norm_code), as the float64 2^(E - e) / g with E - e clamped to [-1000, 1000] (a
@@ -541,6 +548,27 @@ OZAKI_HD double integer_norm_bound(int tau, int bit_span, int norm_code) {
   int64_t q = int64_t(bit_span) - tau - c.exponent;
   q = q < -1000 ? -1000 : (q > 1000 ? 1000 : q);
   return pow2(static_cast<int>(q)) / static_cast<double>(c.significand);
+}
+
+// Exact scheme II's entry bound sum_l 2^(u_l + v_l) (ozaki::crt_entry_bound_sum), in one fixed
+// order on every device: lane t adds the terms l = t, t + kSampleLanes, ... in turn
+// (entry_bound_lane_sum), then the lanes are added pairwise as sampled_magnitudes' are. A term's
+// exponent is clamped to [-1000, 900] so that the sum stays finite (a bound that large rules exact
+// scheme II out), and exponents below -2000 (a column with no nonzero entry: -10000) add nothing.
+// The exponents are integers, so u + v is exact in float64.
+OZAKI_HD double entry_bound_term(double exponent) {
+  if (exponent < -2000.0) return 0.0;
+  const double e = exponent < -1000.0 ? -1000.0 : (exponent > 900.0 ? 900.0 : exponent);
+  return pow2(static_cast<int>(e));
+}
+
+// Lane `lane` of `lanes`: the terms of the exponents exponent_of(l) = u_l + v_l (a double) for
+// l = lane, lane + lanes, ... added in turn.
+template <typename ExponentOf>
+OZAKI_HD double entry_bound_lane_sum(ExponentOf exponent_of, int64_t k, int lane, int lanes) {
+  double sum = 0.0;
+  for (int64_t l = lane; l < k; l += lanes) sum += entry_bound_term(exponent_of(l));
+  return sum;
 }
 
 // c 2^shift for the norm scale c of a row (its code) and shift near -log2(c): exact, as c's

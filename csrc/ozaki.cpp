@@ -57,6 +57,11 @@ TORCH_LIBRARY(ozaki, m) {
   // Per row: the code of its scale for budget 2^t (csrc/crt.h, crt_row_scale_code) from the code of
   // its norm scale and its row_stats tau and bit_span.
   m.def("crt_row_scales(Tensor norm_scales, Tensor tau, Tensor bit_span, int t) -> Tensor");
+  // Wide scheme II: per row, the int32 exponent E of its scale 2^E (csrc/crt.h,
+  // wide_row_exponent) for the budget 2^t, from its norm scale code, row_stats and usable flag.
+  m.def(
+      "crt_wide_exponents(Tensor norm_scales, Tensor tau, Tensor bit_span, Tensor usable, int t) "
+      "-> Tensor");
   // What the plan reads of a set of rows besides the estimate, float64 (2,): the largest
   // bit_span (0 for no rows), and exact scheme II's bound on the rows' 2-norms once scaled to
   // integers, the largest csrc/crt.h integer_norm_bound over the usable rows (bit_span > 0, no
@@ -80,17 +85,21 @@ TORCH_LIBRARY(ozaki, m) {
       "Tensor nonfinite_a, Tensor norm_a, Tensor usable_a, Tensor tau_b, Tensor bit_span_b, "
       "Tensor nonfinite_b, Tensor norm_b, Tensor usable_b, Tensor values)");
   // The same reads for a product whose left operand a (a matrix) is prepared (ozaki.prepare;
-  // csrc/plan_reads.cpp): from a's kept parts (row_stats_with_norm_scales of its rows, the magnitude
-  // digits of its usable rows, its crt_row_bounds and, once a product needed them, exact scheme
-  // II's column exponents) and bt: bt's row statistics, norm scales and usable rows, and float64
-  // values: -crt_magnitude, a's and bt's crt_row_bounds, then exact scheme II's entry bound sum
-  // where a's column exponents are given (ozaki/product.py, KeptEstimates). The digits are read
-  // only where n <= 2k/3 (else crt_magnitude runs on a itself; (0, k) digits may be passed).
+  // csrc/plan_reads.cpp, fused on CUDA): from a's kept parts (row_stats_with_norm_scales of its
+  // rows and their usable flags, the magnitude digits of its rows, int8 (m, k rounded up to
+  // kResidueRowAlign) with zeros past k, its crt_row_bounds and, once a product needed them, exact
+  // scheme II's column exponents) and bt: bt's row statistics, norm scales and usable rows, and
+  // float64 values: -crt_magnitude, a's and bt's crt_row_bounds, then crt_entry_bound_sum of a's
+  // and bt's column exponents where a's are given (ozaki/product.py, KeptEstimates).
   m.def(
       "crt_kept_plan_reads(Tensor a, Tensor tau_a, Tensor bit_span_a, Tensor nonfinite_a, "
-      "Tensor norm_a, Tensor usable_digits_a, Tensor bounds_a, Tensor? column_exponents_a, "
-      "Tensor bt) -> (Tensor tau_b, Tensor bit_span_b, Tensor nonfinite_b, Tensor norm_b, "
-      "Tensor usable_b, Tensor values)");
+      "Tensor usable_a, Tensor norm_a, Tensor digits_a, Tensor bounds_a, "
+      "Tensor? column_exponents_a, Tensor bt) -> (Tensor tau_b, Tensor bit_span_b, "
+      "Tensor nonfinite_b, Tensor norm_b, Tensor usable_b, Tensor values)");
+  // Exact scheme II's entry bound sum_l 2^(u_l + v_l) of column exponents u and v, int64 or
+  // float64 (elements, k) each, in csrc/crt.h's fixed order (the same bits on every device): the
+  // largest over the elements, a 0-d float64 tensor.
+  m.def("crt_entry_bound_sum(Tensor exponents_a, Tensor exponents_b) -> Tensor");
   // C = a @ bt.T from A' = RN(a_i c_a_i), B' = RN(bt_j c_b_j) (scale codes scale_a, scale_b): A'B'
   // exactly from INT8 residues of the first `moduli` moduli, rounded once as A'B' / (c_a_i c_b_j).
   // The scales must keep |A'B'| below P / 2. (m, n) or (batch, m, n). residues_a: a's residues

@@ -1,8 +1,8 @@
 // ozaki::crt_plan_reads and ozaki::crt_kept_plan_reads: everything the default scheme-II plan reads
 // from the device, computed by the operators that compute each part alone, composed here so that
 // the host dispatches one operator instead of a dozen or dozens (on a GPU, the host's dispatches
-// set the pace of small products and of products with a prepared operand). The CUDA backend has a
-// kernel of its own for crt_plan_reads (csrc/cuda/plan_reads.cu), which fuses the passes.
+// set the pace of small products and of products with a prepared operand). The CUDA backend has
+// kernels of its own for both (csrc/cuda/plan_reads.cu), which fuse the passes.
 #include "plan_reads.h"
 
 #include <ATen/ATen.h>
@@ -15,6 +15,7 @@
 #include <limits>
 #include <tuple>
 
+#include "checks.h"
 #include "crt.h"
 
 namespace ozaki {
@@ -67,30 +68,35 @@ const auto& magnitude_operator() {
 // _BOUND_CHUNK_ENTRIES).
 constexpr int64_t kBoundChunkEntries = int64_t(1) << 26;
 
-// crt_magnitude from a's kept digits (its usable rows' only): the least exact digit product over
-// usable pairs, times 2^(-2 g), a block of bt's columns at a time (their products with unusable
-// columns set above every product: 127^2 k < 2^31 - 1); +inf where no usable pair meets.
-at::Tensor magnitude_from_digits(const at::Tensor& usable_digits_a, const at::Tensor& bt,
-                                 const at::Tensor& tau_b, const at::Tensor& norm_b,
-                                 const at::Tensor& usable_b) {
+// crt_magnitude from a's kept digits (all its rows, width round_up(k, kResidueRowAlign)): the
+// least exact digit product over usable pairs, times 2^(-2 g), a block of bt's columns at a time
+// (products of unusable rows or columns set above every product: 127^2 k < 2^31 - 1); +inf where
+// no usable pair meets.
+at::Tensor magnitude_from_digits(const at::Tensor& digits_a, const at::Tensor& usable_a,
+                                 const at::Tensor& bt, const at::Tensor& tau_b,
+                                 const at::Tensor& norm_b, const at::Tensor& usable_b) {
   static const auto digits_op =
       find_operator<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t)>(
           "ozaki::crt_magnitude_digits");
   static const auto matmul_op = find_operator<at::Tensor(const at::Tensor&, const at::Tensor&)>(
       "ozaki::int8_matmul");
   const at::TensorOptions options = bt.options().dtype(at::kDouble);
-  if (usable_digits_a.size(0) == 0) {
+  const int64_t n = bt.size(0), k = bt.size(1);
+  if (digits_a.size(0) == 0 || n == 0) {
     return at::full({}, std::numeric_limits<double>::infinity(), options);
   }
-  const at::Tensor digits_b = digits_op.call(bt, tau_b, norm_b, 0);
-  const at::Tensor unusable_b = usable_b.logical_not();
-  const int64_t n = bt.size(0), k = bt.size(1);
-  const int64_t cols = std::max<int64_t>(1, kBoundChunkEntries / usable_digits_a.size(0));
+  const at::Tensor digits_b = at::constant_pad_nd(digits_op.call(bt, tau_b, norm_b, 0),
+                                                  {0, digits_a.size(1) - k});
+  const at::Tensor unusable_a = usable_a.logical_not().view({-1, 1});
+  const at::Tensor unusable_b = usable_b.logical_not().view({1, -1});
+  const int64_t cols = std::max<int64_t>(1, kBoundChunkEntries / digits_a.size(0));
   at::Tensor smallest;
   for (int64_t j0 = 0; j0 < n; j0 += cols) {
     const int64_t j1 = std::min(n, j0 + cols);
-    at::Tensor products = matmul_op.call(usable_digits_a, digits_b.slice(0, j0, j1));
-    const at::Tensor part = products.masked_fill_(unusable_b.slice(0, j0, j1), INT_MAX).amin();
+    at::Tensor products = matmul_op.call(digits_a, digits_b.slice(0, j0, j1));
+    const at::Tensor part =
+        products.masked_fill_(at::logical_or(unusable_a, unusable_b.slice(1, j0, j1)), INT_MAX)
+            .amin();
     smallest = smallest.defined() ? at::minimum(smallest, part) : part;
   }
   const double scale = pow2(-2 * crt_magnitude_gain(k));
@@ -120,52 +126,30 @@ at::Tensor column_exponents(const at::Tensor& x, const at::Tensor& tau, const at
   return largest;
 }
 
-// Exact scheme II's entry bound sum over l of 2^(u_l + v_l) in float64 for a's column exponents u
-// and bt's v (ozaki/product.py, Estimates._entry_bound_sum, for one matrix), 0-d.
+// crt_entry_bound_sum of a's and bt's column exponents (int64 (k,) each), 0-d.
 at::Tensor entry_bound_sum(const at::Tensor& exponents_a, const at::Tensor& exponents_b) {
-  const at::Tensor exponents =
-      (exponents_a.to(at::kDouble) + exponents_b.to(at::kDouble)).view({1, -1});
-  // 2^e from the bit pattern (ozaki/crt.py, power_of_two), exponents clamped to the normal range
-  const at::Tensor biased = exponents.clamp(-1000, 900).to(at::kLong) + 1023;
-  const at::Tensor powers = at::bitwise_left_shift(biased, 52).view(at::kDouble);
-  return powers.masked_fill(exponents < -2000, 0.0).sum(1).amax();
+  static const auto op = find_operator<at::Tensor(const at::Tensor&, const at::Tensor&)>(
+      "ozaki::crt_entry_bound_sum");
+  return op.call(exponents_a.view({1, -1}), exponents_b.view({1, -1}));
 }
 
 }  // namespace
 
 KeptPlanReads composed_crt_kept_plan_reads(
     const at::Tensor& a, const at::Tensor& tau_a, const at::Tensor& bit_span_a,
-    const at::Tensor& nonfinite_a, const at::Tensor& norm_a, const at::Tensor& usable_digits_a,
-    const at::Tensor& bounds_a, const std::optional<at::Tensor>& column_exponents_a,
-    const at::Tensor& bt) {
-  constexpr const char* op = "ozaki::crt_kept_plan_reads";
-  TORCH_CHECK(a.dim() == 2 && bt.dim() == 2 && a.size(1) == bt.size(1), op,
-              ": a and bt must be matrices with the same number of columns, got ", a.sizes(),
-              " and ", bt.sizes());
-  const int64_t k = a.size(1);
-  TORCH_CHECK(usable_digits_a.scalar_type() == at::kChar && usable_digits_a.dim() == 2 &&
-                  usable_digits_a.size(1) == k,
-              op, ": usable_digits_a must be int8 (rows, ", k, "), got ",
-              usable_digits_a.scalar_type(), " ", usable_digits_a.sizes());
-  TORCH_CHECK(bounds_a.scalar_type() == at::kDouble && bounds_a.dim() == 1 && bounds_a.size(0) == 2,
-              op, ": bounds_a must be float64 (2,) (crt_row_bounds), got ", bounds_a.scalar_type(),
-              " ", bounds_a.sizes());
-  const bool exponents_ok =
-      !column_exponents_a.has_value() ||
-      (column_exponents_a->scalar_type() == at::kLong && column_exponents_a->dim() == 1 &&
-       column_exponents_a->size(0) == k);
-  TORCH_CHECK(exponents_ok,
-              op, ": column_exponents_a must be None or int64 (", k, ",), got ",
-              column_exponents_a.has_value() ? column_exponents_a->sizes() : at::IntArrayRef{});
+    const at::Tensor& nonfinite_a, const at::Tensor& usable_a, const at::Tensor& norm_a,
+    const at::Tensor& digits_a, const at::Tensor& bounds_a,
+    const std::optional<at::Tensor>& column_exponents_a, const at::Tensor& bt) {
+  check_kept_plan_reads_arguments(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a, digits_a,
+                                  bounds_a, column_exponents_a, bt, "ozaki::crt_kept_plan_reads");
   auto [tau_b, span_b, nonfinite_b, norm_b] = row_stats_operator().call(bt);
   at::Tensor usable_b = usable_rows(span_b, nonfinite_b);
   // For n > 2k/3 the operator's single pass over the m x n products costs less than the two
-  // extra passes the kept digits save (a's digit pass: 8 bytes per entry of a).
+  // passes over them (mask, minimum) that the kept digits need.
   const at::Tensor magnitude =
       3 * bt.size(0) > 2 * bt.size(1)
-          ? magnitude_operator().call(a, bt, tau_a, tau_b, norm_a, norm_b,
-                                      usable_rows(bit_span_a, nonfinite_a), usable_b)
-          : magnitude_from_digits(usable_digits_a, bt, tau_b, norm_b, usable_b);
+          ? magnitude_operator().call(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b)
+          : magnitude_from_digits(digits_a, usable_a, bt, tau_b, norm_b, usable_b);
   std::vector<at::Tensor> values{magnitude.neg().reshape({1}), bounds_a,
                                  row_bounds_operator().call(tau_b, span_b, nonfinite_b, norm_b)};
   if (column_exponents_a.has_value()) {

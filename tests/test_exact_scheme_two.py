@@ -266,3 +266,54 @@ def test_column_exponents(device, shape, chunked, monkeypatch):
     got = _column_exponents(x, stats)
     assert got.dtype == torch.int64
     assert got.cpu().tolist() == column_exponents_reference(x.cpu())
+
+
+def entry_bound_sum_reference(u, v):
+    """crt_entry_bound_sum in Python floats (IEEE float64): per element, lane t adds the terms
+    l = t, t + 128, ... in turn, the 128 lanes are added pairwise, and the largest element wins."""
+    sums = []
+    for ue, ve in zip(u.tolist(), v.tolist()):
+        lanes = [0.0] * 128
+        for l, (x, y) in enumerate(zip(ue, ve)):
+            e = float(x) + float(y)
+            lanes[l % 128] += 0.0 if e < -2000 else 2.0 ** min(max(e, -1000), 900)
+        stride = 64
+        while stride:
+            lanes[:stride] = [lanes[t] + lanes[t + stride] for t in range(stride)]
+            stride //= 2
+        sums.append(lanes[0])
+    return max(sums)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 127), (1, 1000), (3, 300)])
+def test_entry_bound_sum_is_one_order_on_every_device(device, dtype, shape):
+    """ozaki::crt_entry_bound_sum adds in csrc/crt.h's fixed order (bit for bit the reference's),
+    with exponents spread so that the order changes the rounding, clamped ones (below -1000, above
+    900) and empty columns (-10000, adding nothing); within k roundings of the exact sum."""
+    u = torch.randint(-70, 70, shape, generator=seeded(43))
+    v = torch.randint(-70, 70, shape, generator=seeded(44))
+    u[..., ::7] = -10000
+    u[..., 1::11] = 1200
+    v[..., 2::13] = -1500
+    got = ozaki._ops.crt_entry_bound_sum(u.to(device, dtype), v.to(device, dtype))
+    assert got.dtype == torch.float64 and got.dim() == 0
+    expected = entry_bound_sum_reference(u, v)
+    assert got.item() == expected
+    exact = max(sum(Fraction(2) ** min(max(x + y, -1000), 900) for x, y in zip(ue, ve)
+                    if x + y >= -2000) for ue, ve in zip(u.tolist(), v.tolist()))
+    assert abs(Fraction(expected) - exact) <= exact * Fraction(shape[1], 1 << 52)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_entry_bound_sum_names_a_bad_argument(device):
+    u = torch.zeros(2, 5, dtype=torch.int64, device=device)
+    with pytest.raises(RuntimeError, match=r"exponents_a and exponents_b must be \(elements, k\) of "
+                                           r"one shape with at least one element, got \[2, 5\] and "
+                                           r"\[2, 4\]"):
+        ozaki._ops.crt_entry_bound_sum(u, u[:, :4].contiguous())
+    with pytest.raises(RuntimeError, match=r"must both be int64 or both float64, got Long and Int"):
+        ozaki._ops.crt_entry_bound_sum(u, u.int())
+    with pytest.raises(RuntimeError, match=r"at least one element, got \[0, 5\]"):
+        ozaki._ops.crt_entry_bound_sum(u[:0], u[:0])

@@ -155,7 +155,8 @@ def test_left_residues_are_the_same_on_cpu_and_cuda(exact, moduli, dtype):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("n", [30, 61])  # the kept digits' path, and the operator's past 2k/3
+# the kept digits' path, the operator's past 2k/3, and on CUDA bt's column exponents in 16 parts
+@pytest.mark.parametrize("n", [30, 61, 600])
 @pytest.mark.parametrize("with_exponents", [False, True], ids=["first", "exponents-kept"])
 def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents):
     """ozaki::crt_kept_plan_reads, from A's kept parts, returns, bit for bit, what the plan reads
@@ -177,10 +178,8 @@ def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents):
     with ozaki.prepare(A) as kept:
         if with_exponents:  # kept once a product needs exact scheme II's entry bound
             KeptEstimates(kept, bt, expected_stats, expected_norm).exact_entry_bound()
-        digits = kept.usable_digits() if 3 * n <= 2 * 90 else torch.empty(
-            (0, 90), dtype=torch.int8, device=device)
         stats_b, norm_b, values = _ops.crt_kept_plan_reads(
-            kept.rows(), *kept.stats_and_norms(), digits, kept.row_bounds(),
+            kept.rows(), *kept.stats_and_norms(), kept.magnitude_digits(), kept.row_bounds(),
             kept.known_column_exponents(), bt)
     for got, want in zip((*stats_b, norm_b, stats_b.usable),
                          (*expected_stats, expected_norm, expected_stats.usable)):
@@ -193,13 +192,18 @@ def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents):
 def test_kept_plan_reads_name_a_bad_argument():
     a, bt = torch.rand(4, 6, dtype=torch.float64), torch.rand(3, 6, dtype=torch.float64)
     (stats, norm) = _ops.row_stats_with_norm_scales(a)
-    digits = torch.zeros(4, 6, dtype=torch.int8)
+    digits = torch.zeros(4, 16, dtype=torch.int8)
     bounds = _ops.crt_row_bounds(stats, norm)
-    with pytest.raises(RuntimeError, match=r"column_exponents_a must be None or int64 \(6,\)"):
+    with pytest.raises(RuntimeError, match=r"column_exponents_a must be a contiguous 1-D Long "
+                                           r"tensor of length 6, got \[1\] Long"):
         _ops.crt_kept_plan_reads(a, stats, norm, digits, bounds, torch.zeros(1, dtype=torch.int64),
                                  bt)
-    with pytest.raises(RuntimeError, match=r"same number of columns, got \[4, 6\] and \[3, 5\]"):
+    with pytest.raises(RuntimeError, match=r"same number of columns and dtype, got \[4, 6\] Double "
+                                           r"and \[3, 5\] Double"):
         _ops.crt_kept_plan_reads(a, stats, norm, digits, bounds, None, bt[:, :5].contiguous())
+    with pytest.raises(RuntimeError, match=r"digits_a must be contiguous int8 \(4, 16\), got Char "
+                                           r"\[4, 6\]"):
+        _ops.crt_kept_plan_reads(a, stats, norm, digits[:, :6].contiguous(), bounds, None, bt)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
@@ -214,8 +218,8 @@ def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
     stats_b, norm_b = _ops.row_stats_with_norm_scales(bt)
     stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
     with ozaki.prepare(A) as kept:
-        got = _ops.crt_kept_plan_reads(kept.rows(), *kept.stats_and_norms(), kept.usable_digits(),
-                                       kept.row_bounds(), None, bt)[2][0]
+        got = _ops.crt_kept_plan_reads(kept.rows(), *kept.stats_and_norms(),
+                                       kept.magnitude_digits(), kept.row_bounds(), None, bt)[2][0]
     expected = Estimates(A, bt, stats_a, stats_b)._crt_magnitude_bound(norm_a, norm_b)
     assert -got.item() == expected.item() == float("inf")
 

@@ -48,13 +48,21 @@ def slices_args(device, batch=None, int8=False, nearest=False):
 
 
 def kept_plan_reads_args(device, exponents=False):
-    """crt_kept_plan_reads' arguments: a's parts as ozaki.prepare keeps them (its usable rows'
-    magnitude digits, its row bounds, its column exponents as int64 (k,) or None) and bt."""
+    """crt_kept_plan_reads' arguments: a's parts as ozaki.prepare keeps them (its usable rows, the
+    magnitude digits of its rows padded to 16 columns, its row bounds, its column exponents as
+    int64 (k,) or None) and bt."""
     a, bt, sa, _, norm_a, _, usable_a, _ = row_operands(device)
-    digits = _ops.crt_magnitude_digits(a, sa[0], norm_a)[usable_a]
+    digits = _ops.crt_magnitude_digits(a, sa[0], norm_a)
+    digits = torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16))
     bounds = _ops.crt_row_bounds(sa, norm_a)
     column = torch.arange(a.shape[-1], device=device, dtype=torch.int64) if exponents else None
-    return (a, *sa, norm_a, digits, bounds, column, bt)
+    return (a, *sa, usable_a, norm_a, digits, bounds, column, bt)
+
+
+def entry_bound_sum_args(device, dtype=torch.int64):
+    exponents = torch.randint(-30, 30, (2, 2, 40), device=device).to(dtype)
+    exponents[0, 0, 3] = -10000
+    return tuple(exponents)
 
 
 def crt_args(device, batch=None, count=8):
@@ -149,12 +157,18 @@ OPCHECK_CASES = {
     "row_stats_with_norm_scales": (OPS.row_stats_with_norm_scales, lambda d: (row_operands(d)[0],)),
     "crt_row_scales": (OPS.crt_row_scales,
                        lambda d: (row_operands(d)[4], *row_operands(d)[2][:2], 30)),
+    "crt_wide_exponents": (OPS.crt_wide_exponents,
+                           lambda d: (row_operands(d)[4], *row_operands(d)[2][:2],
+                                      row_operands(d)[6], 40)),
     "crt_row_bounds": (OPS.crt_row_bounds, lambda d: (*row_operands(d)[2], row_operands(d)[4])),
     "crt_plan_reads": (OPS.crt_plan_reads, lambda d: row_operands(d)[:2]),
     "crt_plan_reads-batched": (OPS.crt_plan_reads, lambda d: row_operands(d, 2)[:2]),
     "crt_kept_plan_reads": (OPS.crt_kept_plan_reads, kept_plan_reads_args),
     "crt_kept_plan_reads-exponents": (OPS.crt_kept_plan_reads,
                                       lambda d: kept_plan_reads_args(d, True)),
+    "crt_entry_bound_sum": (OPS.crt_entry_bound_sum, entry_bound_sum_args),
+    "crt_entry_bound_sum-float64": (OPS.crt_entry_bound_sum,
+                                    lambda d: entry_bound_sum_args(d, torch.float64)),
     "crt_magnitude": (OPS.crt_magnitude, crt_magnitude_args),
     "crt_magnitude-batched": (OPS.crt_magnitude, lambda d: crt_magnitude_args(d, 2)),
     "gemm_crt": (OPS.gemm_crt, crt_args),

@@ -64,6 +64,34 @@ def test_operator_rounds_scaled_entries_then_the_product_once(device, dtype):
         assert_bitwise_equal(C.cpu(), cpu)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("t", [0, 33, 140])
+def test_wide_exponents_are_the_norm_scales_times_the_budget(device, t):
+    """ozaki::crt_wide_exponents: floor(log2 c) + t for a usable row's norm scale c = (16 + f)
+    2^(e - 4) (code 16 e + f, e of either sign), exact scheme II's bit_span - tau for a zero row or
+    one holding NaN/Inf."""
+    A = phi_pair(9, 20, 1, 4.0, seed=33, device=device)[0]
+    A[2] = 0.0
+    A[4, 3] = float("nan")
+    A[5, 0] = float("-inf")
+    A[6] *= 2.0 ** 300
+    stats, norms = _ops.row_stats_with_norm_scales(A)
+    got = _ops.crt_wide_exponents(norms, stats, t)
+    assert got.dtype == torch.int32
+    for i, (code, tau, span) in enumerate(zip(norms.tolist(), stats[0].tolist(),
+                                              stats[1].tolist())):
+        c = crt.scale_value(code)
+        floor_log2 = c.numerator.bit_length() - c.denominator.bit_length()
+        if Fraction(2) ** floor_log2 > c:
+            floor_log2 -= 1
+        assert got[i].item() == (floor_log2 + t if i not in (2, 4, 5) else span - tau), i
+    with pytest.raises(RuntimeError, match=r"t must be in \[0, 4096\], got -1"):
+        _ops.crt_wide_exponents(norms, stats, -1)
+    with pytest.raises(RuntimeError, match=r"usable must be a contiguous 1-D Bool tensor of "
+                                           r"length 9, got \[8\] Bool"):
+        torch.ops.ozaki.crt_wide_exponents(norms, stats[0], stats[1], stats.usable[:8], 3)
+
+
 def componentwise_error(C, A, B):
     """max_ij |C - AB|_ij / (|A||B|)_ij against exact products."""
     exact = accuracy.exact_matmul(A.cpu(), B.cpu())

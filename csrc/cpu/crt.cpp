@@ -1,5 +1,5 @@
 // CPU kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
-// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, the bit-exact reference of the
+// ozaki::crt_row_scales, crt_wide_exponents, crt_magnitude and gemm_crt, the bit-exact reference of the
 // CUDA backend, and the k-shard operators row_norm_square_sums, crt_magnitude_digits,
 // crt_residue_products and crt_round. Residue products come from float64 GEMMs, exact because every
 // partial sum is an integer below 2^31.
@@ -94,6 +94,23 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
   int* codes = out.mutable_data_ptr<int>();
   for (int64_t i = 0; i < out.size(0); ++i) {
     codes[i] = crt_row_scale_code(norm[i], tau_in[i], span_in[i], static_cast<int>(t));
+  }
+  return out;
+}
+
+at::Tensor crt_wide_exponents(const at::Tensor& norm_scales, const at::Tensor& tau,
+                              const at::Tensor& bit_span, const at::Tensor& usable, int64_t t) {
+  check_crt_wide_exponents_arguments(norm_scales, tau, bit_span, usable, t,
+                                     "ozaki::crt_wide_exponents");
+  at::Tensor out = at::empty_like(norm_scales);
+  const int* norm = norm_scales.const_data_ptr<int>();
+  const int* tau_in = tau.const_data_ptr<int>();
+  const int* span_in = bit_span.const_data_ptr<int>();
+  const bool* usable_in = usable.const_data_ptr<bool>();
+  int* exponents = out.mutable_data_ptr<int>();
+  for (int64_t i = 0; i < out.size(0); ++i) {
+    exponents[i] =
+        wide_row_exponent(norm[i], tau_in[i], span_in[i], usable_in[i], static_cast<int>(t));
   }
   return out;
 }

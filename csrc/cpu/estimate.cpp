@@ -1,9 +1,11 @@
 // CPU kernels of ozaki::magnitude_product: an exact lower bound of (|A||B|)_ij
 // 2^-(tau_a_i + tau_b_j) in float64, from which the automatic slice count is planned
-// (docs/accuracy.md); and of ozaki::sampled_magnitudes, the fixed-count check's sample.
+// (docs/accuracy.md); of ozaki::sampled_magnitudes, the fixed-count check's sample; and of
+// ozaki::crt_entry_bound_sum, exact scheme II's entry bound.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -57,16 +59,22 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
 
 namespace {
 
-// Entry (r, c): the lanes of csrc/scheme.h's order, then their pairwise sum, as the CUDA kernel
-// adds them.
-template <typename T>
-double sampled_magnitude(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k) {
+// The kSampleLanes lane sums lane_sum(t), added pairwise in csrc/scheme.h's order, as the CUDA
+// kernels add them.
+template <typename LaneSum>
+double lanes_added_pairwise(LaneSum lane_sum) {
   double lanes[kSampleLanes];
-  for (int t = 0; t < kSampleLanes; ++t) lanes[t] = sampled_lane_sum(a_row, tau_a, b_row, tau_b, k, t);
+  for (int t = 0; t < kSampleLanes; ++t) lanes[t] = lane_sum(t);
   for (int stride = kSampleLanes / 2; stride > 0; stride /= 2) {
     for (int t = 0; t < stride; ++t) lanes[t] = lanes[t] + lanes[t + stride];
   }
   return lanes[0];
+}
+
+template <typename T>
+double sampled_magnitude(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k) {
+  return lanes_added_pairwise(
+      [&](int t) { return sampled_lane_sum(a_row, tau_a, b_row, tau_b, k, t); });
 }
 
 }  // namespace
@@ -107,6 +115,28 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
     });
   });
   return out;
+}
+
+at::Tensor crt_entry_bound_sum(const at::Tensor& exponents_a, const at::Tensor& exponents_b) {
+  constexpr const char* op = "ozaki::crt_entry_bound_sum";
+  const auto [elements, k] = check_entry_bound_sum_arguments(exponents_a, exponents_b, op);
+  double largest = 0.0;
+  const auto each_element = [&](const auto* u, const auto* v) {
+    for (int64_t e = 0; e < elements; ++e) {
+      const auto exponent_of = [&](int64_t l) {
+        return static_cast<double>(u[e * k + l]) + static_cast<double>(v[e * k + l]);
+      };
+      const double sum = lanes_added_pairwise(
+          [&](int t) { return entry_bound_lane_sum(exponent_of, k, t, kSampleLanes); });
+      largest = e == 0 ? sum : std::max(largest, sum);
+    }
+  };
+  if (exponents_a.scalar_type() == at::kLong) {
+    each_element(exponents_a.const_data_ptr<int64_t>(), exponents_b.const_data_ptr<int64_t>());
+  } else {
+    each_element(exponents_a.const_data_ptr<double>(), exponents_b.const_data_ptr<double>());
+  }
+  return at::scalar_tensor(largest, exponents_a.options().dtype(at::kDouble));
 }
 
 }  // namespace ozaki::cpu

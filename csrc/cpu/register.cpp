@@ -11,12 +11,14 @@ TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("split_rows", &split_rows);
   m.impl("magnitude_product", &magnitude_product);
   m.impl("sampled_magnitudes", &sampled_magnitudes);
+  m.impl("crt_entry_bound_sum", &crt_entry_bound_sum);
   m.impl("gemm_slices", &gemm_slices);
   m.impl("slice_levels", &slice_levels);
   m.impl("round_levels", &round_levels);
   m.impl("row_norm_scales", &row_norm_scales);
   m.impl("row_stats_with_norm_scales", &row_stats_with_norm_scales);
   m.impl("crt_row_scales", &crt_row_scales);
+  m.impl("crt_wide_exponents", &crt_wide_exponents);
   m.impl("crt_row_bounds", &crt_row_bounds);
   m.impl("row_norm_square_sums", &row_norm_square_sums);
   m.impl("crt_magnitude", &crt_magnitude);

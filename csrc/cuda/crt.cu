@@ -1,5 +1,5 @@
 // CUDA kernels of Ozaki scheme II (csrc/crt.h): ozaki::row_norm_scales (alone or with row_stats),
-// ozaki::crt_row_scales, ozaki::crt_magnitude and ozaki::gemm_crt, and the k-shard operators
+// ozaki::crt_row_scales, crt_wide_exponents, crt_magnitude and gemm_crt, and the k-shard operators
 // row_norm_square_sums, crt_magnitude_digits, crt_residue_products and crt_round.
 //
 // Per chunk of rows of A and columns of B: one pass over each operand writes all its INT8 residues
@@ -111,7 +111,7 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
                                                          "ozaki::row_norm_square_sums");
 }
 
-// ---- row_stats_with_norm_scales, crt_row_scales ------------------------------------------------
+// ---- row_stats_with_norm_scales, crt_row_scales, crt_wide_exponents ----------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
     const at::Tensor& a) {
@@ -157,6 +157,36 @@ at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
   row_scales_kernel<<<grid_for(rows, threads), threads, 0, at::cuda::getCurrentCUDAStream()>>>(
       norm_scales.const_data_ptr<int>(), tau.const_data_ptr<int>(), bit_span.const_data_ptr<int>(),
       rows, static_cast<int>(t), out.mutable_data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+namespace {
+
+__global__ void wide_exponents_kernel(const int* norm_scales, const int* tau, const int* bit_span,
+                                      const bool* usable, int64_t rows, int t, int* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    out[i] = wide_row_exponent(norm_scales[i], tau[i], bit_span[i], usable[i], t);
+  }
+}
+
+}  // namespace
+
+at::Tensor crt_wide_exponents(const at::Tensor& norm_scales, const at::Tensor& tau,
+                              const at::Tensor& bit_span, const at::Tensor& usable, int64_t t) {
+  constexpr const char* op = "ozaki::crt_wide_exponents";
+  check_crt_wide_exponents_arguments(norm_scales, tau, bit_span, usable, t, op);
+  check_same_device(norm_scales, {&tau, &bit_span, &usable}, op);
+  const c10::cuda::CUDAGuard guard(norm_scales.device());
+  at::Tensor out = at::empty_like(norm_scales);
+  const int64_t rows = out.size(0);
+  if (rows == 0) return out;
+  constexpr int threads = 256;
+  wide_exponents_kernel<<<grid_for(rows, threads), threads, 0,
+                          at::cuda::getCurrentCUDAStream()>>>(
+      norm_scales.const_data_ptr<int>(), tau.const_data_ptr<int>(), bit_span.const_data_ptr<int>(),
+      usable.const_data_ptr<bool>(), rows, static_cast<int>(t), out.mutable_data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

@@ -2,7 +2,8 @@
 // (|A||B|)_ij 2^-(tau_a_i + tau_b_j) in float64, from which the automatic slice count is planned
 // (docs/accuracy.md). Magnitudes are floored onto a grid that keeps the FP16 GEMMs exact, so the
 // result is bit-identical to the CPU kernel's. And of ozaki::sampled_magnitudes, the fixed-count
-// check's sample, summed in the CPU kernel's order.
+// check's sample, and ozaki::crt_entry_bound_sum, exact scheme II's entry bound, both summed in the
+// CPU kernel's order.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,6 +17,7 @@
 #include "half_gemm.cuh"
 #include "launch.cuh"
 #include "ops.h"
+#include "plan_rows.cuh"
 
 namespace ozaki::cuda {
 namespace {
@@ -111,12 +113,25 @@ __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, cons
   }
   const int t = threadIdx.x;
   lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], bt + j * k, rows.tau_b[j], k, t);
-  __syncthreads();
-  for (int stride = kSampleLanes / 2; stride > 0; stride /= 2) {
-    if (t < stride) lanes[t] = lanes[t] + lanes[t + stride];
-    __syncthreads();
+  const double total = lanes_added_pairwise(lanes);
+  if (t == 0) out[pair] = sampled_entry(total, i, j, rows);
+}
+
+// One block of kSampleLanes threads: crt_entry_bound_sum of each element's exponents in turn, the
+// largest written to *out.
+template <typename E>
+__global__ void entry_bound_sum_kernel(const E* u, const E* v, int64_t elements, int64_t k,
+                                       double* out) {
+  double largest = 0.0;
+  for (int64_t e = 0; e < elements; ++e) {
+    const double sum = block_entry_bound_sum(
+        [&](int64_t l) {
+          return static_cast<double>(u[e * k + l]) + static_cast<double>(v[e * k + l]);
+        },
+        k);
+    largest = e == 0 ? sum : fmax(largest, sum);
   }
-  if (t == 0) out[pair] = sampled_entry(lanes[0], i, j, rows);
+  if (threadIdx.x == 0) *out = largest;
 }
 
 }  // namespace
@@ -148,6 +163,26 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
             count_b, out.mutable_data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+  return out;
+}
+
+at::Tensor crt_entry_bound_sum(const at::Tensor& exponents_a, const at::Tensor& exponents_b) {
+  constexpr const char* op = "ozaki::crt_entry_bound_sum";
+  const auto [elements, k] = check_entry_bound_sum_arguments(exponents_a, exponents_b, op);
+  check_same_device(exponents_a, {&exponents_b}, op);
+  const c10::cuda::CUDAGuard guard(exponents_a.device());
+  at::Tensor out = at::empty({}, exponents_a.options().dtype(at::kDouble));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (exponents_a.scalar_type() == at::kLong) {
+    entry_bound_sum_kernel<int64_t><<<1, kSampleLanes, 0, stream>>>(
+        exponents_a.const_data_ptr<int64_t>(), exponents_b.const_data_ptr<int64_t>(), elements, k,
+        out.mutable_data_ptr<double>());
+  } else {
+    entry_bound_sum_kernel<double><<<1, kSampleLanes, 0, stream>>>(
+        exponents_a.const_data_ptr<double>(), exponents_b.const_data_ptr<double>(), elements, k,
+        out.mutable_data_ptr<double>());
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
 

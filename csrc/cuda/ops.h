@@ -25,6 +25,7 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
                               const at::Tensor& rows_b, int64_t m, int64_t n,
                               const std::optional<at::Tensor>& norm_a,
                               const std::optional<at::Tensor>& norm_b);
+at::Tensor crt_entry_bound_sum(const at::Tensor& exponents_a, const at::Tensor& exponents_b);
 
 // csrc/cuda/gemm.cu: Ozaki scheme I products and k-shard level sums.
 at::Tensor gemm_slices(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a,
@@ -48,6 +49,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
     const at::Tensor& a);
 at::Tensor crt_row_scales(const at::Tensor& norm_scales, const at::Tensor& tau,
                           const at::Tensor& bit_span, int64_t t);
+at::Tensor crt_wide_exponents(const at::Tensor& norm_scales, const at::Tensor& tau,
+                              const at::Tensor& bit_span, const at::Tensor& usable, int64_t t);
 at::Tensor crt_row_bounds(const at::Tensor& tau, const at::Tensor& bit_span,
                           const at::Tensor& nonfinite, const at::Tensor& norm_scales);
 at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau);
@@ -80,7 +83,14 @@ at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt);
 // csrc/cuda/transpose.cu: B's columns as rows.
 at::Tensor transposed(const at::Tensor& b);
 
-// csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused.
+// csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused, also for a prepared
+// left operand.
 PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
+KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
+                                  const at::Tensor& bit_span_a, const at::Tensor& nonfinite_a,
+                                  const at::Tensor& usable_a, const at::Tensor& norm_a,
+                                  const at::Tensor& digits_a, const at::Tensor& bounds_a,
+                                  const std::optional<at::Tensor>& column_exponents_a,
+                                  const at::Tensor& bt);
 
 }  // namespace ozaki::cuda

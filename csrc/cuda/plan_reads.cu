@@ -4,14 +4,18 @@
 // have brought into L2; rows longer than kDigitSweepRowBytes, which L2 does not keep for it, get
 // their digits from a pass of their own instead), the digits meet in the reduced GEMM's minimum
 // epilogue, and one kernel turns the least digit product and the rows' bounds into the values.
-// The bits are those of the operators that compute each part alone (csrc/plan_reads.cpp), which
-// this build runs instead where it has no reduced GEMM.
+// ozaki::crt_kept_plan_reads, for a prepared left operand, runs the same pass over bt alone and
+// meets a's kept digits, plus a pass for bt's column exponents where exact scheme II's entry bound
+// is asked for: three or four launches. The bits are those of the operators that compute each part
+// alone (csrc/plan_reads.cpp), which this build runs instead where it has no reduced GEMM.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <optional>
 
 #include "../checks.h"
 #include "../crt.h"
@@ -112,6 +116,67 @@ __global__ void plan_values_kernel(OperandRowsView a, OperandRowsView b, const i
   }
 }
 
+// Column exponents of bt's rows for exact scheme II's entry bound: block (x, y) reads the rows
+// y, y + gridDim.y, ... of the columns x * blockDim.x + threadIdx.x and writes, per column l, the
+// largest exponent e with |bt'_il| < 2^e over those of its usable rows (bt' the rows scaled to
+// integers, frexp's exponent plus bit_span - tau) to partial[y * k + l]; -10000 where none holds
+// a nonzero entry (ozaki/product.py, _column_exponents). The largest over y is the column's.
+template <typename T>
+__global__ void column_exponents_kernel(const T* bt, int64_t rows, int64_t k, const int* tau,
+                                        const int* bit_span, const bool* usable,
+                                        int64_t* partial) {
+  const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (l >= k) return;
+  int64_t largest = -10000;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const double x = static_cast<double>(bt[i * k + l]);
+    if (!usable[i] || x == 0.0) continue;
+    int exponent;
+    frexp(x, &exponent);
+    largest = max(largest, int64_t(exponent) + bit_span[i] - tau[i]);
+  }
+  partial[blockIdx.y * k + l] = largest;
+}
+
+constexpr int kColumnThreads = 256;
+// Row strides of column_exponents_kernel: one per 32 rows, at most 16 (the entry bound's block
+// then reads 16 partial exponents per column).
+constexpr int64_t kColumnRowsPerPart = 32, kMostColumnParts = 16;
+
+// What crt_kept_plan_reads' values kernel reads besides bt's rows.
+struct KeptValuesInputs {
+  const double* bounds_a;
+  const int32_t* smallest;
+  double scale;
+  const int64_t* exponents_a;  // nullptr: no entry bound
+  const int64_t* partial_exponents_b;
+  int64_t parts, k;
+};
+
+// Two blocks of kRowBoundsThreads (one where no entry bound is asked for): block 0 writes
+// values[0] = -crt_magnitude (as plan_values_kernel), a's kept bounds to values[1..2] and bt's
+// crt_row_bounds to values[3..4]; block 1 writes crt_entry_bound_sum of a's column exponents and
+// bt's (the largest of their parts) to values[5].
+__global__ void kept_plan_values_kernel(OperandRowsView b, KeptValuesInputs in, double* values) {
+  if (blockIdx.x == 0) {
+    block_row_bounds(b.tau, b.bit_span, b.nonfinite, b.norm, b.count, values + 3);
+    if (threadIdx.x == 0) {
+      values[0] = *in.smallest == INT_MAX ? -infinity()
+                                          : -(static_cast<double>(*in.smallest) * in.scale);
+      values[1] = in.bounds_a[0];
+      values[2] = in.bounds_a[1];
+    }
+    return;
+  }
+  const auto exponent_of = [&](int64_t l) {
+    int64_t v = in.partial_exponents_b[l];
+    for (int64_t p = 1; p < in.parts; ++p) v = max(v, in.partial_exponents_b[p * in.k + l]);
+    return static_cast<double>(in.exponents_a[l]) + static_cast<double>(v);
+  };
+  const double sum = block_entry_bound_sum(exponent_of, in.k);
+  if (threadIdx.x == 0) values[5] = sum;
+}
+
 }  // namespace
 
 PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
@@ -153,6 +218,67 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {ra.tau, ra.bit_span, ra.nonfinite, ra.norm, ra.usable,
           rb.tau, rb.bit_span, rb.nonfinite, rb.norm, rb.usable, values};
+}
+
+KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
+                                  const at::Tensor& bit_span_a, const at::Tensor& nonfinite_a,
+                                  const at::Tensor& usable_a, const at::Tensor& norm_a,
+                                  const at::Tensor& digits_a, const at::Tensor& bounds_a,
+                                  const std::optional<at::Tensor>& column_exponents_a,
+                                  const at::Tensor& bt) {
+  constexpr const char* op = "ozaki::crt_kept_plan_reads";
+  check_kept_plan_reads_arguments(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a, digits_a,
+                                  bounds_a, column_exponents_a, bt, op);
+  check_same_device(a, {&tau_a, &bit_span_a, &nonfinite_a, &usable_a, &norm_a, &digits_a,
+                        &bounds_a, &bt}, op);
+  if (column_exponents_a.has_value()) check_same_device(a, {&*column_exponents_a}, op);
+  const int64_t m = a.size(0), n = bt.size(0), k = a.size(1);
+  check_crt_inner(k, op);
+  if (!reduced_gemm_available() || m == 0 || n == 0 || k == 0) {
+    return composed_crt_kept_plan_reads(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a,
+                                        digits_a, bounds_a, column_exponents_a, bt);
+  }
+  const c10::cuda::CUDAGuard guard(a.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int64_t k_stride = digits_a.size(1);
+  const int gain = crt_magnitude_gain(k);
+  at::Tensor smallest = at::empty({1}, a.options().dtype(at::kInt));
+  const bool entry_bound = column_exponents_a.has_value();
+  const int64_t parts =
+      std::min(kMostColumnParts, (n + kColumnRowsPerPart - 1) / kColumnRowsPerPart);
+  at::Tensor partial_exponents =
+      at::empty({entry_bound ? parts * k : 0}, a.options().dtype(at::kLong));
+  OperandReads rb;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    rb = read_operand<scalar_t>(bt, n, k, k_stride, gain, smallest.mutable_data_ptr<int32_t>(),
+                                stream);
+    if (entry_bound) {
+      const dim3 grid(static_cast<unsigned>((k + kColumnThreads - 1) / kColumnThreads),
+                      static_cast<unsigned>(parts));
+      column_exponents_kernel<scalar_t><<<grid, kColumnThreads, 0, stream>>>(
+          bt.const_data_ptr<scalar_t>(), n, k, rb.tau.const_data_ptr<int>(),
+          rb.bit_span.const_data_ptr<int>(), rb.usable.const_data_ptr<bool>(),
+          partial_exponents.mutable_data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  });
+  magnitude_min_gemms(MagnitudeMinGemm{digits_a.const_data_ptr<int8_t>(), m * k_stride,
+                                       rb.digits.const_data_ptr<int8_t>(), n * k_stride, m, n,
+                                       k_stride, 1, usable_a.const_data_ptr<bool>(),
+                                       rb.usable.const_data_ptr<bool>(),
+                                       smallest.mutable_data_ptr<int32_t>()},
+                      stream);
+  at::Tensor values = at::empty({entry_bound ? 6 : 5}, a.options().dtype(at::kDouble));
+  const KeptValuesInputs inputs{
+      bounds_a.const_data_ptr<double>(), smallest.const_data_ptr<int32_t>(), pow2(-2 * gain),
+      entry_bound ? column_exponents_a->const_data_ptr<int64_t>() : nullptr,
+      partial_exponents.const_data_ptr<int64_t>(), parts, k};
+  kept_plan_values_kernel<<<entry_bound ? 2 : 1, kRowBoundsThreads, 0, stream>>>(
+      OperandRowsView{rb.tau.const_data_ptr<int>(), rb.bit_span.const_data_ptr<int>(),
+                      rb.nonfinite.const_data_ptr<bool>(), rb.norm.const_data_ptr<int>(), n},
+      inputs, values.mutable_data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {rb.tau, rb.bit_span, rb.nonfinite, rb.norm, rb.usable, values};
 }
 
 }  // namespace ozaki::cuda

@@ -1,6 +1,8 @@
 // The per-row passes scheme II's plan reads, shared by ozaki::row_stats_with_norm_scales,
-// ozaki::crt_row_bounds and ozaki::crt_magnitude (crt.cu) and by ozaki::crt_plan_reads
-// (plan_reads.cu), which adds the estimate's magnitude digits to the first where rows are short.
+// ozaki::crt_row_bounds and ozaki::crt_magnitude (crt.cu) and by ozaki::crt_plan_reads and
+// ozaki::crt_kept_plan_reads (plan_reads.cu), which add the estimate's magnitude digits to the first
+// where rows are short; and the fixed-order lane sums of ozaki::sampled_magnitudes and
+// ozaki::crt_entry_bound_sum (estimate.cu), which the kept reads share.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -94,6 +96,31 @@ __device__ __forceinline__ void block_row_bounds(const int* tau, const int* bit_
     out[0] = spans[0];
     out[1] = bounds[0];
   }
+}
+
+// By every thread of a block of at least kSampleLanes threads, after threads t < kSampleLanes
+// wrote lanes[t]: the lanes added pairwise in csrc/scheme.h's order (the CPU's), the total returned
+// to every thread.
+__device__ __forceinline__ double lanes_added_pairwise(double* lanes) {
+  __syncthreads();
+  for (int stride = kSampleLanes / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) lanes[threadIdx.x] = lanes[threadIdx.x] + lanes[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return lanes[0];
+}
+
+// By every thread of a block of at least kSampleLanes threads: exact scheme II's entry bound sum
+// of the exponents exponent_of(l) = u_l + v_l, l < k, in csrc/crt.h's fixed order, returned to
+// every thread.
+template <typename ExponentOf>
+__device__ __forceinline__ double block_entry_bound_sum(ExponentOf exponent_of, int64_t k) {
+  __shared__ double lanes[kSampleLanes];
+  __syncthreads();  // an earlier call's readers are done with lanes
+  if (threadIdx.x < kSampleLanes) {
+    lanes[threadIdx.x] = entry_bound_lane_sum(exponent_of, k, threadIdx.x, kSampleLanes);
+  }
+  return lanes_added_pairwise(lanes);
 }
 
 template <typename T>

@@ -55,6 +55,12 @@ class RowStats(tuple):
         return row_stats
 
 
+def usable_rows(stats):
+    """Rows that constrain the plans: nonzero, and without NaN/Inf (whose entries of C get the
+    IEEE value of the plain dot product instead); read once per RowStats."""
+    return (stats if isinstance(stats, RowStats) else RowStats(stats)).usable
+
+
 def row_stats(a: torch.Tensor):
     """Per row of a contiguous (rows, k) matrix: RowStats (tau, bit_span, nonfinite)."""
     return RowStats(torch.ops.ozaki.row_stats(a))
@@ -103,6 +109,14 @@ def row_stats_with_norm_scales(a: torch.Tensor):
     return RowStats((tau, bit_span, nonfinite)), norm_scales
 
 
+def crt_wide_exponents(norm_scales, stats, t: int) -> torch.Tensor:
+    """Wide scheme II: per row, the int32 exponent E of its scale 2^E <= c 2^t (c: its norm scale,
+    code norm_scales) on usable rows; other rows (zero, or holding NaN/Inf: their entries of C are
+    patched) keep integer_exponents'."""
+    return torch.ops.ozaki.crt_wide_exponents(norm_scales, stats[0], stats[1], usable_rows(stats),
+                                              t)
+
+
 def crt_row_bounds(stats, norm_scales) -> torch.Tensor:
     """float64 (2,): the rows' largest bit span and exact scheme II's bound on their 2-norms once
     scaled to integers (the largest 2^E / c over usable rows, within a rounding; csrc/crt.h,
@@ -126,14 +140,22 @@ def crt_plan_reads(a, bt):
             RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values)
 
 
-def crt_kept_plan_reads(a, stats_a, norm_a, usable_digits_a, bounds_a, column_exponents_a, bt):
+def crt_kept_plan_reads(a, stats_a, norm_a, digits_a, bounds_a, column_exponents_a, bt):
     """crt_plan_reads for a product whose left operand a (a matrix) is prepared, from its kept
-    parts: (stats_b, norm_b, values): bt's RowStats (usable rows set) and norm scale codes, and
+    parts (digits_a: crt_magnitude_digits of its rows, padded with zeros to a multiple of 16
+    columns): (stats_b, norm_b, values): bt's RowStats (usable rows set) and norm scale codes, and
     float64 values -crt_magnitude, a's and bt's crt_row_bounds, then exact scheme II's entry bound
-    sum where a's column exponents are given (else None)."""
+    sum (crt_entry_bound_sum) where a's column exponents are given (else None)."""
     tau_b, span_b, nonfinite_b, norm_b, usable_b, values = torch.ops.ozaki.crt_kept_plan_reads(
-        a, *stats_a, norm_a, usable_digits_a, bounds_a, column_exponents_a, bt)
+        a, *stats_a, stats_a.usable, norm_a, digits_a, bounds_a, column_exponents_a, bt)
     return RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values
+
+
+def crt_entry_bound_sum(exponents_a, exponents_b) -> torch.Tensor:
+    """Exact scheme II's entry bound sum_l 2^(u_l + v_l) of column exponents u and v, (elements,
+    k) int64 or float64 each, in one summation order on every device (terms clamped to
+    2^[-1000, 900], none for exponents below -2000): the largest over the elements, 0-d float64."""
+    return torch.ops.ozaki.crt_entry_bound_sum(exponents_a, exponents_b)
 
 
 def crt_magnitude(a, bt, stats_a, stats_b, norm_a, norm_b, usable_a, usable_b) -> torch.Tensor:

@@ -118,12 +118,6 @@ def _wide_predicted_error(moduli: int, g: int) -> Fraction:
     return Fraction(1, 1 << t_a) + Fraction(1, 1 << t_b)
 
 
-def wide_exponents(codes, t: int):
-    """Per row: the exponent E = t + floor(log2 c) of wide scheme II's scale 2^E <= c 2^t, from
-    the code of its norm scale c = (16 + f) 2^(e - 4) (floor(log2 c) = e), int32."""
-    return torch.div(codes, 1 << SCALE_FRACTION_BITS, rounding_mode="floor").int() + t
-
-
 def times_power_of_two(codes, t: int):
     """The codes of the scales c 2^t for scale codes `codes` (an int tensor): 16 t added, int32."""
     return (codes + (t << SCALE_FRACTION_BITS)).int()

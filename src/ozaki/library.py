@@ -103,6 +103,11 @@ def _crt_row_scales_fake(norm_scales, tau, bit_span, t):
     return torch.empty_like(norm_scales)
 
 
+@torch.library.register_fake("ozaki::crt_wide_exponents")
+def _crt_wide_exponents_fake(norm_scales, tau, bit_span, usable, t):
+    return torch.empty_like(norm_scales)
+
+
 @torch.library.register_fake("ozaki::crt_row_bounds")
 def _crt_row_bounds_fake(tau, bit_span, nonfinite, norm_scales):
     return tau.new_empty((2,), dtype=torch.float64)
@@ -124,13 +129,18 @@ def _crt_plan_reads_fake(a, bt):
 
 
 @torch.library.register_fake("ozaki::crt_kept_plan_reads")
-def _crt_kept_plan_reads_fake(a, tau_a, bit_span_a, nonfinite_a, norm_a, usable_digits_a, bounds_a,
-                              column_exponents_a, bt):
+def _crt_kept_plan_reads_fake(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a, digits_a,
+                              bounds_a, column_exponents_a, bt):
     n = bt.shape[0]
     values = 5 if column_exponents_a is None else 6
     return (bt.new_empty(n, dtype=torch.int32), bt.new_empty(n, dtype=torch.int32),
             bt.new_empty(n, dtype=torch.bool), bt.new_empty(n, dtype=torch.int32),
             bt.new_empty(n, dtype=torch.bool), bt.new_empty((values,), dtype=torch.float64))
+
+
+@torch.library.register_fake("ozaki::crt_entry_bound_sum")
+def _crt_entry_bound_sum_fake(exponents_a, exponents_b):
+    return exponents_a.new_empty((), dtype=torch.float64)
 
 
 @torch.library.register_fake("ozaki::gemm_crt")

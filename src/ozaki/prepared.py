@@ -20,6 +20,8 @@ at the next product; changes that bypass the counter (a NumPy view, a raw pointe
 import math
 import weakref
 
+import torch
+
 from . import _ops, crt
 from .operands import FLOATS, check_tensor
 
@@ -52,7 +54,6 @@ class Prepared:
         self._stats = None  # (row_stats, norm scale codes)
         self._row_bounds = None
         self._digits = None
-        self._usable_digits = None
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
 
@@ -77,18 +78,13 @@ class Prepared:
         return self._row_bounds
 
     def magnitude_digits(self):
-        """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits)."""
+        """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits), their rows
+        padded with zeros to a multiple of 16 entries (as ozaki::crt_kept_plan_reads reads them)."""
         if self._digits is None:
             stats, norms = self.stats_and_norms()
-            self._digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
+            digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
+            self._digits = torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16))
         return self._digits
-
-    def usable_digits(self):
-        """The magnitude digits of A's usable rows (nonzero, finite), contiguous."""
-        if self._usable_digits is None:
-            stats, _ = self.stats_and_norms()
-            self._usable_digits = self.magnitude_digits()[stats.usable]
-        return self._usable_digits
 
     def has_column_exponents(self):
         """Whether exact scheme II's column exponents of A are kept (a product needed them)."""
@@ -132,7 +128,7 @@ class Prepared:
 
     @property
     def nbytes(self):
-        parts = [self._digits, self._usable_digits, self._column_exponents, self._row_bounds]
+        parts = [self._digits, self._column_exponents, self._row_bounds]
         if self._rows is not None and self._rows.data_ptr() != self.A.data_ptr():
             parts.append(self._rows)
         if self._stats is not None:

@@ -13,6 +13,7 @@ from . import _ops, fixed_counts, prepared, speculation
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
+from ._ops import usable_rows as _usable_rows
 from .host_copy import HostCopy
 from .operands import FLOATS, check_alike, check_tensor
 from .options import Options
@@ -96,12 +97,6 @@ def _estimates(a, bt, options):
         (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
         return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
     return Estimates(a, bt, row_stats(a), row_stats(bt))
-
-
-def _usable_rows(stats):
-    """Rows that constrain the slice count: nonzero, and without NaN/Inf (whose entries of C get
-    the IEEE value of the plain dot product instead); read once per RowStats."""
-    return (stats if isinstance(stats, _ops.RowStats) else _ops.RowStats(stats)).usable
 
 
 def masked_min(bound, stats_a, stats_b):
@@ -246,11 +241,8 @@ class Estimates:
         u = self._column_exponents_a()
         v = self._column_exponents_b()
         u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
-        # per element of a batch; exponents are clamped to 900 so that the sum stays finite (a
-        # bound that large rules exact scheme II out)
-        exponents = (u + v).view(-1, self.k)
-        terms = crt.power_of_two(exponents.clamp(-1000, 900)).masked_fill(exponents < -2000, 0.0)
-        return terms.sum(dim=1).amax()
+        # per element of a batch, in one order on every device (the kept reads' too)
+        return _ops.crt_entry_bound_sum(u.view(-1, self.k), v.view(-1, self.k))
 
     def _column_exponents_a(self):
         return _column_exponents(self.a, self.stats_a)
@@ -330,16 +322,12 @@ class Estimates:
 def _kept_estimates(kept, bt, options):
     """The KeptEstimates of a product with kept parts where scheme II may run: with all that
     scheme II's default plan reads in one call (ozaki::crt_kept_plan_reads) when that plan will be
-    made. A's magnitude digits are passed only where the estimate reads them (n <= 2k/3), so that
-    they are computed and kept only there."""
+    made."""
     if options.moduli is not None or options.rounding is not None:
         return KeptEstimates(kept, bt, *_row_stats_and_norms(bt))
     stats_a, norm_a = kept.stats_and_norms()
-    n, k = bt.shape
-    digits = (kept.usable_digits() if 3 * n <= 2 * k
-              else torch.empty((0, k), dtype=torch.int8, device=bt.device))
-    stats_b, norm_b, values = _ops.crt_kept_plan_reads(kept.rows(), stats_a, norm_a, digits,
-                                                       kept.row_bounds(),
+    stats_b, norm_b, values = _ops.crt_kept_plan_reads(kept.rows(), stats_a, norm_a,
+                                                       kept.magnitude_digits(), kept.row_bounds(),
                                                        kept.known_column_exponents(), bt)
     return KeptEstimates(kept, bt, stats_b, norm_b, values)
 
@@ -469,10 +457,8 @@ class _CrtInputs:
         bt (2^t_b); rows that are not usable (zero, or holding NaN/Inf: their entries of C are
         patched) keep exact scheme II's integer exponents."""
         t_a, t_b = crt.wide_scale_bits(moduli, k)
-        return tuple(torch.where(_usable_rows(stats), crt.wide_exponents(codes, t),
-                                 _ops.integer_exponents(stats))
-                     for codes, stats, t in ((self.norm_a, self.est.stats_a, t_a),
-                                             (self.norm_b, self.est.stats_b, t_b)))
+        return (_ops.crt_wide_exponents(self.norm_a, self.est.stats_a, t_a),
+                _ops.crt_wide_exponents(self.norm_b, self.est.stats_b, t_b))
 
 
 def plan_for(est, dtype, options, exact_scheme_two=True):
