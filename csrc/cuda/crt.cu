@@ -848,74 +848,25 @@ __device__ __noinline__ uint32_t multipliers_past_the_table(int s, bool weighted
   return field_multipliers(s, weighted, modulus);
 }
 
-// residues_kernel for exact scheme II: rows scaled by 2^exponent, the moduli a run-time count.
-// Each block first copies its table of W 2^s mod p into shared memory.
-template <typename T>
-__global__ void exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                                      const int* exponent, ExactCrt crt, const uint32_t* table,
-                                      bool weighted, bool aligned, int8_t* out) {
-  __shared__ uint32_t multipliers[kExactMaxModuli * kExactTableShifts];  // 40 KiB
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < crt.moduli * kExactTableShifts;
-       t += blockDim.x * blockDim.y) {
-    multipliers[t] = table[t];
-  }
-  __syncthreads();
-  const int64_t groups_per_row = k_stride / kResidueGroup;
-  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
-    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
-    const int64_t r = block_row - e * blocks.count;
-    const int64_t row = blocks.row(e, r);
-    const int row_exponent = exponent[row];
-    const T* entries = a + row * k;
-    int8_t* row_out = out + (e * crt.moduli * blocks.count + r) * k_stride;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t l0 = g * kResidueGroup;
-      double x[kResidueGroup];
-      if (aligned) {
-        load_group<true>(entries, l0, k, x);
-      } else {
-        load_group<false>(entries, l0, k, x);
-      }
-      ExactEntry parts[kResidueGroup];
-#pragma unroll
-      for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
-      // One modulus per iteration, not unrolled: an unrolled body of every modulus outgrew the
-      // instruction cache. Its constants are then read from the parameter bank by index.
-#pragma unroll 1
-      for (int i = 0; i < crt.moduli; ++i) {
-        const ExactModulus modulus = crt.modulus[i];
-        __align__(8) int8_t residues[kResidueGroup];
-#pragma unroll
-        for (int c = 0; c < kResidueGroup; ++c) {
-          const int s = parts[c].s;
-          const uint32_t field = s < kExactTableShifts
-                                     ? multipliers[i * kExactTableShifts + s]
-                                     : multipliers_past_the_table(s, weighted, modulus);
-          residues[c] = static_cast<int8_t>(exact_residue(parts[c], field, modulus));
-        }
-        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
-            *reinterpret_cast<const uint2*>(residues);
-      }
-    }
-  }
-}
-
-// Moduli counts up to this get exact_residues_fixed_kernel, whose moduli are compile-time
-// constants (faster alone and in the product: docs/benchmarks.md, "Exact and wide scheme II");
-// larger counts keep the loop, whose body stays small.
+// Moduli counts up to this get their moduli as compile-time constants in exact_residues_kernel
+// (faster alone and in the product: docs/benchmarks.md, "Exact and wide scheme II"); larger counts
+// keep a run-time loop, whose body stays small.
 constexpr int kExactFixedModuli = 24;
 
-// exact_residues_kernel for N moduli known at compile time: every modulus unrolled, its remainder
-// by immediates (exact_residue_of), the same residues.
+// residues_kernel for exact scheme II: rows scaled by 2^exponent. N > 0: N moduli known at compile
+// time, every modulus unrolled and its remainder by immediates (exact_residue_of), in few enough
+// registers for three blocks per multiprocessor; N = 0: crt.moduli at run time, one modulus per
+// iteration (an unrolled body of every modulus outgrew the instruction cache), its constants read
+// from the parameter bank by index. Each block first copies its table of W 2^s mod p into shared
+// memory. The same residues either way.
 template <int N, typename T>
-__global__ void exact_residues_fixed_kernel(const T* a, int64_t k, RowBlocks blocks,
-                                            int64_t k_stride, const int* exponent, ExactCrt crt,
-                                            const uint32_t* table, bool weighted, bool aligned,
-                                            int8_t* out) {
-  __shared__ uint32_t multipliers[N * kExactTableShifts];
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < N * kExactTableShifts;
+__global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
+    exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
+                          const int* exponent, ExactCrt crt, const uint32_t* table, bool weighted,
+                          bool aligned, int8_t* out) {
+  __shared__ uint32_t multipliers[(N > 0 ? N : kExactMaxModuli) * kExactTableShifts];
+  const int moduli = N > 0 ? N : crt.moduli;
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < moduli * kExactTableShifts;
        t += blockDim.x * blockDim.y) {
     multipliers[t] = table[t];
   }
@@ -928,7 +879,7 @@ __global__ void exact_residues_fixed_kernel(const T* a, int64_t k, RowBlocks blo
     const int64_t row = blocks.row(e, r);
     const int row_exponent = exponent[row];
     const T* entries = a + row * k;
-    int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
+    int8_t* row_out = out + (e * moduli * blocks.count + r) * k_stride;
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
          g += int64_t(gridDim.x) * blockDim.x) {
       const int64_t l0 = g * kResidueGroup;
@@ -941,8 +892,8 @@ __global__ void exact_residues_fixed_kernel(const T* a, int64_t k, RowBlocks blo
       ExactEntry parts[kResidueGroup];
 #pragma unroll
       for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
-      for_each_modulus<N>([&](auto index) {
-        constexpr int i = decltype(index)::value;
+      // modulus i's residues of the group, through remainder(part, field) = x mod p
+      const auto write_modulus = [&](int i, auto remainder) {
         __align__(8) int8_t residues[kResidueGroup];
 #pragma unroll
         for (int c = 0; c < kResidueGroup; ++c) {
@@ -950,11 +901,27 @@ __global__ void exact_residues_fixed_kernel(const T* a, int64_t k, RowBlocks blo
           const uint32_t field = s < kExactTableShifts
                                      ? multipliers[i * kExactTableShifts + s]
                                      : multipliers_past_the_table(s, weighted, crt.modulus[i]);
-          residues[c] = static_cast<int8_t>(exact_residue_of<i>(parts[c], field));
+          residues[c] = static_cast<int8_t>(remainder(parts[c], field));
         }
         *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
             *reinterpret_cast<const uint2*>(residues);
-      });
+      };
+      if constexpr (N > 0) {
+        for_each_modulus<N>([&](auto index) {
+          constexpr int i = decltype(index)::value;
+          write_modulus(i, [](const ExactEntry& x, uint32_t field) {
+            return exact_residue_of<i>(x, field);
+          });
+        });
+      } else {
+#pragma unroll 1
+        for (int i = 0; i < moduli; ++i) {
+          const ExactModulus modulus = crt.modulus[i];
+          write_modulus(i, [&](const ExactEntry& x, uint32_t field) {
+            return exact_residue(x, field, modulus);
+          });
+        }
+      }
     }
   }
 }
@@ -973,11 +940,11 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
     if (crt.moduli <= kExactFixedModuli) {
       with_constant<1, kExactFixedModuli>(crt.moduli, [&](auto count) {
         constexpr int N = decltype(count)::value;
-        exact_residues_fixed_kernel<N, T><<<launch.grid, launch.block, 0, stream>>>(
+        exact_residues_kernel<N, T><<<launch.grid, launch.block, 0, stream>>>(
             data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
       });
     } else {
-      exact_residues_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
+      exact_residues_kernel<0, T><<<launch.grid, launch.block, 0, stream>>>(
           data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
