@@ -147,7 +147,7 @@ def crt_kept_plan_reads(a, stats_a, norm_a, digits_a, bounds_a, column_exponents
     float64 values -crt_magnitude, a's and bt's crt_row_bounds, then exact scheme II's entry bound
     sum (crt_entry_bound_sum) where a's column exponents are given (else None)."""
     tau_b, span_b, nonfinite_b, norm_b, usable_b, values = torch.ops.ozaki.crt_kept_plan_reads(
-        a, *stats_a, stats_a.usable, norm_a, digits_a, bounds_a, column_exponents_a, bt)
+        a, *stats_a, usable_rows(stats_a), norm_a, digits_a, bounds_a, column_exponents_a, bt)
     return RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values
 
 
