@@ -158,12 +158,13 @@ def test_left_residues_are_the_same_on_cpu_and_cuda(exact, moduli, dtype):
 # the kept digits' path, the operator's past 2k/3, and on CUDA bt's column exponents in 16 parts
 @pytest.mark.parametrize("n", [30, 61, 600])
 @pytest.mark.parametrize("with_exponents", [False, True], ids=["first", "exponents-kept"])
-def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, dtype):
     """ozaki::crt_kept_plan_reads, from A's kept parts, returns, bit for bit, what the plan reads
     from A itself (Estimates): bt's statistics, norm scales and usable rows, -crt_magnitude (from
     the kept digits, or the operator past 2k/3), both operands' row bounds and, once A's column
     exponents are kept, the entry bound's sum; zero and NaN rows and columns included."""
-    A, B = phi_pair(40, 90, n, 2.0, seed=n, device=device)
+    A, B = phi_pair(40, 90, n, 2.0, seed=n, dtype=dtype, device=device)
     A[5] = 0.0
     A[7, 3] = float("nan")
     B[:, 4] = 0.0

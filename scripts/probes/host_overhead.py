@@ -3,6 +3,10 @@ events, nested ones included), for products whose host work (Python, op dispatch
 reads) sets the pace on a GPU.
 
     PYTHONPATH=src python3 scripts/probes/host_overhead.py [--calls 100] [--profile NAME] [--ops NAME]
+        [--device cuda] [--cg-size 1500]
+
+On the GPU (--device cuda) a call's wall time is the host's where the host sets the pace (each
+timed batch ends with a synchronize), and --profile shows where the host's Python goes.
 """
 
 import argparse
@@ -22,18 +26,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from programs_bench import kernel_matrix  # noqa: E402
 
 
-def _square(n):
+def _square(n, device):
     g = torch.Generator().manual_seed(n)
-    return (torch.randn(n, n, generator=g, dtype=torch.float64),
-            torch.randn(n, n, generator=g, dtype=torch.float64))
+    return (torch.randn(n, n, generator=g, dtype=torch.float64).to(device),
+            torch.randn(n, n, generator=g, dtype=torch.float64).to(device))
 
 
-def cases():
+def cases(device, cg_size):
     """(name, call): the calls whose host cost is measured."""
-    a64, b64 = _square(64)
-    a256, b256 = _square(256)
-    K = kernel_matrix(1500, 1.0, 0.01, 0, "cpu")
-    P = torch.randn(1500, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    a64, b64 = _square(64, device)
+    a256, b256 = _square(256, device)
+    a1024, b1024 = _square(1024, device)
+    K = kernel_matrix(cg_size, 1.0, 0.01, 0, device)
+    P = torch.randn(cg_size, 16, generator=torch.Generator().manual_seed(1),
+                    dtype=torch.float64).to(device)
     prepared = ozaki.prepare(K)  # kept alive by the closure; the other cases use a copy of K
     K_plain = K.clone()
     mode = ozaki.enable()
@@ -45,6 +51,7 @@ def cases():
     return [
         ("dgemm 64^3", lambda: ozaki.dgemm(a64, b64)),
         ("dgemm 256^3", lambda: ozaki.dgemm(a256, b256)),
+        ("dgemm 1024^3", lambda: ozaki.dgemm(a1024, b1024)),
         ("dgemm 64^3 moduli=15", lambda: ozaki.dgemm(a64, b64, moduli=15)),
         ("dgemm 256^3 moduli=15", lambda: ozaki.dgemm(a256, b256, moduli=15)),
         ("K @ P plain", lambda: ozaki.dgemm(K_plain, P)),
@@ -54,7 +61,12 @@ def cases():
 
 
 #: Cases whose CPU kernels take most of a call: timed over fewer calls.
-SLOW = ("K @ P",)
+SLOW = ("K @ P", "dgemm 1024")
+
+
+def _synchronize():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def per_call_ms(call, calls, repeats=5):
@@ -63,9 +75,11 @@ def per_call_ms(call, calls, repeats=5):
         call()
     best = math.inf
     for _ in range(repeats):
+        _synchronize()
         start = time.perf_counter()
         for _ in range(calls):
             call()
+        _synchronize()
         best = min(best, (time.perf_counter() - start) / calls * 1e3)
     return best
 
@@ -88,10 +102,12 @@ def main():
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--profile", help="cProfile the case whose name contains this")
     parser.add_argument("--ops", help="list the ops of the case whose name contains this")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the host's cost of GPU calls)")
+    parser.add_argument("--cg-size", type=int, default=1500, help="order of the kernel matrix K")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"{'call':24s} {'ms/call':>8s} {'ops':>5s}")
-    for name, call in cases():
+    for name, call in cases(args.device, args.cg_size):
         if args.profile and args.profile in name:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -103,7 +119,8 @@ def main():
         if args.ops and args.ops in name:
             ops_per_call(call, detail=True)
             continue
-        calls = max(1, args.calls // 50) if name.startswith(SLOW) else args.calls
+        slow = name.startswith(SLOW) and args.device == "cpu"
+        calls = max(1, args.calls // 50) if slow else args.calls
         ms, ops = per_call_ms(call, calls), ops_per_call(call)
         print(f"{name:24s} {ms:8.3f} {ops:5d}")
 
