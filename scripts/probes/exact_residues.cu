@@ -1,7 +1,7 @@
 // Exact and wide scheme II's residue pass (csrc/cuda/crt.cu) on float64 rows like a Gaussian
 // kernel matrix's (entries exp(-r), r up to 40), A's residues (unweighted): the kernel with a loop
 // over run-time moduli (the library's past kExactFixedModuli) against the one with compile-time
-// moduli (exact_residues_fixed_kernel, the library's up to it), each also on a grid capped at 4
+// moduli (exact_residues_kernel<N>, the library's up to it), each also on a grid capped at 4
 // blocks per SM, and the same loads and stores alone; "differ": bytes that differ from the loop
 // kernel's (-1: not compared).
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
@@ -83,7 +83,7 @@ __global__ void floor_kernel(const double* a, int64_t rows, int64_t k, int64_t k
   }
 }
 
-// csrc/cuda/crt.cu's exact_residues_fixed_kernel: compile-time moduli (exact_residue_of), the
+// csrc/cuda/crt.cu's exact_residues_kernel<N>: compile-time moduli (exact_residue_of), the
 // remainder's constants immediates
 template <int I, int N>
 struct Moduli {
