@@ -289,21 +289,37 @@ def entry_bound_sum_reference(u, v):
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
 @pytest.mark.parametrize("shape", [(1, 1), (1, 127), (1, 1000), (3, 300)])
 def test_entry_bound_sum_is_one_order_on_every_device(device, dtype, shape):
-    """ozaki::crt_entry_bound_sum adds in csrc/crt.h's fixed order (bit for bit the reference's),
-    with exponents spread so that the order changes the rounding, clamped ones (below -1000, above
-    900) and empty columns (-10000, adding nothing); within k roundings of the exact sum."""
-    u = torch.randint(-70, 70, shape, generator=seeded(43))
-    v = torch.randint(-70, 70, shape, generator=seeded(44))
+    """ozaki::crt_entry_bound_sum adds in csrc/crt.h's fixed order, bit for bit the reference's,
+    on exponents spread over 160 binades (so that the order changes the rounding: a plain
+    left-to-right sum differs), empty columns (-10000, adding nothing) and clamped small terms;
+    within k roundings of the exact sum."""
+    u = torch.randint(-40, 40, shape, generator=seeded(43))
+    v = torch.randint(-40, 40, shape, generator=seeded(44))
     u[..., ::7] = -10000
-    u[..., 1::11] = 1200
     v[..., 2::13] = -1500
     got = ozaki._ops.crt_entry_bound_sum(u.to(device, dtype), v.to(device, dtype))
     assert got.dtype == torch.float64 and got.dim() == 0
     expected = entry_bound_sum_reference(u, v)
     assert got.item() == expected
-    exact = max(sum(Fraction(2) ** min(max(x + y, -1000), 900) for x, y in zip(ue, ve)
-                    if x + y >= -2000) for ue, ve in zip(u.tolist(), v.tolist()))
+    terms = [[Fraction(2) ** min(max(x + y, -1000), 900) if x + y >= -2000 else Fraction(0)
+              for x, y in zip(ue, ve)] for ue, ve in zip(u.tolist(), v.tolist())]
+    if shape[1] >= 127:  # the data tells orders apart
+        assert expected != max(sum(float(t) for t in row) for row in terms)
+    exact = max(sum(row) for row in terms)
     assert abs(Fraction(expected) - exact) <= exact * Fraction(shape[1], 1 << 52)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_entry_bound_sum_clamps_its_terms(device):
+    """A term's exponent is clamped to [-1000, 900]; below -2000 it adds nothing; the largest
+    element's sum is returned."""
+    def entry_bound_sum(u, v):
+        return ozaki._ops.crt_entry_bound_sum(torch.tensor(u, device=device),
+                                              torch.tensor(v, device=device)).item()
+
+    assert entry_bound_sum([[-1500, -10000]], [[0, 0]]) == 2.0 ** -1000
+    assert entry_bound_sum([[1200, 0]], [[0, -3000]]) == 2.0 ** 900
+    assert entry_bound_sum([[3, -2], [1, 0]], [[0, 0], [0, 0]]) == 8.25
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
