@@ -3,7 +3,9 @@ powers of two to integers, the exact product rebuilt from up to 40 INT8 residue 
 once. Every result is checked against the exact product rounded once (integer references), on the
 CPU and CUDA with the same bits; the planner takes it where it is the cheapest exact plan."""
 
+import functools
 import math
+import random
 from fractions import Fraction
 
 import pytest
@@ -289,24 +291,32 @@ def entry_bound_sum_reference(u, v):
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
 @pytest.mark.parametrize("shape", [(1, 1), (1, 127), (1, 1000), (3, 300)])
 def test_entry_bound_sum_is_one_order_on_every_device(device, dtype, shape):
-    """ozaki::crt_entry_bound_sum adds in csrc/crt.h's fixed order, bit for bit the reference's,
-    on exponents spread over 160 binades (so that the order changes the rounding: a plain
-    left-to-right sum differs), empty columns (-10000, adding nothing) and clamped small terms;
-    within k roundings of the exact sum."""
-    u = torch.randint(-40, 40, shape, generator=seeded(43))
-    v = torch.randint(-40, 40, shape, generator=seeded(44))
-    u[..., ::7] = -10000
-    v[..., 2::13] = -1500
-    got = ozaki._ops.crt_entry_bound_sum(u.to(device, dtype), v.to(device, dtype))
+    """ozaki::crt_entry_bound_sum adds in csrc/crt.h's fixed order, bit for bit the reference's.
+    Each element's first term is 2^60 and the others lie below half its unit in the last place,
+    so a plain left-to-right sum loses every one of them where the lanes keep their sum; with
+    empty columns (-10000, adding nothing) and clamped small terms; within k roundings of the
+    exact sum."""
+    draw = random.Random(43)
+    elements, k = shape
+    v = [[draw.randrange(-40, 40) for _ in range(k)] for _ in range(elements)]
+    u = [[draw.randrange(-80, 8) - y for y in row] for row in v]
+    for ue, ve in zip(u, v):
+        ue[0] = 60 - ve[0]
+        ue[3::7] = [-10000] * len(ue[3::7])
+        ve[2::13] = [-1500] * len(ve[2::13])
+    u_t, v_t = (torch.tensor(x, device=device).to(dtype) for x in (u, v))
+    got = ozaki._ops.crt_entry_bound_sum(u_t, v_t)
     assert got.dtype == torch.float64 and got.dim() == 0
-    expected = entry_bound_sum_reference(u, v)
+    expected = entry_bound_sum_reference(torch.tensor(u), torch.tensor(v))
     assert got.item() == expected
     terms = [[Fraction(2) ** min(max(x + y, -1000), 900) if x + y >= -2000 else Fraction(0)
-              for x, y in zip(ue, ve)] for ue, ve in zip(u.tolist(), v.tolist())]
-    if shape[1] >= 127:  # the data tells orders apart
-        assert expected != max(sum(float(t) for t in row) for row in terms)
+              for x, y in zip(ue, ve)] for ue, ve in zip(u, v)]
+    if k >= 300:  # the lanes keep what a left-to-right sum loses (not Python's sum: compensated)
+        left_to_right = max(functools.reduce(lambda s, t: s + float(t), row, 0.0)
+                            for row in terms)
+        assert expected > left_to_right == 2.0 ** 60
     exact = max(sum(row) for row in terms)
-    assert abs(Fraction(expected) - exact) <= exact * Fraction(shape[1], 1 << 52)
+    assert abs(Fraction(expected) - exact) <= exact * Fraction(k, 1 << 52)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
