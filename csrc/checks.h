@@ -206,31 +206,34 @@ inline void check_moduli(int64_t moduli, const char* op) {
               "], got ", moduli);
 }
 
+// The rows' norm scale codes, tau and bit_span of ozaki::crt_row_scales and crt_wide_exponents:
+// three contiguous int32 vectors of one length, returned.
+inline int64_t check_norm_scale_rows(const at::Tensor& norm_scales, const at::Tensor& tau,
+                                     const at::Tensor& bit_span, const char* op) {
+  TORCH_CHECK(norm_scales.dim() == 1, op, ": norm_scales must be 1-D, got ", norm_scales.dim(),
+              "-D of shape ", norm_scales.sizes());
+  const int64_t rows = norm_scales.size(0);
+  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
+  check_row_vector(tau, rows, at::kInt, op, "tau");
+  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  return rows;
+}
+
 // The arguments of ozaki::crt_row_scales: three int32 vectors of one length and a scale exponent
 // that keeps the codes' scales within the rounded operands' int64.
 inline void check_crt_row_scales_arguments(const at::Tensor& norm_scales, const at::Tensor& tau,
                                            const at::Tensor& bit_span, int64_t t, const char* op) {
-  TORCH_CHECK(norm_scales.dim() == 1, op, ": norm_scales must be 1-D, got ", norm_scales.dim(),
-              "-D of shape ", norm_scales.sizes());
-  const int64_t rows = norm_scales.size(0);
-  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
-  check_row_vector(tau, rows, at::kInt, op, "tau");
-  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  check_norm_scale_rows(norm_scales, tau, bit_span, op);
   TORCH_CHECK(t >= 0 && t <= kCrtMaxScaleBits, op, ": t must be in [0, ", kCrtMaxScaleBits,
               "], got ", t);
 }
 
-// The arguments of ozaki::crt_wide_exponents: four contiguous vectors of one length, int32 but for
-// the bool usable, and a budget t in [0, 2^12].
+// The arguments of ozaki::crt_wide_exponents: crt_row_scales' vectors, the rows' bool usable
+// flags, and a budget t in [0, 2^12].
 inline void check_crt_wide_exponents_arguments(const at::Tensor& norm_scales, const at::Tensor& tau,
                                                const at::Tensor& bit_span, const at::Tensor& usable,
                                                int64_t t, const char* op) {
-  TORCH_CHECK(norm_scales.dim() == 1, op, ": norm_scales must be 1-D, got ", norm_scales.dim(),
-              "-D of shape ", norm_scales.sizes());
-  const int64_t rows = norm_scales.size(0);
-  check_row_vector(norm_scales, rows, at::kInt, op, "norm_scales");
-  check_row_vector(tau, rows, at::kInt, op, "tau");
-  check_row_vector(bit_span, rows, at::kInt, op, "bit_span");
+  const int64_t rows = check_norm_scale_rows(norm_scales, tau, bit_span, op);
   check_row_vector(usable, rows, at::kBool, op, "usable");
   TORCH_CHECK(t >= 0 && t <= (1 << 12), op, ": t must be in [0, 4096], got ", t);
 }
