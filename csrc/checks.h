@@ -201,9 +201,10 @@ inline void check_crt_inner(int64_t k, const char* op) {
   TORCH_CHECK(k <= kCrtMaxInner, op, ": inner dimension k = ", k,
               " is too large for exact INT8 residue products (k must be < 2^17)");
 }
-inline void check_moduli(int64_t moduli, const char* op) {
-  TORCH_CHECK(moduli >= 1 && moduli <= kMaxModuli, op, ": moduli must be in [1, ", kMaxModuli,
-              "], got ", moduli);
+inline void check_moduli(int64_t moduli, const char* op, bool exact = false) {
+  const int64_t limit = exact ? kExactMaxModuli : kMaxModuli;
+  TORCH_CHECK(moduli >= 1 && moduli <= limit, op, ": moduli must be in [1, ", limit, "], got ",
+              moduli);
 }
 
 // The rows' norm scale codes, tau and bit_span of ozaki::crt_row_scales and crt_wide_exponents:
@@ -331,39 +332,6 @@ inline int check_crt_magnitude_digits_arguments(const at::Tensor& a, const at::T
   return crt_magnitude_gain(k);
 }
 
-// The arguments of ozaki::gemm_crt (k is checked by the caller once the product is not empty).
-inline ProductShape check_gemm_crt_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                             const at::Tensor& scale_a, const at::Tensor& scale_b,
-                                             const at::Tensor& nonfinite_a,
-                                             const at::Tensor& nonfinite_b, int64_t moduli,
-                                             const char* op) {
-  const ProductShape shape = check_operands(a, bt, op);
-  check_moduli(moduli, op);
-  check_operand_vector(scale_a, shape, true, at::kInt, op, "scale_a");
-  check_operand_vector(scale_b, shape, false, at::kInt, op, "scale_b");
-  check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
-  check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
-  return shape;
-}
-
-// The arguments of ozaki::gemm_crt_exact: gemm_crt's, with int32 row exponents and
-// 1 <= moduli <= 32.
-inline ProductShape check_gemm_crt_exact_arguments(const at::Tensor& a, const at::Tensor& bt,
-                                                   const at::Tensor& exponent_a,
-                                                   const at::Tensor& exponent_b,
-                                                   const at::Tensor& nonfinite_a,
-                                                   const at::Tensor& nonfinite_b, int64_t moduli,
-                                                   const char* op) {
-  const ProductShape shape = check_operands(a, bt, op);
-  TORCH_CHECK(moduli >= 1 && moduli <= kExactMaxModuli, op, ": moduli must be in [1, ",
-              kExactMaxModuli, "], got ", moduli);
-  check_operand_vector(exponent_a, shape, true, at::kInt, op, "exponent_a");
-  check_operand_vector(exponent_b, shape, false, at::kInt, op, "exponent_b");
-  check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
-  check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
-  return shape;
-}
-
 // The layout of crt_left_residues' result for operand a: int8 (moduli, m, k_stride), or
 // (batch, moduli, m, k_stride) for a batch, k_stride = k rounded up to kResidueRowAlign.
 inline std::vector<int64_t> left_residue_sizes(const at::Tensor& a, int64_t moduli) {
@@ -380,9 +348,7 @@ inline void check_crt_left_residues_arguments(const at::Tensor& a, const at::Ten
                                               int64_t moduli, bool exact, const char* op) {
   const ProductShape shape = check_operands(a, a, op);
   check_operand_vector(scale, shape, true, at::kInt, op, "scale");
-  const int64_t limit = exact ? kExactMaxModuli : kMaxModuli;
-  TORCH_CHECK(moduli >= 1 && moduli <= limit, op, ": moduli must be in [1, ", limit, "], got ",
-              moduli);
+  check_moduli(moduli, op, exact);
   check_crt_inner(shape.k, op);
 }
 
@@ -414,6 +380,31 @@ inline LeftResidues checked_residues_a(const std::optional<at::Tensor>& residues
   TORCH_CHECK(r.device() == a.device(), op, ": residues_a must be on a's device ", a.device(),
               ", got ", r.device());
   return LeftResidues{r.const_data_ptr<int8_t>(), element_size};
+}
+
+// The arguments of ozaki::gemm_crt (exact false: int32 scale codes scale_a, scale_b and
+// 1 <= moduli <= kMaxModuli) or ozaki::gemm_crt_exact (exact: int32 row exponents exponent_a,
+// exponent_b and 1 <= moduli <= kExactMaxModuli), with bool nonfinite flags per row and the optional
+// prepared residues of a; k is held to scheme II's exact INT32 sums when the product is not empty.
+struct CrtProductArguments {
+  ProductShape shape;
+  LeftResidues prepared_a;
+  bool empty;  // a batch, m, n or k of zero: the product is zeros
+};
+inline CrtProductArguments check_crt_product_arguments(
+    const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a, const at::Tensor& scale_b,
+    const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t moduli,
+    const std::optional<at::Tensor>& residues_a, bool exact, const char* op) {
+  const ProductShape shape = check_operands(a, bt, op);
+  check_moduli(moduli, op, exact);
+  check_operand_vector(scale_a, shape, true, at::kInt, op, exact ? "exponent_a" : "scale_a");
+  check_operand_vector(scale_b, shape, false, at::kInt, op, exact ? "exponent_b" : "scale_b");
+  check_operand_vector(nonfinite_a, shape, true, at::kBool, op, "nonfinite_a");
+  check_operand_vector(nonfinite_b, shape, false, at::kBool, op, "nonfinite_b");
+  const LeftResidues prepared_a = checked_residues_a(residues_a, a, moduli, op);
+  const bool empty = shape.batch == 0 || shape.m == 0 || shape.n == 0 || shape.k == 0;
+  if (!empty) check_crt_inner(shape.k, op);
+  return {shape, prepared_a, empty};
 }
 
 // The operands of ozaki::int8_matmul: contiguous int8 (m, k) and (n, k), k < 2^17.

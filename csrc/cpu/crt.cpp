@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "../checks.h"
@@ -353,23 +354,34 @@ T crt_entry(const Product* entry, int64_t plane, int scale_a, int scale_b) {
                                            format_of<T>()));
 }
 
-// One chunk's entries of out = a @ bt.T (2-D, n columns): the IEEE value of the plain dot product
-// for rows or columns with NaN/Inf, else value(i, j, gi, gj) (chunk entry (i, j), global
+// One batch element of a scheme-II product: its 2-D operands and result, its rows' scales (codes,
+// or exponents for exact scheme II) and nonfinite flags, and its prepared residues of a (or
+// nullptr).
+struct CrtElement {
+  at::Tensor a, bt, out;
+  const int* scale_a;
+  const int* scale_b;
+  const bool* nonfinite_a;
+  const bool* nonfinite_b;
+  const int8_t* prepared_a;
+};
+
+// One chunk's entries of element.out = a @ bt.T (n columns): the IEEE value of the plain dot
+// product for rows or columns with NaN/Inf, else value(i, j, gi, gj) (chunk entry (i, j), global
 // (gi, gj)), the scheme's rounded result.
 template <typename T, typename Value>
-void round_chunk_entries(const at::Tensor& a, const at::Tensor& bt, const bool* nonfinite_a,
-                         const bool* nonfinite_b, at::Tensor& out, int64_t i0, int64_t rows,
-                         int64_t j0, int64_t cols, Value value) {
-  const int64_t k = a.size(1), n = bt.size(0);
-  const T* a_data = a.const_data_ptr<T>();
-  const T* b_data = bt.const_data_ptr<T>();
-  T* out_data = out.mutable_data_ptr<T>();
+void round_chunk_entries(const CrtElement& element, int64_t i0, int64_t rows, int64_t j0,
+                         int64_t cols, Value value) {
+  const int64_t k = element.a.size(1), n = element.bt.size(0);
+  const T* a_data = element.a.const_data_ptr<T>();
+  const T* b_data = element.bt.const_data_ptr<T>();
+  T* out_data = element.out.mutable_data_ptr<T>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
         const int64_t gi = i0 + i, gj = j0 + j;
         out_data[gi * n + gj] =
-            nonfinite_a[gi] || nonfinite_b[gj]
+            element.nonfinite_a[gi] || element.nonfinite_b[gj]
                 ? static_cast<T>(nonfinite_dot(a_data + gi * k, b_data + gj * k, k))
                 : static_cast<T>(value(i, j, gi, gj));
       }
@@ -378,21 +390,51 @@ void round_chunk_entries(const at::Tensor& a, const at::Tensor& bt, const bool* 
 }
 
 template <int N, typename T>
-void gemm_crt_chunks(const at::Tensor& a, const at::Tensor& bt, const int* scale_a,
-                     const int* scale_b, const bool* nonfinite_a, const bool* nonfinite_b,
-                     int64_t budget, const int8_t* prepared_a, at::Tensor& out) {
+void gemm_crt_chunks(const CrtElement& element, int64_t budget) {
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-    round_chunk_entries<T>(a, bt, nonfinite_a, nonfinite_b, out, i0, rows, j0, cols,
+    round_chunk_entries<T>(element, i0, rows, j0, cols,
                            [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
-                             return crt_entry<N, T>(p + i * cols + j, rows * cols, scale_a[gi],
-                                                    scale_b[gj]);
+                             return crt_entry<N, T>(p + i * cols + j, rows * cols,
+                                                    element.scale_a[gi], element.scale_b[gj]);
                            });
   };
+  const int64_t m = element.a.size(0), k = element.a.size(1);
   residue_product_chunks<T>(
-      a, bt, N,
-      with_prepared_a<T>(truncated_residues<N, T>(a.size(1), scale_a, scale_b), prepared_a, N,
-                         a.size(0), a.size(1)),
+      element.a, element.bt, N,
+      with_prepared_a<T>(truncated_residues<N, T>(k, element.scale_a, element.scale_b),
+                         element.prepared_a, N, m, k),
       budget, round_chunk);
+}
+
+// What gemm_crt and gemm_crt_exact share: the arguments checked, the result allocated (zeros for
+// an empty product), and run(element, budget, T{}) for each batch element in order, so that each
+// gets exactly the bits of its own 2-D product.
+template <typename Run>
+at::Tensor crt_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
+                       const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
+                       const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
+                       const std::optional<at::Tensor>& residues_a, bool exact, const char* op,
+                       Run run) {
+  const CrtProductArguments args = check_crt_product_arguments(
+      a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, residues_a, exact, op);
+  const ProductShape& shape = args.shape;
+  if (args.empty) return at::zeros(shape.out_sizes(), a.options());
+  at::Tensor out = at::empty(shape.out_sizes(), a.options());
+  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::crt_product", [&] {
+    for (int64_t e = 0; e < shape.batch; ++e) {
+      const CrtElement element{batch_element(a, shape.batched, e),
+                               batch_element(bt, shape.batched, e),
+                               batch_element(out, shape.batched, e),
+                               scale_a.const_data_ptr<int>() + e * shape.m,
+                               scale_b.const_data_ptr<int>() + e * shape.n,
+                               nonfinite_a.const_data_ptr<bool>() + e * shape.m,
+                               nonfinite_b.const_data_ptr<bool>() + e * shape.n,
+                               args.prepared_a.element(e)};
+      run(element, budget, scalar_t{});
+    }
+  });
+  return out;
 }
 
 }  // namespace
@@ -401,29 +443,13 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
                     const std::optional<at::Tensor>& residues_a) {
-  constexpr const char* op = "ozaki::gemm_crt";
-  const ProductShape shape =
-      check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
-  const LeftResidues prepared = checked_residues_a(residues_a, a, moduli, op);
-  const int64_t m = shape.m, k = shape.k, n = shape.n;
-  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
-  check_crt_inner(k, op);
-  at::Tensor out = at::empty(shape.out_sizes(), a.options());
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    with_moduli_count(static_cast<int>(moduli), [&](auto count) {
-      // Element by element: each gets exactly the bits of its own 2-D product.
-      for (int64_t e = 0; e < shape.batch; ++e) {
-        at::Tensor out_e = batch_element(out, shape.batched, e);
-        gemm_crt_chunks<decltype(count)::value, scalar_t>(
-            batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
-            scale_a.const_data_ptr<int>() + e * m, scale_b.const_data_ptr<int>() + e * n,
-            nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-            budget, prepared.element(e), out_e);
-      }
-    });
-  });
-  return out;
+  return crt_product(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, workspace_bytes,
+                     residues_a, /*exact=*/false, "ozaki::gemm_crt",
+                     [&](const CrtElement& element, int64_t budget, auto type) {
+                       with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+                         gemm_crt_chunks<decltype(count)::value, decltype(type)>(element, budget);
+                       });
+                     });
 }
 
 namespace {
@@ -466,29 +492,26 @@ auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, con
 }
 
 template <typename T>
-void gemm_crt_exact_element(const at::Tensor& a, const at::Tensor& bt, const int* exponent_a,
-                            const int* exponent_b, const bool* nonfinite_a,
-                            const bool* nonfinite_b, const ExactCrt& crt, int64_t budget,
-                            const int8_t* prepared_a, at::Tensor& out) {
+void gemm_crt_exact_element(const CrtElement& element, const ExactCrt& crt, int64_t budget) {
   const auto round_chunk = [&](const double* p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
     with_limb_count(crt, [&](auto limbs) {
       round_chunk_entries<T>(
-          a, bt, nonfinite_a, nonfinite_b, out, i0, rows, j0, cols,
-          [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
+          element, i0, rows, j0, cols, [&](int64_t i, int64_t j, int64_t gi, int64_t gj) {
             const double* entry = p + i * cols + j;
             const auto load = [&](int modulus) {
               return static_cast<int32_t>(entry[modulus * rows * cols]);
             };
-            return exact_reconstruct<decltype(limbs)::value>(
-                crt, load, -(int64_t(exponent_a[gi]) + exponent_b[gj]), format_of<T>());
+            const int64_t unit = -(int64_t(element.scale_a[gi]) + element.scale_b[gj]);
+            return exact_reconstruct<decltype(limbs)::value>(crt, load, unit, format_of<T>());
           });
     });
   };
-  residue_product_chunks<T>(a, bt, crt.moduli,
-                            with_prepared_a<T>(exact_residues<T>(a.size(1), exponent_a, exponent_b,
-                                                                 crt),
-                                               prepared_a, crt.moduli, a.size(0), a.size(1)),
-                            budget, round_chunk);
+  const int64_t m = element.a.size(0), k = element.a.size(1);
+  residue_product_chunks<T>(
+      element.a, element.bt, crt.moduli,
+      with_prepared_a<T>(exact_residues<T>(k, element.scale_a, element.scale_b, crt),
+                         element.prepared_a, crt.moduli, m, k),
+      budget, round_chunk);
 }
 
 }  // namespace
@@ -497,27 +520,13 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
                           const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
                           const std::optional<at::Tensor>& residues_a) {
-  constexpr const char* op = "ozaki::gemm_crt_exact";
-  const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
-                                                            nonfinite_a, nonfinite_b, moduli, op);
-  const LeftResidues prepared = checked_residues_a(residues_a, a, moduli, op);
-  const int64_t m = shape.m, k = shape.k, n = shape.n;
-  if (shape.batch == 0 || m == 0 || n == 0 || k == 0) return at::zeros(shape.out_sizes(), a.options());
-  check_crt_inner(k, op);
-  at::Tensor out = at::empty(shape.out_sizes(), a.options());
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultWorkspaceBytes;
-  const ExactCrt crt = exact_crt(static_cast<int>(moduli));
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    for (int64_t e = 0; e < shape.batch; ++e) {  // each element gets its own 2-D product's bits
-      at::Tensor out_e = batch_element(out, shape.batched, e);
-      gemm_crt_exact_element<scalar_t>(
-          batch_element(a, shape.batched, e), batch_element(bt, shape.batched, e),
-          exponent_a.const_data_ptr<int>() + e * m, exponent_b.const_data_ptr<int>() + e * n,
-          nonfinite_a.const_data_ptr<bool>() + e * m, nonfinite_b.const_data_ptr<bool>() + e * n,
-          crt, budget, prepared.element(e), out_e);
-    }
-  });
-  return out;
+  std::optional<ExactCrt> crt;  // made once the moduli count is checked
+  return crt_product(a, bt, exponent_a, exponent_b, nonfinite_a, nonfinite_b, moduli,
+                     workspace_bytes, residues_a, /*exact=*/true, "ozaki::gemm_crt_exact",
+                     [&](const CrtElement& element, int64_t budget, auto type) {
+                       if (!crt) crt = exact_crt(static_cast<int>(moduli));
+                       gemm_crt_exact_element<decltype(type)>(element, *crt, budget);
+                     });
 }
 
 at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64_t moduli,

@@ -394,6 +394,30 @@ __device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t
   }
 }
 
+// The groups of kResidueGroup entries a thread of a residue kernel owns (row_launch: rows along
+// grid y and the threads' y, groups along grid x and the threads' x, no per-group index division):
+// for each row, state = row_state(row) (the operand's row index), then group(state, row_out, l0)
+// for each of its groups, entries l0.. of the row, whose modulus-i residues go to
+// row_out + i * blocks.count * k_stride + l0 (rows of element e of the blocks at
+// out[((e * moduli + i) * blocks.count + r) * k_stride]).
+template <typename RowState, typename Group>
+__device__ __forceinline__ void for_each_residue_group(const RowBlocks& blocks, int64_t k_stride,
+                                                       int moduli, int8_t* out,
+                                                       RowState row_state, Group group) {
+  const int64_t groups_per_row = k_stride / kResidueGroup;
+  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
+       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
+    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
+    const int64_t r = block_row - e * blocks.count;
+    const auto state = row_state(blocks.row(e, r));
+    int8_t* row_out = out + (e * moduli * blocks.count + r) * k_stride;
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      group(state, row_out, g * kResidueGroup);
+    }
+  }
+}
+
 // Each thread turns 8 consecutive entries of a row into their N residues and stores each
 // modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
 // out[((e * N + i) * blocks.count + r) * k_stride + l]. Rows go along grid y and the threads' y,
@@ -401,33 +425,27 @@ __device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t
 template <int N, bool weighted, bool aligned, typename T>
 __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                                 const int* scale, int8_t* out) {
-  const int64_t groups_per_row = k_stride / kResidueGroup;
-  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
-    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
-    const int64_t r = block_row - e * blocks.count;
-    const int64_t row = blocks.row(e, r);
-    const RowScaler row_c = row_scaler<T>(scale[row]);
-    const T* entries = a + row * k;
-    int8_t* row_out = out + (e * N * blocks.count + r) * k_stride;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t l0 = g * kResidueGroup;
-      double x[kResidueGroup];
-      load_group<aligned>(entries, l0, k, x);
-      __align__(8) int8_t residues[N][kResidueGroup];
+  struct Row {
+    RowScaler scaler;
+    const T* entries;
+  };
+  const auto row_state = [&](int64_t row) { return Row{row_scaler<T>(scale[row]), a + row * k}; };
+  for_each_residue_group(blocks, k_stride, N, out, row_state, [&](const Row& row, int8_t* row_out,
+                                                                  int64_t l0) {
+    double x[kResidueGroup];
+    load_group<aligned>(row.entries, l0, k, x);
+    __align__(8) int8_t residues[N][kResidueGroup];
 #pragma unroll
-      for (int c = 0; c < kResidueGroup; ++c) {
-        residues_of<N, weighted>(x[c], row_c,
-                                 [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
-      }
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
-            *reinterpret_cast<const uint2*>(residues[i]);
-      }
+    for (int c = 0; c < kResidueGroup; ++c) {
+      residues_of<N, weighted>(x[c], row.scaler,
+                               [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
     }
-  }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+          *reinterpret_cast<const uint2*>(residues[i]);
+    }
+  });
 }
 
 template <int N, bool weighted, typename T>
@@ -635,23 +653,6 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
                          reduced ? kModuli : nullptr);
 }
 
-// What gemm_crt and gemm_crt_exact do once their arguments are checked: a's device made current,
-// and the result: zeros when the product is empty (nothing else to do), else uninitialised, with
-// k within scheme II's exact INT32 sums.
-struct CrtCall {
-  c10::cuda::CUDAGuard guard;
-  at::Tensor out;
-  bool empty;
-};
-inline CrtCall start_crt_call(const at::Tensor& a, const ProductShape& shape, const char* op) {
-  const bool empty = shape.batch == 0 || shape.m == 0 || shape.n == 0 || shape.k == 0;
-  if (!empty) check_crt_inner(shape.k, op);
-  return CrtCall{c10::cuda::CUDAGuard(a.device()),
-                 empty ? at::zeros(shape.out_sizes(), a.options())
-                       : at::empty(shape.out_sizes(), a.options()),
-                 empty};
-}
-
 // ---- gemm_crt, fused path ------------------------------------------------------------------------
 
 // One block per tile of each element of the chunk (column tiles along grid x, row tiles along y
@@ -788,45 +789,68 @@ inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
   return CrtPath::cublas;
 }
 
+// What gemm_crt and gemm_crt_exact share: the arguments checked (as check_crt_product_arguments,
+// and all on a's device), a's device made current, the result allocated (zeros when the product is
+// empty, which leaves nothing to do), then run(call, in, out) once with the operands as the kernels
+// read them and the result's data, in the operands' type.
+struct CrtCall {
+  CrtProductArguments args;
+  CrtPath path;
+};
+template <typename Run>
+at::Tensor crt_product(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
+                       const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
+                       const at::Tensor& nonfinite_b, int64_t moduli,
+                       const std::optional<at::Tensor>& residues_a, bool exact, const char* op,
+                       Run run) {
+  const CrtProductArguments args = check_crt_product_arguments(
+      a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, residues_a, exact, op);
+  check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  const std::vector<int64_t> sizes = args.shape.out_sizes();
+  if (args.empty) return at::zeros(sizes, a.options());
+  at::Tensor out = at::empty(sizes, a.options());
+  const CrtCall call{args, crt_path(args.shape.m, args.shape.n, args.shape.k, exact)};
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::crt_product", [&] {
+    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(),    bt.const_data_ptr<scalar_t>(),
+                                   a.size(-1),                      scale_a.const_data_ptr<int>(),
+                                   scale_b.const_data_ptr<int>(),   nonfinite_a.const_data_ptr<bool>(),
+                                   nonfinite_b.const_data_ptr<bool>()};
+    run(call, in, out.mutable_data_ptr<scalar_t>());
+  });
+  return out;
+}
+
 }  // namespace
 
 at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a,
                     const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                     const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
                     const std::optional<at::Tensor>& residues_a) {
-  constexpr const char* op = "ozaki::gemm_crt";
-  const ProductShape shape =
-      check_gemm_crt_arguments(a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, op);
-  check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
-  const int8_t* prepared_a = checked_residues_a(residues_a, a, moduli, op).data;
-  CrtCall call = start_crt_call(a, shape, op);
-  if (call.empty) return call.out;
-  at::Tensor out = call.out;
-  const int64_t k = shape.k;
-  const CrtPath path = crt_path(shape.m, shape.n, k, /*exact=*/false);
-  const int64_t budget =
-      workspace_bytes > 0
-          ? workspace_bytes
-          : (path == CrtPath::fused
-                 ? kDefaultFusedWorkspaceBytes
-                 : (path == CrtPath::reduced ? kDefaultReducedWorkspaceBytes
-                                             : kDefaultWorkspaceBytes));
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
-                                   scale_a.const_data_ptr<int>(), scale_b.const_data_ptr<int>(),
-                                   nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
-    scalar_t* result = out.mutable_data_ptr<scalar_t>();
-    with_moduli_count(static_cast<int>(moduli), [&](auto count) {
-      constexpr int N = decltype(count)::value;
-      if (path == CrtPath::fused) {
-        gemm_crt_fused_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a);
-      } else {
-        gemm_crt_chunks<N, scalar_t>(in, shape, budget, result, a.options(), prepared_a,
-                                     path == CrtPath::reduced);
-      }
-    });
-  });
-  return out;
+  return crt_product(
+      a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, residues_a, /*exact=*/false,
+      "ozaki::gemm_crt", [&](const CrtCall& call, const auto& in, auto* result) {
+        using T = std::remove_pointer_t<decltype(result)>;
+        const CrtPath path = call.path;
+        const int64_t budget =
+            workspace_bytes > 0
+                ? workspace_bytes
+                : (path == CrtPath::fused
+                       ? kDefaultFusedWorkspaceBytes
+                       : (path == CrtPath::reduced ? kDefaultReducedWorkspaceBytes
+                                                   : kDefaultWorkspaceBytes));
+        const int8_t* prepared_a = call.args.prepared_a.data;
+        with_moduli_count(static_cast<int>(moduli), [&](auto count) {
+          constexpr int N = decltype(count)::value;
+          if (path == CrtPath::fused) {
+            gemm_crt_fused_chunks<N, T>(in, call.args.shape, budget, result, a.options(),
+                                        prepared_a);
+          } else {
+            gemm_crt_chunks<N, T>(in, call.args.shape, budget, result, a.options(), prepared_a,
+                                  path == CrtPath::reduced);
+          }
+        });
+      });
 }
 
 namespace {
@@ -871,59 +895,53 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     multipliers[t] = table[t];
   }
   __syncthreads();
-  const int64_t groups_per_row = k_stride / kResidueGroup;
-  for (int64_t block_row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y;
-       block_row < blocks.total(); block_row += int64_t(gridDim.y) * blockDim.y) {
-    const int64_t e = element_of(block_row, blocks.count, blocks.elements);
-    const int64_t r = block_row - e * blocks.count;
-    const int64_t row = blocks.row(e, r);
-    const int row_exponent = exponent[row];
-    const T* entries = a + row * k;
-    int8_t* row_out = out + (e * moduli * blocks.count + r) * k_stride;
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t l0 = g * kResidueGroup;
-      double x[kResidueGroup];
-      if (aligned) {
-        load_group<true>(entries, l0, k, x);
-      } else {
-        load_group<false>(entries, l0, k, x);
+  struct Row {
+    int exponent;
+    const T* entries;
+  };
+  const auto row_state = [&](int64_t row) { return Row{exponent[row], a + row * k}; };
+  for_each_residue_group(blocks, k_stride, moduli, out, row_state, [&](const Row& row,
+                                                                       int8_t* row_out, int64_t l0) {
+    double x[kResidueGroup];
+    if (aligned) {
+      load_group<true>(row.entries, l0, k, x);
+    } else {
+      load_group<false>(row.entries, l0, k, x);
+    }
+    ExactEntry parts[kResidueGroup];
+#pragma unroll
+    for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row.exponent);
+    // modulus i's residues of the group, through remainder(part, field) = x mod p
+    const auto write_modulus = [&](int i, auto remainder) {
+      __align__(8) int8_t residues[kResidueGroup];
+#pragma unroll
+      for (int c = 0; c < kResidueGroup; ++c) {
+        const int s = parts[c].s;
+        const uint32_t field = s < kExactTableShifts
+                                   ? multipliers[i * kExactTableShifts + s]
+                                   : multipliers_past_the_table(s, weighted, crt.modulus[i]);
+        residues[c] = static_cast<int8_t>(remainder(parts[c], field));
       }
-      ExactEntry parts[kResidueGroup];
-#pragma unroll
-      for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row_exponent);
-      // modulus i's residues of the group, through remainder(part, field) = x mod p
-      const auto write_modulus = [&](int i, auto remainder) {
-        __align__(8) int8_t residues[kResidueGroup];
-#pragma unroll
-        for (int c = 0; c < kResidueGroup; ++c) {
-          const int s = parts[c].s;
-          const uint32_t field = s < kExactTableShifts
-                                     ? multipliers[i * kExactTableShifts + s]
-                                     : multipliers_past_the_table(s, weighted, crt.modulus[i]);
-          residues[c] = static_cast<int8_t>(remainder(parts[c], field));
-        }
-        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
-            *reinterpret_cast<const uint2*>(residues);
-      };
-      if constexpr (N > 0) {
-        for_each_modulus<N>([&](auto index) {
-          constexpr int i = decltype(index)::value;
-          write_modulus(i, [](const ExactEntry& x, uint32_t field) {
-            return exact_residue_of<i>(x, field);
-          });
+      *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+          *reinterpret_cast<const uint2*>(residues);
+    };
+    if constexpr (N > 0) {
+      for_each_modulus<N>([&](auto index) {
+        constexpr int i = decltype(index)::value;
+        write_modulus(i, [](const ExactEntry& x, uint32_t field) {
+          return exact_residue_of<i>(x, field);
         });
-      } else {
+      });
+    } else {
 #pragma unroll 1
-        for (int i = 0; i < moduli; ++i) {
-          const ExactModulus modulus = crt.modulus[i];
-          write_modulus(i, [&](const ExactEntry& x, uint32_t field) {
-            return exact_residue(x, field, modulus);
-          });
-        }
+      for (int i = 0; i < moduli; ++i) {
+        const ExactModulus modulus = crt.modulus[i];
+        write_modulus(i, [&](const ExactEntry& x, uint32_t field) {
+          return exact_residue(x, field, modulus);
+        });
       }
     }
-  }
+  });
 }
 
 // residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
@@ -1040,45 +1058,34 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
                           const at::Tensor& exponent_b, const at::Tensor& nonfinite_a,
                           const at::Tensor& nonfinite_b, int64_t moduli, int64_t workspace_bytes,
                           const std::optional<at::Tensor>& residues_a) {
-  constexpr const char* op = "ozaki::gemm_crt_exact";
-  const ProductShape shape = check_gemm_crt_exact_arguments(a, bt, exponent_a, exponent_b,
-                                                            nonfinite_a, nonfinite_b, moduli, op);
-  check_same_device(a, {&bt, &exponent_a, &exponent_b, &nonfinite_a, &nonfinite_b}, op);
-  const int8_t* prepared_a = checked_residues_a(residues_a, a, moduli, op).data;
-  CrtCall call = start_crt_call(a, shape, op);
-  if (call.empty) return call.out;
-  at::Tensor out = call.out;
-  const int64_t k = shape.k;
-  const bool reduced = crt_path(shape.m, shape.n, k, /*exact=*/true) == CrtPath::reduced;
-  // Exact scheme II's moduli (up to 40) take the exact budget on either path, so that A's
-  // residues are computed once.
-  const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
-  const ExactCrt crt = exact_crt(static_cast<int>(moduli));
-  const at::Tensor tables = exact_tables(crt, a.options());
-  const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
-  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(), bt.const_data_ptr<scalar_t>(), k,
-                                   exponent_a.const_data_ptr<int>(), exponent_b.const_data_ptr<int>(),
-                                   nonfinite_a.const_data_ptr<bool>(), nonfinite_b.const_data_ptr<bool>()};
-    scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
+  const auto run = [&](const CrtCall& call, const auto& in, auto* out_data) {
+    using T = std::remove_pointer_t<decltype(out_data)>;
+    // Exact scheme II's moduli (up to 40) take the exact budget on either path, so that A's
+    // residues are computed once.
+    const int64_t budget = workspace_bytes > 0 ? workspace_bytes : kDefaultExactWorkspaceBytes;
+    const bool reduced = call.path == CrtPath::reduced;
+    const ExactCrt crt = exact_crt(static_cast<int>(moduli));
+    const at::Tensor tables = exact_tables(crt, a.options());
+    const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
     const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
       using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
       const int blocks =
           grid_for(chunk.elements * chunk.rows * (ld / kExactColumns), kReconstructThreads);
       with_limb_count(crt, [&](auto limbs) {
-        exact_reconstruct_kernel<decltype(limbs)::value, P, scalar_t>
+        exact_reconstruct_kernel<decltype(limbs)::value, P, T>
             <<<blocks, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt,
                                                                out_data);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     };
-    residue_product_chunks(in, shape, static_cast<int>(moduli), budget, a.options(),
+    residue_product_chunks(in, call.args.shape, static_cast<int>(moduli), budget, a.options(),
                            exact_residues(in, crt, table_data), round_chunk,
-                           reduced ? kReducedMinColumns : kExactMinColumns, prepared_a,
-                           reduced ? kExactModuli : nullptr);
-  });
-  return out;
+                           reduced ? kReducedMinColumns : kExactMinColumns,
+                           call.args.prepared_a.data, reduced ? kExactModuli : nullptr);
+  };
+  return crt_product(a, bt, exponent_a, exponent_b, nonfinite_a, nonfinite_b, moduli, residues_a,
+                     /*exact=*/true, "ozaki::gemm_crt_exact", run);
 }
 
 at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64_t moduli,

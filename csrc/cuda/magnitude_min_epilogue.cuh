@@ -9,66 +9,58 @@
 
 namespace ozaki::cuda::reduced {
 
+// The magnitude-min epilogue's arguments (a MagnitudeMinGemm's).
+struct MagnitudeMinArguments {
+  const bool* usable_a;
+  const bool* usable_b;
+  int64_t rows, cols;
+  int32_t* smallest;
+};
+
 // The smallest sum of a kTileRows x kTileCols tile over its usable rows and columns (a
 // MagnitudeMinGemm's), lowered into *smallest by one atomicMin per warp: a minimum of integers
 // is exact and does not depend on the order, so the result is the same bits on every run. The
 // tile's row and column flags are staged in shared memory first, so that the accumulators are
 // masked without a branch or a global load each.
 template <int kTileRows, int kTileCols>
-class MagnitudeMinEpilogue : public EpilogueTypes {
+class MagnitudeMinEpilogue
+    : public EpilogueBase<MagnitudeMinEpilogue<kTileRows, kTileCols>, MagnitudeMinArguments> {
  public:
+  using Base = EpilogueBase<MagnitudeMinEpilogue<kTileRows, kTileCols>, MagnitudeMinArguments>;
+  using Base::Base;
+  using typename Base::Arguments;
+  using typename Base::Params;
   struct SharedStorage {
     uint8_t usable_row[kTileRows];
     uint8_t usable_col[kTileCols];
   };
   using TensorStorage = SharedStorage;
 
-  struct Arguments {
-    const bool* usable_a;
-    const bool* usable_b;
-    int64_t rows, cols;
-    int32_t* smallest;
-  };
-  using Params = Arguments;
-
   static Arguments arguments_of(const MagnitudeMinGemm& gemm) {
     return Arguments{gemm.usable_a, gemm.usable_b, gemm.rows, gemm.cols, gemm.smallest};
-  }
-  template <class Shape>
-  static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
-    return arguments;
   }
   template <class Shape>
   static bool can_implement(const Shape&, const Arguments& arguments) {
     return arguments.smallest != nullptr;
   }
 
-  CUTLASS_HOST_DEVICE explicit MagnitudeMinEpilogue(const Params& params,
-                                                    const SharedStorage& = SharedStorage())
-      : params_(params) {}
-
-  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
-            class TiledMma, class Residue>
-  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
-                                 const cute::Tensor<Engine, Layout>& accumulators,
-                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+  template <class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void finish_tile(const Params& params, const OutputTile& tile,
+                                  const Accumulators& accumulators, TiledMma tiled_mma,
+                                  int thread_idx, char* shared) {
     using namespace cute;
-    constexpr int kThreads = decltype(size(tiled_mma))::value;
-    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
-    const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
-    const int64_t rows = std::min<int64_t>(get<0>(problem) - row0, kTileRows);
-    const int64_t cols = std::min<int64_t>(get<1>(problem) - col0, kTileCols);
-    const bool* usable_a = params_.usable_a + int64_t(l_coord) * params_.rows + row0;
-    const bool* usable_b = params_.usable_b + int64_t(l_coord) * params_.cols + col0;
+    const bool* usable_a = params.usable_a + tile.l * params.rows + tile.row0;
+    const bool* usable_b = params.usable_b + tile.l * params.cols + tile.col0;
     SharedStorage& flags = *reinterpret_cast<SharedStorage*>(shared);
+    constexpr int kThreads = decltype(size(tiled_mma))::value;
     // The previous tile's flags have been read by every thread before they are replaced.
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
     for (int t = thread_idx; t < kTileRows + kTileCols; t += kThreads) {
       if (t < kTileRows) {
-        flags.usable_row[t] = t < rows && usable_a[t];
+        flags.usable_row[t] = t < tile.rows && usable_a[t];
       } else {
         const int c = t - kTileRows;
-        flags.usable_col[c] = c < cols && usable_b[c];
+        flags.usable_col[c] = c < tile.cols && usable_b[c];
       }
     }
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
@@ -83,11 +75,8 @@ class MagnitudeMinEpilogue : public EpilogueTypes {
       smallest = min(smallest, usable ? static_cast<int32_t>(accumulators(i)) : INT_MAX);
     }
     smallest = __reduce_min_sync(0xffffffffu, smallest);
-    if (threadIdx.x % 32 == 0 && smallest != INT_MAX) atomicMin(params_.smallest, smallest);
+    if (threadIdx.x % 32 == 0 && smallest != INT_MAX) atomicMin(params.smallest, smallest);
   }
-
- protected:
-  Params params_;
 };
 
 }  // namespace ozaki::cuda::reduced

@@ -24,9 +24,21 @@
 
 namespace ozaki::cuda::reduced {
 
+// An output tile of the kernel: plane l's rows [row0, row0 + rows) and columns
+// [col0, col0 + cols), fewer than the tile's at the problem's edges.
+struct OutputTile {
+  int64_t l, row0, col0, rows, cols;
+};
+
 // What CUTLASS's sm90 adapter and device adapter read off an epilogue of this kernel: INT32 sums
-// in, bytes out, no source read and no workspace (the epilogues here derive from it).
-struct EpilogueTypes {
+// in, bytes out, no source read and no workspace; its arguments are its parameters. Each tile's
+// accumulators go to Derived::finish_tile(params, tile, accumulators, tiled_mma, thread_idx,
+// shared) (the epilogues here derive from it).
+template <class Derived, class Arguments_>
+class EpilogueBase {
+ public:
+  using Arguments = Arguments_;
+  using Params = Arguments;
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
   using DispatchPolicy = EpilogueSchedule;
   using ElementOutput = uint8_t;
@@ -54,6 +66,43 @@ struct EpilogueTypes {
                                               cutlass::CudaHostAdapter* = nullptr) {
     return cutlass::Status::kSuccess;
   }
+  template <class Shape>
+  static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
+    return arguments;
+  }
+
+  CUTLASS_HOST_DEVICE explicit EpilogueBase(const Params& params) : params_(params) {}
+  template <class SharedStorage>
+  CUTLASS_HOST_DEVICE EpilogueBase(const Params& params, const SharedStorage&) : params_(params) {}
+
+  // CUTLASS's collective-epilogue call for one tile (no source, no residue predicate).
+  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
+            class TiledMma, class Residue>
+  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
+                                 const cute::Tensor<Engine, Layout>& accumulators,
+                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+    constexpr int64_t kTileRows = cute::size<0>(TileShape{}), kTileCols = cute::size<1>(TileShape{});
+    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
+    const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
+    const OutputTile tile{l_coord, row0, col0, cute::min(int64_t(cute::get<0>(problem)) - row0, kTileRows),
+                          cute::min(int64_t(cute::get<1>(problem)) - col0, kTileCols)};
+    static_cast<Derived*>(this)->finish_tile(params_, tile, accumulators, tiled_mma, thread_idx,
+                                             shared);
+  }
+
+ protected:
+  Params params_;
+};
+
+// The reduced epilogue's arguments: out + l * out_plane + r * ld + c; out 4-byte aligned, ld a
+// multiple of 4 and at least the columns rounded up to it (the words stored may reach into that
+// padding).
+struct ReducedResidueArguments {
+  uint8_t* out;
+  int64_t out_plane;
+  int64_t ld;
+  int moduli;
+  ModulusDivisor divisors[kReducedMaxModuli];
 };
 
 // The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
@@ -64,8 +113,14 @@ struct EpilogueTypes {
 // next epilogue waits for those reads before it stages again); other tiles are stored row by row
 // in 4-byte words, each warp writing 128 contiguous bytes.
 template <int kTileRows, int kTileCols>
-class ReducedResidueEpilogue : public EpilogueTypes {
+class ReducedResidueEpilogue
+    : public EpilogueBase<ReducedResidueEpilogue<kTileRows, kTileCols>, ReducedResidueArguments> {
  public:
+  using Base =
+      EpilogueBase<ReducedResidueEpilogue<kTileRows, kTileCols>, ReducedResidueArguments>;
+  using Base::Base;
+  using typename Base::Arguments;
+  using typename Base::Params;
   // Rows of the staged tile lie 16 bytes beyond their width: 16-byte aligned for the bulk copies,
   // and the 16 rows x 2 words that a warp stages at once fall at most two to a bank.
   static constexpr int kPitch = kTileCols + 16;
@@ -75,17 +130,6 @@ class ReducedResidueEpilogue : public EpilogueTypes {
   };
   using TensorStorage = SharedStorage;
 
-  // out + l * out_plane + r * ld + c; out 4-byte aligned, ld a multiple of 4 and at least the
-  // columns rounded up to it (the words stored may reach into that padding).
-  struct Arguments {
-    uint8_t* out;
-    int64_t out_plane;
-    int64_t ld;
-    int moduli;
-    ModulusDivisor divisors[kReducedMaxModuli];
-  };
-  using Params = Arguments;
-
   static Arguments arguments_of(const ReducedGemm& gemm) {
     Arguments arguments{gemm.out, gemm.out_plane, gemm.ld, gemm.moduli, {}};
     for (int i = 0; i < gemm.moduli; ++i) arguments.divisors[i] = gemm.divisors[i];
@@ -93,31 +137,21 @@ class ReducedResidueEpilogue : public EpilogueTypes {
   }
 
   template <class Shape>
-  static constexpr Params to_underlying_arguments(const Shape&, const Arguments& arguments, void*) {
-    return arguments;
-  }
-  template <class Shape>
   static bool can_implement(const Shape& shape, const Arguments& arguments) {
     const int64_t cols = cute::get<1>(shape);
     return arguments.ld % 4 == 0 && arguments.ld >= cols && arguments.out_plane % 4 == 0 &&
            reinterpret_cast<uintptr_t>(arguments.out) % 4 == 0;
   }
 
-  CUTLASS_HOST_DEVICE explicit ReducedResidueEpilogue(const Params& params,
-                                                      const SharedStorage& = SharedStorage())
-      : params_(params) {}
-
-  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
-            class TiledMma, class Residue>
-  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
-                                 const cute::Tensor<Engine, Layout>& accumulators,
-                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+  template <class Accumulators, class TiledMma>
+  CUTLASS_DEVICE void finish_tile(const Params& params, const OutputTile& tile,
+                                  const Accumulators& accumulators, TiledMma tiled_mma,
+                                  int thread_idx, char* shared) {
     using namespace cute;
+    const ModulusDivisor divisor = params.divisors[tile.l % params.moduli];
     // The threads that share the tile (both consumer warpgroups in the cooperative schedule; in
     // the ping-pong one each warpgroup's epilogue runs alone).
     constexpr int kThreads = decltype(size(tiled_mma))::value;
-    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
-    const ModulusDivisor divisor = params_.divisors[l_coord % params_.moduli];
     uint8_t* staged = reinterpret_cast<SharedStorage*>(shared)->bytes;
     Tensor tile_coords =
         tiled_mma.get_thread_slice(thread_idx)
@@ -167,20 +201,17 @@ class ReducedResidueEpilogue : public EpilogueTypes {
     // The staged bytes are visible to the copy engine (the async proxy), then to every thread.
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
-    const int64_t row0 = int64_t(m_coord) * kTileRows, col0 = int64_t(n_coord) * kTileCols;
-    const int64_t rows = std::min<int64_t>(get<0>(problem) - row0, kTileRows);
-    const int64_t cols = std::min<int64_t>(get<1>(problem) - col0, kTileCols);
-    uint8_t* out = params_.out + int64_t(l_coord) * params_.out_plane + row0 * params_.ld + col0;
+    uint8_t* out = params.out + tile.l * params.out_plane + tile.row0 * params.ld + tile.col0;
     // Bulk copies where the barrier above spans every thread that stages into this buffer (the
     // cooperative schedule; the ping-pong one's warpgroups take turns and store words).
     constexpr bool kBulk = kThreads == 2 * cutlass::NumThreadsPerWarpGroup;
-    const bool whole = rows == kTileRows && cols == kTileCols && params_.ld % 16 == 0 &&
+    const bool whole = tile.rows == kTileRows && tile.cols == kTileCols && params.ld % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 16 == 0;
     if (kBulk && whole) {
       static_assert(kThreads >= kTileRows);
       if (thread_idx < kTileRows) {
         cute::SM90_BULK_COPY_S2G::copy(staged + thread_idx * kPitch,
-                                       out + thread_idx * params_.ld, kTileCols);
+                                       out + thread_idx * params.ld, kTileCols);
         cute::tma_store_arrive();
       }
       return;
@@ -189,15 +220,12 @@ class ReducedResidueEpilogue : public EpilogueTypes {
 #pragma unroll 4
     for (int w = thread_idx; w < kTileRows * kWords; w += kThreads) {
       const int r = w / kWords, c = (w % kWords) * 4;
-      if (r < rows && c < cols) {
-        *reinterpret_cast<uint32_t*>(out + r * params_.ld + c) =
+      if (r < tile.rows && c < tile.cols) {
+        *reinterpret_cast<uint32_t*>(out + r * params.ld + c) =
             *reinterpret_cast<const uint32_t*>(staged + r * kPitch + c);
       }
     }
   }
-
- protected:
-  Params params_;
 };
 
 // CUTLASS's sm90 adapter of an epilogue, plus the wait that ends a consumer's work: its row copies
