@@ -6,10 +6,12 @@ options) (ozaki/library.py, docs/torch.md)."""
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
-from ozaki import _ops, crt
+from ozaki import _ops, crt, gemm_op
 
 OPS = torch.ops.ozaki
 nan = float("nan")
@@ -429,3 +431,80 @@ def test_alpha_zero_sends_no_gradient_to_a_and_b(device):
     for grad in (A.grad, B.grad):
         assert grad is None or (grad == 0).all()
     assert_bitwise_equal(C.grad, G * 2.0)
+
+
+# ---- plain eager calls: the operator's kernel called directly (ozaki/gemm_op.py, run_gemm) -------
+
+
+def _through_operator(monkeypatch, call):
+    """call() with every product sent through the ozaki::gemm operator."""
+    with monkeypatch.context() as patch:
+        patch.setattr(gemm_op, "_direct", lambda *tensors: False)
+        return call()
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("options", [{}, {"backend": "crt", "moduli": 16}, {"rounding": "nearest"},
+                                     {"backend": "fp16", "slices": 8}, {"backend": "int8"}],
+                         ids=["default", "crt", "nearest", "fp16", "int8"])
+def test_direct_calls_give_the_operators_bits(device, options, monkeypatch):
+    """dgemm, sgemm, gemm (alpha, beta, C, complex) and matmul (batched) give the same bits called
+    directly as through the operator."""
+    A, B, C = operands([(7, 33), (33, 5), (7, 5)], 18, device)
+    Z, W = operands([(3, 7, 33), (3, 33, 5)], 19, device, torch.complex128)
+    calls = [lambda: ozaki.dgemm(A, B, **options),
+             lambda: ozaki.sgemm(A.float(), B.float(), **options),
+             lambda: ozaki.gemm(A, B, C, alpha=-1.5, beta=0.25, transb=False, **options),
+             lambda: ozaki.gemm(Z[0], W[0].mT, alpha=2 - 1j, transb="C", **options),
+             lambda: ozaki.matmul(Z, W, **options)]
+    for call in calls:
+        assert_bitwise_equal(call(), _through_operator(monkeypatch, call))
+
+
+def test_direct_calls_only_where_nothing_needs_the_operator():
+    """The kernel runs without the operator only for plain eager calls: not for operands that
+    require grad (in grad mode), tensor subclasses, torch function or dispatch modes, or under
+    functorch transforms."""
+    A, B = operands([(4, 6), (6, 3)], 20, "cpu")
+    assert gemm_op._direct(A, B, None)
+    assert gemm_op._direct(A, B, B.new_ones(4, 3))
+    grad_a = A.clone().requires_grad_()
+    assert not gemm_op._direct(grad_a, B, None)
+    assert not gemm_op._direct(A, B, B.new_ones(4, 3).requires_grad_())
+    with torch.no_grad():
+        assert gemm_op._direct(grad_a, B, None)
+    assert not gemm_op._direct(torch.nn.Parameter(A), B, None)
+    with _PassingFunctionMode():
+        assert not gemm_op._direct(A, B, None)
+    with TorchDispatchMode():
+        assert not gemm_op._direct(A, B, None)
+    seen = []
+    torch.func.vmap(lambda a: seen.append(gemm_op._direct(a, B, None)) or a)(A.unsqueeze(0))
+    assert seen == [False]
+
+
+class _PassingFunctionMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _RecordingMode(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_operator_is_seen_by_modes_and_the_profiler(device):
+    """A dispatch mode sees ozaki::gemm, and a direct call shows in the profiler as ozaki::gemm."""
+    A, B = operands([(4, 6), (6, 3)], 21, device)
+    with _RecordingMode() as mode:
+        ozaki.dgemm(A, B)
+    assert "ozaki.gemm.default" in mode.ops
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        ozaki.dgemm(A, B)
+    assert "ozaki::gemm" in {event.key for event in prof.key_averages()}

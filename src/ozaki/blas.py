@@ -1,11 +1,11 @@
 """The BLAS-style entry points: ozaki.dgemm, ozaki.sgemm and ozaki.gemm (docs/api.md, docs/torch.md). All of
-them run the ozaki::gemm operator (ozaki/gemm_op.py), so they work under autograd and
+them run the ozaki::gemm operator (ozaki/gemm_op.py, run_gemm), so they work under autograd and
 torch.compile."""
 
 import torch
 
 from .distributed.dtensor import dtensor_product, is_dtensor
-from .gemm_op import check_gemm
+from .gemm_op import check_gemm, run_gemm
 from .options import Options
 from .product import check_operands
 
@@ -18,7 +18,7 @@ def _real_gemm(name, A, B, dtype, backend, slices, fast, moduli, rounding):
         return dtensor_product(name, A, B, dtype, Options(backend, slices, fast, moduli, rounding))
     check_operands(name, A, B, dtype)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
-    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options.op_arguments())
+    return run_gemm(A, B, None, 1, 0, options)
 
 
 def dgemm(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
@@ -130,8 +130,7 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     B = _transposed(name, "B", B, transb)
     check_gemm(name, A, B, C, alpha, beta)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
-    result = torch.ops.ozaki.gemm(A, B, C if beta != 0 else None, alpha, beta,
-                                  *options.op_arguments())
+    result = run_gemm(A, B, C if beta != 0 else None, alpha, beta, options)
     return result if out is None else copy_out(name, result, out)
 
 

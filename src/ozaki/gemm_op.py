@@ -1,6 +1,7 @@
 """The kernel of the ozaki::gemm operator (schema in csrc/ozaki.cpp, registered in
 ozaki/library.py): D = alpha * A @ B + beta * C with BLAS semantics, for real and complex
-matrices (m, k) x (k, n) or batches (batch, m, k) x (batch, k, n).
+matrices (m, k) x (k, n) or batches (batch, m, k) x (batch, k, n); and run_gemm, the way the public
+functions reach it.
 
 The epilogue is D = RN(alpha * P) + RN(beta * C), evaluated in separate IEEE operations (never a
 fused multiply-add), so it gives the same bits on every device and under torch.compile; alpha = 1
@@ -81,6 +82,39 @@ def gemm_kernel(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
     name = "ozaki::gemm"
     shape = check_gemm(name, A, B, C, alpha, beta)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
+    return _checked_gemm(A, B, C, alpha, beta, options, shape)
+
+
+def run_gemm(A, B, C, alpha, beta, options):
+    """ozaki::gemm(A, B, C, alpha, beta, options) for arguments the caller has checked (as
+    check_gemm and Options.checked do). Plain eager calls run the operator's kernel directly: the
+    same bits, without the dispatcher's and the autograd wrapper's cost and the kernel's second
+    check. The operator runs wherever anything may need to see it: autograd (an operand that
+    requires grad, in grad mode), torch.compile, functorch transforms, tensor subclasses, torch
+    function and dispatch modes. Under the profiler the direct call is recorded as ozaki::gemm."""
+    if not _direct(A, B, C):
+        return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options.op_arguments())
+    shape = (*A.shape[:-1], B.shape[-1])
+    if torch._C._autograd._profiler_enabled():
+        with torch.profiler.record_function("ozaki::gemm"):
+            return _checked_gemm(A, B, C, alpha, beta, options, shape)
+    return _checked_gemm(A, B, C, alpha, beta, options, shape)
+
+
+def _direct(A, B, C):
+    """Whether run_gemm may call the kernel without the operator (see run_gemm)."""
+    tensors = (A, B) if C is None else (A, B, C)
+    if any(type(t) is not torch.Tensor for t in tensors):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+                or torch._C._len_torch_dispatch_stack() > 0
+                or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def _checked_gemm(A, B, C, alpha, beta, options, shape):
+    """gemm_kernel's work once its arguments are checked; shape: the result's."""
     complex_result = A.dtype.is_complex
     real_dtype = REAL_OF[A.dtype]
 

@@ -13,7 +13,7 @@ import torch
 
 from .blas import copy_out
 from .distributed.dtensor import dtensor_product, is_dtensor
-from .gemm_op import REAL_OF
+from .gemm_op import REAL_OF, run_gemm
 from .operands import at_least, check_alike, check_tensor
 from .options import Options
 
@@ -28,7 +28,7 @@ def _check(name, a, b):
 
 
 def _gemm(A, B, options):
-    return torch.ops.ozaki.gemm(A, B, None, 1, 0, *options.op_arguments())
+    return run_gemm(A, B, None, 1, 0, options)
 
 
 def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
