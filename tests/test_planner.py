@@ -210,6 +210,48 @@ def test_fewest_moduli_is_the_first_count_that_meets_the_target(k, wide):
         assert crt.fewest_moduli(k, target, wide) == first_count(target)
 
 
+def test_norm_bound_shortcut_never_contradicts_the_exact_count():
+    """crt.norm_bound_needs_more, read from the float product of the two norms, is True only where
+    the exact norm bound (Fractions) needs more than `count` moduli and at most 40: norms whose
+    product lies a rounding either side of every limit, and random ones over 600 binades."""
+    def exact_count(a, b):
+        return crt.exact_moduli(Fraction(a) * Fraction(b) * crt.NORM_BOUND_MARGIN)
+
+    pairs = []
+    for count in range(1, crt.MAX_EXACT_MODULI + 1):
+        limit = float(crt.exact_limit(count))
+        for ulps in range(-3, 4):
+            x = limit
+            for _ in range(abs(ulps)):
+                x = math.nextafter(x, math.copysign(math.inf, ulps))
+            pairs += [(x, 1.0), (1.0, x), (math.sqrt(x), math.sqrt(x))]
+    g = seeded(31)
+    exponents = torch.randint(-300, 300, (2000, 2), generator=g).tolist()
+    pairs += [(math.ldexp(1 + u, e), math.ldexp(1 + v, f)) for (e, f), (u, v) in
+              zip(exponents, torch.rand(2000, 2, generator=g, dtype=torch.float64).tolist())]
+    taken = 0
+    for a, b in pairs:
+        count = exact_count(a, b)
+        for most in range(1, crt.MAX_EXACT_MODULI + 1):
+            if crt.norm_bound_needs_more(a, b, most):
+                taken += 1
+                assert count is not None and count > most, (a, b, most, count)
+    assert taken > 1000  # the shortcut does apply
+
+
+@pytest.mark.parametrize("phi", [0.1, 0.5, 2, 4])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_plans_are_the_same_without_the_norm_bound_shortcut(phi, dtype, monkeypatch):
+    """The default plan (and the correctly rounded one) is the same with crt.norm_bound_needs_more
+    as without it."""
+    for seed, (m, k, n) in enumerate([(20, 30, 10), (8, 500, 9), (33, 4, 17)]):
+        A, B = phi_pair(m, k, n, phi, 40 + seed, dtype)
+        plans = [ozaki.plan(A, B), ozaki.plan(A, B, rounding="nearest")]
+        with monkeypatch.context() as patch:
+            patch.setattr(crt, "norm_bound_needs_more", lambda *args: False)
+            assert [ozaki.plan(A, B), ozaki.plan(A, B, rounding="nearest")] == plans
+
+
 def _magnitudes(seed):
     """Positive finite floats over the whole range: random, subnormal, and the extremes."""
     g = seeded(seed)

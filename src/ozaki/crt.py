@@ -77,6 +77,37 @@ def exact_limit(count: int) -> Fraction:
     return _EXACT_LIMITS[count - 1]
 
 
+#: The factor of exact scheme II's norm bound over the product of the rows' two largest integer
+#: norms, each a float64 within a rounding of its exact value (product.py, exact_norm_bound).
+NORM_BOUND_MARGIN = (1 + Fraction(1, 1 << 50)) ** 2
+#: A float64 product x of two floats is within a factor 1 + 2^-53 of the exact product.
+_FLOAT_PRODUCT_ERROR = 1 + Fraction(1, 1 << 53)
+
+
+def _float_up(x: Fraction) -> float:
+    f = float(x)
+    return f if f >= x else math.nextafter(f, math.inf)
+
+
+def _float_down(x: Fraction) -> float:
+    f = float(x)
+    return f if f <= x else math.nextafter(f, -math.inf)
+
+
+#: Per count c: a float product of the norms above it means a norm bound above exact_limit(c).
+_NORM_PRODUCTS_ABOVE = tuple(_float_up(limit * _FLOAT_PRODUCT_ERROR) for limit in _EXACT_LIMITS)
+#: A float product of the norms up to this means a norm bound within MAX_EXACT_MODULI's limit.
+_NORM_PRODUCTS_WITHIN = _float_down(_EXACT_LIMITS[-1] / _FLOAT_PRODUCT_ERROR / NORM_BOUND_MARGIN)
+
+
+def norm_bound_needs_more(bound_a: float, bound_b: float, count: int) -> bool:
+    """Whether exact scheme II's norm bound, bound_a bound_b NORM_BOUND_MARGIN, surely needs more
+    than `count` moduli (1 <= count) and at most MAX_EXACT_MODULI, read from the float product
+    bound_a * bound_b alone (no Fractions); False where that product cannot tell."""
+    product = bound_a * bound_b
+    return _NORM_PRODUCTS_ABOVE[count - 1] < product <= _NORM_PRODUCTS_WITHIN
+
+
 def exact_moduli(bound: Fraction):
     """Fewest exact-scheme-II moduli whose product P recovers every integer of magnitude up to
     `bound` (P / 2 - P 2^-30 >= bound, the reconstruction's margin); None when 40 cannot."""

@@ -190,13 +190,17 @@ class Estimates:
     def exact_norm_bound(self, norm_a, norm_b) -> Fraction:
         """Exact scheme II: an upper bound of every |A'B'|_ij, A' and B' the rows scaled to
         integers (_ops.integer_exponents), from the rows' norm scales by Cauchy-Schwarz."""
+        bound_a, bound_b = self.integer_norm_bounds(norm_a, norm_b)
+        # each float64 2^q / g is within a rounding of the exact ratio
+        return Fraction(bound_a) * Fraction(bound_b) * crt.NORM_BOUND_MARGIN
+
+    def integer_norm_bounds(self, norm_a, norm_b):
+        """(bound_a, bound_b) floats: the largest 2-norms of a's and of bt's rows scaled to
+        integers, each within a rounding (exact_norm_bound is their product, with its margin)."""
         known = self._norm_bounds
         if known is not None and known[0] is norm_a and known[1] is norm_b:
-            bound_a, bound_b = known[2:]
-        else:
-            bound_a, bound_b = self.combine_max(self._largest_integer_norms(norm_a, norm_b)).tolist()
-        # each float64 2^q / g is within a rounding of the exact ratio
-        return Fraction(bound_a) * Fraction(bound_b) * (1 + Fraction(1, 1 << 50)) ** 2
+            return known[2:]
+        return tuple(self.combine_max(self._largest_integer_norms(norm_a, norm_b)).tolist())
 
     def exact_entry_bound(self) -> Fraction:
         """Exact scheme II: an upper bound of every |A'B'|_ij, tighter than exact_norm_bound
@@ -538,6 +542,9 @@ def _exact_crt_plan(est, dtype, inputs, rounding, reason, most=None):
     None when 40 moduli cannot hold it. most: where only a plan of at most this many moduli
     would be taken, also None when a cheap lower bound of the entry bound shows that it needs
     more (skipping the entry bound's pass over both operands)."""
+    if most is not None and most >= 1 and crt.norm_bound_needs_more(
+            *est.integer_norm_bounds(inputs.norm_a, inputs.norm_b), most):
+        return None  # the norm bound sets the count (40 moduli hold it), and it is above `most`
     bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
     if crt.exact_moduli(bound) is None:  # Cauchy-Schwarz is loose for rows of wide span
         if most is not None and (most < 1 or est.exact_entry_bound_exceeds(crt.exact_limit(most))):
