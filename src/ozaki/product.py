@@ -540,8 +540,9 @@ def _int8_cost(plan):
 def _exact_crt_plan(est, dtype, inputs, rounding, reason, most=None):
     """Exact scheme II's plan (rows scaled to integers, enough moduli for the exact product), or
     None when 40 moduli cannot hold it. most: where only a plan of at most this many moduli
-    would be taken, also None when a cheap lower bound of the entry bound shows that it needs
-    more (skipping the entry bound's pass over both operands)."""
+    would be taken, also None when the norm bound, read in floats, surely needs more (no
+    Fractions) or a cheap lower bound of the entry bound shows that it does (skipping the entry
+    bound's pass over both operands)."""
     if most is not None and most >= 1 and crt.norm_bound_needs_more(
             *est.integer_norm_bounds(inputs.norm_a, inputs.norm_b), most):
         return None  # the norm bound sets the count (40 moduli hold it), and it is above `most`
