@@ -78,6 +78,8 @@ def build_parser():
     parser.add_argument("--json", metavar="PATH", help="write the rows and metadata as JSON")
     parser.add_argument("--markdown", metavar="PATH", help="write the table as markdown")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="run every product eagerly (ozaki.replay off), for comparison")
     return parser
 
 
@@ -94,6 +96,8 @@ def parse_args(argv=None):
         parser.error(f"argument --ns-size: must be at least 2, got {args.ns_size}")
     check_output_path(parser, "--json", args.json)
     check_output_path(parser, "--markdown", args.markdown)
+    if args.no_replay:
+        ozaki.replay.ENABLED = False
     return args
 
 

@@ -1,12 +1,13 @@
 """Scheme II's CUDA paths side by side (docs/benchmarks.md, "Scheme II paths"): for each shape,
 native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
 per modulus, the fused kernel, the reduced GEMMs, and the shape rule), the default plan, and the
-default plan with A prepared (ozaki.prepare, as for repeated products), with the time, the ratio
-to native and the peak memory beyond A and B; every path's result is checked bit for bit against the first, the
-prepared one against the default.
+default plan with A prepared (ozaki.prepare, as for repeated products), and the default plan with
+its calls not replayed ("eager", ozaki.replay off), with the time, the ratio to native and the peak
+memory beyond A and B; every path's result is checked bit for bit against the first, the prepared
+and eager ones against the default.
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
-        [--paths cublas fused reduced rule default prepared] [--json PATH]
+        [--paths cublas fused reduced rule default prepared eager] [--json PATH]
 """
 
 import argparse
@@ -23,6 +24,8 @@ import ozaki
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384",
                   "16384,16384,64", "8192,8192,8192", "16384,16384,16384"]
 PATHS = ["cublas", "fused", "reduced", "rule"]
+#: The default call, with A prepared, and with ozaki.replay off.
+DEFAULTS = ["default", "prepared", "eager"]
 
 
 def shape_value(text):
@@ -58,13 +61,14 @@ def main(argv=None):
                         default=[shape_value(s) for s in DEFAULT_SHAPES])
     parser.add_argument("--moduli", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--paths", nargs="+", choices=PATHS + ["default", "prepared"],
-                        default=PATHS + ["default", "prepared"],
-                        help="which of them to run (prepared needs default; default: all)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS + DEFAULTS, default=PATHS + DEFAULTS,
+                        help="which of them to run (prepared and eager need default; default: "
+                        "all)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
-    if "prepared" in args.paths and "default" not in args.paths:
-        parser.error("--paths: prepared is checked against default, which is not among them")
+    for path in ("prepared", "eager"):
+        if path in args.paths and "default" not in args.paths:
+            parser.error(f"--paths: {path} is checked against default, which is not among them")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     rows = []
@@ -78,10 +82,11 @@ def main(argv=None):
         B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
         repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
         native, _, native_peak = timed(lambda: A @ B, repeats)
-        cases = [("native", None, native, native_peak, None)]
+        cases = [("native", None, native, native_peak, None, 0)]
         reference = default = kept = None
-        for path in [p for p in PATHS + ["default", "prepared"] if p in args.paths]:
-            if path in ("default", "prepared"):
+        for path in [p for p in PATHS + DEFAULTS if p in args.paths]:
+            ozaki.replay.ENABLED = path != "eager"
+            if path in DEFAULTS:
                 os.environ.pop("OZAKI_CRT_PATH", None)
                 call = lambda: ozaki.dgemm(A, B)  # noqa: E731
                 if path == "prepared":  # A's parts kept from the warm-up call on
@@ -95,33 +100,40 @@ def main(argv=None):
             try:
                 seconds, result, peak = timed(call, repeats)
             except torch.OutOfMemoryError:
-                cases.append((path, None, None, None, "out of memory"))
+                cases.append((path, None, None, None, "out of memory", 0))
                 if kept is not None:
                     kept.release()
                 continue
             same = None
+            replay_bytes = ozaki.replay.nbytes()  # the graphs' memory of replayed default calls
             if path == "default":
                 default = result
-            elif path == "prepared":
+            elif path in ("prepared", "eager"):
                 same = default is not None and bool(torch.equal(result.view(torch.int64),
                                                                 default.view(torch.int64)))
-                kept.release()
+                if path == "prepared":
+                    kept.release()
             else:
                 if reference is None:
                     reference = result
                 same = bool(torch.equal(result.view(torch.int64), reference.view(torch.int64)))
-            cases.append((path, same, seconds, peak, None))
+            cases.append((path, same, seconds, peak, None, replay_bytes))
             del result
         os.environ.pop("OZAKI_CRT_PATH", None)
-        for path, same, seconds, peak, note in cases:
+        ozaki.replay.ENABLED = True
+        ozaki.replay.clear()
+        for path, same, seconds, peak, note, replay_bytes in cases:
             if note is not None:
                 print(f"| {m} | {k} | {n} | {path} | {note} | | |")
                 continue
             label = path if same is None else f"{path} (bits {'equal' if same else 'DIFFER'})"
+            if replay_bytes:
+                label += f", replay entries {replay_bytes / 2 ** 20:.0f} MiB"
             print(f"| {m} | {k} | {n} | {label} | {seconds * 1e3:.3f} | {native / seconds:.2f} | "
                   f"{peak / 2 ** 30:.2f} |")
             rows.append({"m": m, "k": k, "n": n, "what": path, "bits_equal": same,
-                         "seconds": seconds, "native_seconds": native, "peak_bytes": peak})
+                         "seconds": seconds, "native_seconds": native, "peak_bytes": peak,
+                         "replay_bytes": replay_bytes})
         sys.stdout.flush()
         del A, B, reference, default, kept
         torch.cuda.empty_cache()

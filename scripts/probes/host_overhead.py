@@ -104,7 +104,10 @@ def main():
     parser.add_argument("--ops", help="list the ops of the case whose name contains this")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the host's cost of GPU calls)")
     parser.add_argument("--cg-size", type=int, default=1500, help="order of the kernel matrix K")
+    parser.add_argument("--no-replay", action="store_true", help="ozaki.replay off: eager calls")
     args = parser.parse_args()
+    if args.no_replay:
+        ozaki.replay.ENABLED = False
     torch.set_num_threads(1)
     print(f"{'call':24s} {'ms/call':>8s} {'ops':>5s}")
     for name, call in cases(args.device, args.cg_size):

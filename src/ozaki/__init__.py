@@ -12,6 +12,7 @@ import importlib
 
 from . import distributed  # noqa: F401  (ozaki.distributed.matmul; DTensor operands)
 from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and the fake kernels)
+from . import replay  # noqa: F401  (ozaki.replay.info() and clear(): the replayed calls' graphs)
 from .blas import dgemm, gemm, sgemm
 from .dropin import enable
 from .matmul import matmul
@@ -21,7 +22,7 @@ from .slicing import SlicePlan
 
 __version__ = "0.1.0"
 __all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "prepare", "Prepared",
-           "SlicePlan", "accuracy", "distributed", "__version__"]
+           "SlicePlan", "accuracy", "distributed", "replay", "__version__"]
 
 
 def __getattr__(name):

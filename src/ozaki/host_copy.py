@@ -9,11 +9,15 @@ class HostCopy:
     (into pinned memory, on the current stream), read by values() (which waits for that copy
     alone, not for work queued after it)."""
 
-    def __init__(self, values):
+    def __init__(self, values, host=None, copied=None):
+        """host: a pinned tensor of values' shape and dtype to copy into, and copied: an event to
+        record (reused by repeated reads: ozaki/replay.py); fresh ones when None."""
         if values.device.type == "cuda":
-            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            if host is None:
+                host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host = host
             self._host.copy_(values, non_blocking=True)
-            self._copied = torch.cuda.Event()
+            self._copied = torch.cuda.Event() if copied is None else copied
             self._copied.record()
         else:
             self._host, self._copied = values, None

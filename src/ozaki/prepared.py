@@ -119,6 +119,17 @@ class Prepared:
         self._residues.append((key, residues))
         return residues
 
+    def kept_parts(self, kind, moduli):
+        """The kept tensors that a product of a plan of `kind` with `moduli` reads (A's rows, row
+        statistics and norm scales, digits, row bounds, the plan's residues, and the column
+        exponents where kept), computing none of them: None where one is missing. They stay the
+        same objects until dropped (ozaki/replay.py compares them by identity)."""
+        residues = next((r for known, r in self._residues if known == (kind, moduli)), None)
+        parts = (self._rows, self._stats, self._digits, self._row_bounds, residues)
+        if any(part is None for part in parts):
+            return None
+        return (*parts, self._column_exponents)
+
     def _over(self, size):
         """Whether residues of `size` bytes would take the kept ones past max_bytes."""
         kept = sum(r.numel() for _, r in self._residues)

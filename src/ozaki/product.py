@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import torch
 
-from . import _ops, fixed_counts, prepared, speculation
+from . import _ops, fixed_counts, prepared, replay, speculation
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
@@ -592,7 +592,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
         early_inputs = _CrtInputs(est)
         est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b, floor=kind == "wide")
         try:
-            early = _scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli,
+            early = scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli,
                                         est.k, kept)
         except torch.OutOfMemoryError:
             # the guessed product did not fit: the plan's product alone may (the read above
@@ -603,10 +603,17 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     if early is not None and speculation.kind_and_moduli(plan) == guessed:
         return early, plan
     del early  # a wrong guess: its memory goes back before the plan's product runs
+    return product_of_plan(est, dtype, plan, inputs, kept)
+
+
+def product_of_plan(est, dtype, plan, inputs, kept=None):
+    """(C, plan): the product of a plan made from est (inputs: its scheme-II norm scales; kept:
+    a's kept parts), launched now."""
+    a, bt, stats_a, stats_b = est.a, est.bt, est.stats_a, est.stats_b
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt":
         kind, moduli = speculation.kind_and_moduli(plan)
-        C = _scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, est.k, kept)
+        C = scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, est.k, kept)
     else:
         C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
@@ -614,7 +621,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
     return C, finished_plan(fixed_count_check(plan, est, inputs, dtype, ready), plan)
 
 
-def _scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, k, kept):
+def scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, k, kept):
     """a @ bt^T by scheme II of `kind` ("crt": truncated, "wide" or "exact") with `moduli`
     moduli (inputs: the rows' norm scales; kept: a's kept parts, whose residues then serve)."""
     if kind == "crt":
@@ -650,16 +657,24 @@ def real_product(A, B, dtype, options=Options()):
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
     kept = prepared.find(A)
+    if replay.applies(A, B, options):
+        replayed = replay.product_of(A, B, dtype, options, kept)
+        if replayed is not None:
+            return replayed
+    est = estimates_of(A, B, options, kept)
+    return planned_product(est.a, est.bt, est.stats_a, est.stats_b, est, dtype, options, kept)
+
+
+def estimates_of(A, B, options, kept=None):
+    """The Estimates of validated operands A and B (kept: A's kept parts, ozaki.prepare), their
+    rows as the product reads them (est.a, est.bt) included."""
     if kept is None:
         a, bt = row_operands(A, B)
-        est = _estimates(a, bt, options)
-    else:
-        bt = row_operand(B.mT)
-        if _scheme_two_considered(k, options):
-            est = _kept_estimates(kept, bt, options)
-        else:
-            est = KeptEstimates(kept, bt, row_stats(bt))
-    return planned_product(est.a, bt, est.stats_a, est.stats_b, est, dtype, options, kept)
+        return _estimates(a, bt, options)
+    bt = row_operand(B.mT)
+    if _scheme_two_considered(A.shape[-1], options):
+        return _kept_estimates(kept, bt, options)
+    return KeptEstimates(kept, bt, row_stats(bt))
 
 
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):

@@ -23,7 +23,12 @@ _lock = threading.Lock()  # products may be called from several threads
 
 def key(est, dtype, options):
     """What a guess is remembered by: the operands' shapes, dtype and device, and the options."""
-    return (est.a.device, dtype, tuple(est.a.shape), tuple(est.bt.shape), options)
+    return key_of(est.a.device, dtype, est.a.shape, est.bt.shape, options)
+
+
+def key_of(device, dtype, a_shape, bt_shape, options):
+    """key() of rows a and bt of these shapes (a: A's, bt: B.mT's), before they are read."""
+    return (device, dtype, tuple(a_shape), tuple(bt_shape), options)
 
 
 def kind_and_moduli(plan):
@@ -38,11 +43,18 @@ def guess(est, dtype, options):
     (products of one shape that alternate between two plans, as in an iteration with two
     products per step, are not guessed) and the plan may be guessed (a default plan on one device
     of DEVICES); else None."""
-    if (est.a.device.type not in DEVICES or est.shared or est.norms is None
-            or options.moduli is not None or options.rounding is not None):
+    if est.shared or est.norms is None:
+        return None
+    return guess_of(est.a.device, dtype, est.a.shape, est.bt.shape, options)
+
+
+def guess_of(device, dtype, a_shape, bt_shape, options):
+    """guess() for rows a and bt of these shapes whose norm scales the plan reads (scheme II
+    considered), on one device."""
+    if device.type not in DEVICES or options.moduli is not None or options.rounding is not None:
         return None
     with _lock:
-        last_two = _last.get(key(est, dtype, options))
+        last_two = _last.get(key_of(device, dtype, a_shape, bt_shape, options))
     return last_two[1] if last_two is not None and last_two[0] == last_two[1] else None
 
 

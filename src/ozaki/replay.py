@@ -1,0 +1,232 @@
+"""Replayed calls: repeated small default products launched from CUDA graphs (docs/algorithm.md,
+"Replayed calls").
+
+A small default call on CUDA is paced by the host: about fifteen kernel launches and two dozen
+allocations around two short bursts of GPU work (the plan's reads, then the product). Where the
+plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
+call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
+and later calls on the same operands (the same addresses, shapes, strides and dtype; any
+contents) replay them: two graph launches, the values' copy to the host and one copy of the
+result. The graphs run the same kernels on the same data as the eager call, so the bits are the
+same; every call still reads its plan's values, plans on the host and keeps the product only
+where the plan is the guess (else the plan's product runs eagerly, as without replay).
+
+The graphs keep their memory (workspace, residues, result) between calls: at most MAX_ENTRIES
+entries and MAX_BYTES of GPU memory in all, least recently used dropped first; info() lists them
+and clear() frees them. Products of more than MAX_MULTIPLY_ADDS multiply-adds are not replayed
+(the GPU, not the host, sets their pace).
+"""
+
+import collections
+import dataclasses
+import os
+import threading
+
+import torch
+
+from . import _ops, product, speculation
+from .host_copy import HostCopy
+
+#: Whether calls may be replayed at all.
+ENABLED = True
+#: Entries kept, least recently used dropped first.
+MAX_ENTRIES = 16
+#: GPU memory the entries' graphs may keep in all (an entry that alone exceeds it is not kept).
+MAX_BYTES = 1 << 30
+#: Largest product replayed, in multiply-adds (batch * m * n * k): 2048^3.
+MAX_MULTIPLY_ADDS = 1 << 33
+#: Captures per operand shape, after which its calls stay eager (plans that keep changing).
+MAX_CAPTURES = 8
+
+#: Why the last capture that failed did (its calls then ran eagerly); None if none failed.
+last_failure = None
+
+_entries = collections.OrderedDict()
+_captures = collections.Counter()
+_lock = threading.Lock()
+
+
+@dataclasses.dataclass
+class _Entry:
+    """One key's graphs and the tensors they write (the graphs' own memory)."""
+    guess: tuple  # (kind, moduli) of the product captured
+    reads: torch.cuda.CUDAGraph  # the plan's reads: est's statistics, norms and values
+    product: torch.cuda.CUDAGraph  # the guessed product, into result
+    est_parts: tuple  # (a or None, bt or None, stats_a, stats_b, norm_a, norm_b, values)
+    result: torch.Tensor
+    kept_parts: tuple  # the kept tensors the graphs read (ozaki.prepare), None without
+    host: torch.Tensor  # pinned buffer of the values
+    copied: torch.cuda.Event
+    done: torch.cuda.Event  # recorded after the last call's reads of the graphs' tensors
+    stream: object  # the stream of the last call
+    nbytes: int
+    replays: int = 0
+
+
+def applies(A, B, options):
+    """Whether a call of validated operands A and B with these options may be replayed: a default
+    plan (scheme II considered, no fixed count or rounding) on CUDA, small enough, outside graph
+    capture, torch.compile, dispatch modes and the profiler (whose traces then show each kernel)."""
+    if not ENABLED or A.device.type != "cuda" or options.moduli is not None:
+        return False
+    if options.rounding is not None or not product._scheme_two_considered(A.shape[-1], options):
+        return False
+    multiply_adds = A.numel() * B.shape[-1]
+    if multiply_adds > MAX_MULTIPLY_ADDS:
+        return False
+    return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling()
+                or torch._C._len_torch_dispatch_stack() > 0
+                or torch._C._autograd._profiler_enabled())
+
+
+def product_of(A, B, dtype, options, kept):
+    """(C, plan) of A @ B from the key's graphs, captured now where the plan is guessed and none
+    are kept; None where the call is not replayed (then it runs eagerly)."""
+    guess = speculation.guess_of(A.device, dtype, A.shape, B.mT.shape, options)
+    if guess is None:
+        return None
+    key = _key(A, B, dtype, options, kept)
+    with _lock:
+        entry = _entries.get(key)
+        if entry is not None and (entry.guess != guess or not _kept_parts_hold(entry, kept)):
+            del _entries[key]  # its plan changed, or the kept parts it reads were dropped
+            entry = None
+        if entry is None:
+            entry = _captured(A, B, dtype, options, kept, guess, key)
+            if entry is None:
+                return None
+        _entries.move_to_end(key)
+        return _replayed(entry, A, B, dtype, options, kept)
+
+
+def info():
+    """The kept entries, most recently used last: dicts of the operands' shapes, dtype, the guessed
+    plan (kind, moduli), the bytes kept and the replays so far."""
+    with _lock:
+        return [{"a": key[2], "b": key[5], "dtype": key[1], "plan": entry.guess,
+                 "bytes": entry.nbytes, "replays": entry.replays}
+                for key, entry in _entries.items()]
+
+
+def nbytes():
+    """The GPU memory the kept entries hold."""
+    with _lock:
+        return sum(entry.nbytes for entry in _entries.values())
+
+
+def clear():
+    """Frees every kept entry (and forgets how often each shape was captured)."""
+    with _lock:
+        _entries.clear()
+        _captures.clear()
+
+
+def _key(A, B, dtype, options, kept):
+    """What an entry is found by: everything its graphs read by address or fixed at capture."""
+    return (A.device, dtype, tuple(A.shape), A.stride(), A.data_ptr(), tuple(B.shape), B.stride(),
+            B.data_ptr(), options, kept is not None, os.environ.get("OZAKI_CRT_PATH"),
+            _ops.workspace_bytes())
+
+
+def _kept_parts_hold(entry, kept):
+    """Whether the kept tensors the entry's graphs read are still the ones kept."""
+    if entry.kept_parts is None:
+        return kept is None
+    parts = None if kept is None else kept.kept_parts(*entry.guess)
+    return parts is not None and all(x is y for x, y in zip(parts, entry.kept_parts))
+
+
+def _captured(A, B, dtype, options, kept, guess, key):
+    """A new entry for key, its graphs captured from this call's operands (nothing runs yet), or
+    None where the shape has been captured MAX_CAPTURES times, the kept parts are incomplete, the
+    capture failed (the call then runs eagerly, and reports any error itself) or the entry would
+    not fit MAX_BYTES."""
+    shape_key = key[:4] + key[5:7]
+    kept_parts = None if kept is None else kept.kept_parts(*guess)
+    if _captures[shape_key] >= MAX_CAPTURES or (kept is not None and kept_parts is None):
+        return None
+    _captures[shape_key] += 1
+    global last_failure
+    try:
+        entry = _capture(A, B, options, kept, kept_parts, guess)
+    except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
+        last_failure = f"{type(error).__name__}: {error}"
+        return None
+    if entry.nbytes > MAX_BYTES:
+        return None
+    _make_room(entry.nbytes)
+    _entries[key] = entry
+    return entry
+
+
+def _capture(A, B, options, kept, kept_parts, guess):
+    """The entry of graphs captured from this call's operands."""
+    device = A.device
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    reads, product_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    reserved = torch.cuda.memory_reserved(device)
+    kind, moduli = guess
+    with torch.cuda.stream(side):
+        reads.capture_begin(capture_error_mode="thread_local")
+        try:
+            est = product.estimates_of(A, B, options, kept)
+            inputs = product._CrtInputs(est)
+            values = est._magnitude_values(inputs.norm_a, inputs.norm_b, floor=kind == "wide")
+        finally:
+            reads.capture_end()
+        product_graph.capture_begin(pool=reads.pool(), capture_error_mode="thread_local")
+        try:
+            result = product.scheme_two_product(est.a, est.bt, est.stats_a, est.stats_b, inputs,
+                                                kind, moduli, est.k, kept)
+        finally:
+            product_graph.capture_end()
+    current.wait_stream(side)
+    size = torch.cuda.memory_reserved(device) - reserved
+    a = None if est.a.data_ptr() == A.data_ptr() else est.a
+    bt = None if est.bt.data_ptr() == B.data_ptr() else est.bt
+    return _Entry(guess, reads, product_graph,
+                  (a, bt, est.stats_a, est.stats_b, inputs.norm_a, inputs.norm_b, values),
+                  result, kept_parts,
+                  torch.empty(values.shape, dtype=values.dtype, pin_memory=True),
+                  torch.cuda.Event(), torch.cuda.Event(), current, max(size, 0))
+
+
+def _make_room(size):
+    """Drops the least recently used entries until one of `size` bytes fits both limits."""
+    while _entries and (len(_entries) >= MAX_ENTRIES
+                        or sum(e.nbytes for e in _entries.values()) + size > MAX_BYTES):
+        _entries.popitem(last=False)
+
+
+def _replayed(entry, A, B, dtype, options, kept):
+    """(C, plan): the entry's graphs replayed on A and B, the plan read and made as the eager call
+    makes it; the guessed product is the result where the plan is the guess, else the plan's
+    product runs eagerly on the replayed reads."""
+    stream = torch.cuda.current_stream(A.device)
+    if stream != entry.stream:  # the last call's reads of the graphs' tensors may still be queued
+        stream.wait_event(entry.done)
+        entry.stream = stream
+    entry.reads.replay()
+    a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
+    read = HostCopy(values, entry.host, entry.copied)
+    entry.product.replay()
+    entry.replays += 1
+    C = entry.result.clone()
+    a = A if a is None else a
+    bt = B.mT if bt is None else bt
+    if kept is None:
+        est = product.Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
+    else:
+        est = product.KeptEstimates(kept, bt, stats_b, norm_b, values)
+    est._started = (norm_a, norm_b, read)
+    plan, inputs = product.plan_for(est, dtype, options)
+    speculation.remember(est, dtype, options, plan)
+    if speculation.kind_and_moduli(plan) == entry.guess:
+        entry.done.record()
+        return C, plan
+    del C
+    planned = product.product_of_plan(est, dtype, plan, inputs, kept)
+    entry.done.record()
+    return planned

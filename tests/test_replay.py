@@ -1,0 +1,220 @@
+"""Replayed calls (ozaki/replay.py): repeated default products on CUDA run from captured graphs,
+and every call gives the bits of the same call run eagerly, whatever changed in between: the
+operands' contents, the plan they lead to, the stream, a prepared left operand."""
+
+import pytest
+import torch
+
+import ozaki
+from helpers import REAL_GEMMS, assert_bitwise_equal, crt_paths, phi_pair
+from ozaki import replay, speculation
+from ozaki.options import Options
+
+#: (id, dtype, phi): truncated scheme II in both dtypes, wide and exact scheme II.
+KINDS = [
+    ("truncated-float64", torch.float64, 0.5),
+    ("truncated-float32", torch.float32, 0.5),
+    ("wide", torch.float64, 2.0),
+    ("exact", torch.float64, 4.0),
+]
+#: Tile edges of the GEMMs and residue rows (odd sizes, k not a multiple of 16).
+SHAPE = (70, 300, 9)
+CALLS = 5
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    replay.clear()
+    speculation.forget()
+    yield
+    replay.clear()
+    speculation.forget()
+
+
+def eager(call, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(replay, "ENABLED", False)
+        return call()
+
+
+def replays():
+    return sum(entry["replays"] for entry in replay.info())
+
+
+def test_nothing_is_replayed_on_the_cpu():
+    A, B = phi_pair(*SHAPE, 0.5, seed=1)
+    assert not replay.applies(A, B, Options())
+    for _ in range(CALLS):
+        ozaki.dgemm(A, B)
+    assert replay.info() == [] and replay.nbytes() == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+def test_replayed_calls_give_the_eager_bits(dtype, phi, layout, monkeypatch):
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, phi, seed=2, dtype=dtype, device="cuda")
+    if layout == "columns":  # A's rows and B's columns strided: the graphs copy them
+        A, B = A.t().contiguous().t(), B.t().contiguous().t()
+    gemm = REAL_GEMMS[dtype]
+    expected = eager(lambda: gemm(A, B), monkeypatch)
+    for _ in range(CALLS):
+        assert_bitwise_equal(gemm(A, B), expected)
+    planned = speculation.kind_and_moduli(ozaki.plan(A, B))
+    assert [e["plan"] for e in replay.info()] == [planned]
+    assert replays() >= CALLS - 2, replay.last_failure  # eager first calls, then replays
+
+
+@pytest.mark.cuda
+def test_every_crt_path_replays_its_bits(monkeypatch):
+    A, B = phi_pair(*SHAPE, 1.0, seed=3, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    for path in crt_paths():
+        with monkeypatch.context() as patch:
+            patch.setenv("OZAKI_CRT_PATH", path)
+            if not path:
+                patch.delenv("OZAKI_CRT_PATH")
+            replay.clear()
+            for _ in range(CALLS):
+                assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+            assert replays() >= CALLS - 1, (path, replay.last_failure)
+
+
+@pytest.mark.cuda
+def test_batched_products_replay(monkeypatch):
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(3, 40, 130, generator=g, dtype=torch.float64).cuda()
+    B = torch.randn(3, 130, 20, generator=g, dtype=torch.float64).cuda()
+    expected = eager(lambda: ozaki.matmul(A, B), monkeypatch)
+    for _ in range(CALLS):
+        assert_bitwise_equal(ozaki.matmul(A, B), expected)
+    assert replays() >= CALLS - 2, replay.last_failure
+
+
+@pytest.mark.cuda
+def test_replays_read_the_operands_present_contents(monkeypatch):
+    """In-place changes between calls: the same plan, then data whose plan is another (more
+    moduli, then wide scheme II, then back); every result is the eager call's, and results
+    returned earlier keep their values."""
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, 0.5, seed=5, device="cuda")
+    kept = []  # (result, its expected bits)
+    seed = 10
+    for phi, calls in [(0.5, 4), (1.0, 4), (2.0, 3), (0.5, 4)]:
+        for _ in range(calls):
+            A_new, B_new = phi_pair(m, k, n, phi, seed=seed, device="cuda")
+            seed += 1
+            A.copy_(A_new)
+            B.copy_(B_new)
+            expected = eager(lambda: ozaki.dgemm(A_new, B_new), monkeypatch)
+            got = ozaki.dgemm(A, B)
+            assert_bitwise_equal(got, expected)
+            kept.append((got, expected))
+        # the last calls of each phase replayed the product of its plan
+        planned = speculation.kind_and_moduli(ozaki.plan(A, B))
+        assert [e["plan"] for e in replay.info()] == [planned]
+        assert replays() >= 2, (phi, replay.last_failure)
+    for got, expected in kept:
+        assert_bitwise_equal(got, expected)
+
+
+@pytest.mark.cuda
+def test_a_prepared_operand_replays(monkeypatch):
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, 0.5, seed=6, device="cuda")
+    rights = [B] + [phi_pair(m, k, n, phi, seed=7 + i, device="cuda")[1]
+                    for i, phi in enumerate((0.5, 3.0))]
+    expected = {id(b): eager(lambda: ozaki.dgemm(A, b), monkeypatch) for b in rights}
+    with ozaki.prepare(A) as kept:
+        for b in [rights[0]] * CALLS + [rights[1]] * CALLS + [rights[2]] * 3:
+            assert_bitwise_equal(ozaki.dgemm(A, b), expected[id(b)])
+        assert replays() >= 2 * (CALLS - 2), replay.last_failure
+        A.mul_(1)  # an in-place change drops the kept parts: the entries reading them go too
+        for _ in range(CALLS):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected[id(B)])
+        assert kept.nbytes > 0
+    for _ in range(CALLS):  # released: the products compute everything again
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected[id(B)])
+
+
+@pytest.mark.cuda
+def test_another_stream_replays_after_the_last_calls_reads(monkeypatch):
+    A, B = phi_pair(*SHAPE, 0.5, seed=8, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    results = [ozaki.dgemm(A, B) for _ in range(CALLS)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        results += [ozaki.dgemm(A, B) for _ in range(2)]
+    torch.cuda.current_stream().wait_stream(side)
+    results.append(ozaki.dgemm(A, B))
+    for got in results:
+        assert_bitwise_equal(got, expected)
+    assert replays() >= CALLS, replay.last_failure
+
+
+@pytest.mark.cuda
+def test_memory_is_bounded_and_visible(monkeypatch):
+    shapes = [(70, 300, 9), (33, 100, 65), (128, 64, 40)]
+    pairs = [phi_pair(*shape, 0.5, seed=9 + i, device="cuda") for i, shape in enumerate(shapes)]
+    monkeypatch.setattr(replay, "MAX_ENTRIES", 2)
+    for _ in range(CALLS):
+        for A, B in pairs:
+            ozaki.dgemm(A, B)
+    entries = replay.info()
+    assert len(entries) == 2 and [e["a"] for e in entries] == [(33, 100), (128, 64)]
+    assert replay.nbytes() == sum(e["bytes"] for e in entries) > 0
+    monkeypatch.setattr(replay, "MAX_BYTES", max(e["bytes"] for e in entries))
+    replay.clear()
+    for _ in range(CALLS):
+        for A, B in pairs[1:]:
+            ozaki.dgemm(A, B)
+    assert len(replay.info()) <= 1 and replay.nbytes() <= replay.MAX_BYTES
+    replay.clear()
+    assert replay.info() == [] and replay.nbytes() == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kwargs", [{"moduli": 14}, {"rounding": "nearest"}, {"backend": "int8"},
+                                    {"backend": "fp16"}])
+def test_only_default_plans_replay(kwargs):
+    A, B = phi_pair(*SHAPE, 0.5, seed=10, device="cuda")
+    for _ in range(CALLS):
+        ozaki.dgemm(A, B, **kwargs)
+    assert replay.info() == []
+
+
+@pytest.mark.cuda
+def test_large_products_do_not_replay(monkeypatch):
+    m, k, n = SHAPE
+    monkeypatch.setattr(replay, "MAX_MULTIPLY_ADDS", m * k * n - 1)
+    A, B = phi_pair(m, k, n, 0.5, seed=11, device="cuda")
+    for _ in range(CALLS):
+        ozaki.dgemm(A, B)
+    assert replay.info() == []
+
+
+@pytest.mark.cuda
+def test_the_path_and_workspace_are_part_of_the_key(monkeypatch):
+    A, B = phi_pair(*SHAPE, 0.5, seed=12, device="cuda")
+    for workspace in (None, "64"):
+        if workspace is not None:
+            monkeypatch.setenv("OZAKI_WORKSPACE_MB", workspace)
+        for _ in range(CALLS):
+            ozaki.dgemm(A, B)
+    assert len(replay.info()) == 2
+
+
+@pytest.mark.cuda
+def test_a_failed_capture_leaves_the_eager_call(monkeypatch):
+    A, B = phi_pair(*SHAPE, 0.5, seed=13, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+
+    def failing(*args):
+        raise RuntimeError("capture failed")
+
+    monkeypatch.setattr(replay, "_capture", failing)
+    for _ in range(CALLS):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert replay.info() == []
