@@ -176,6 +176,19 @@ def test_memory_is_bounded_and_visible(monkeypatch):
 
 
 @pytest.mark.cuda
+def test_a_shape_whose_entry_is_too_large_stays_eager(monkeypatch):
+    A, B = phi_pair(*SHAPE, 0.5, seed=14, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    monkeypatch.setattr(replay, "MAX_ENTRY_BYTES", 0)
+    captured = []
+    capture = replay._capture
+    monkeypatch.setattr(replay, "_capture", lambda *args: captured.append(1) or capture(*args))
+    for _ in range(CALLS):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert replay.info() == [] and captured == [1]  # captured once, then never again
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("kwargs", [{"moduli": 14}, {"rounding": "nearest"}, {"backend": "int8"},
                                     {"backend": "fp16"}])
 def test_only_default_plans_replay(kwargs):

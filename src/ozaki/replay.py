@@ -12,8 +12,8 @@ same; every call still reads its plan's values, plans on the host and keeps the 
 where the plan is the guess (else the plan's product runs eagerly, as without replay).
 
 The graphs keep their memory (workspace, residues, result) between calls: at most MAX_ENTRIES
-entries and MAX_BYTES of GPU memory in all, least recently used dropped first; info() lists them
-and clear() frees them. Products of more than MAX_MULTIPLY_ADDS multiply-adds are not replayed
+entries, MAX_ENTRY_BYTES each and MAX_BYTES of GPU memory in all, least recently used dropped
+first; info() lists them and clear() frees them. Products of more than MAX_MULTIPLY_ADDS multiply-adds are not replayed
 (the GPU, not the host, sets their pace).
 """
 
@@ -31,8 +31,11 @@ from .host_copy import HostCopy
 ENABLED = True
 #: Entries kept, least recently used dropped first.
 MAX_ENTRIES = 16
-#: GPU memory the entries' graphs may keep in all (an entry that alone exceeds it is not kept).
+#: GPU memory the entries' graphs may keep in all.
 MAX_BYTES = 1 << 30
+#: GPU memory one entry may keep; a shape whose entry takes more stays eager (such products, as
+#: 6000^2 x 16 with its 17 moduli of residues, gain little from replay).
+MAX_ENTRY_BYTES = 384 << 20
 #: Largest product replayed, in multiply-adds (batch * m * n * k): 2048^3.
 MAX_MULTIPLY_ADDS = 1 << 33
 #: Captures per operand shape, after which its calls stay eager (plans that keep changing).
@@ -140,7 +143,7 @@ def _captured(A, B, dtype, options, kept, guess, key):
     """A new entry for key, its graphs captured from this call's operands (nothing runs yet), or
     None where the shape has been captured MAX_CAPTURES times, the kept parts are incomplete, the
     capture failed (the call then runs eagerly, and reports any error itself) or the entry would
-    not fit MAX_BYTES."""
+    take more than MAX_ENTRY_BYTES or MAX_BYTES."""
     shape_key = key[:4] + key[5:7]
     kept_parts = None if kept is None else kept.kept_parts(*guess)
     if _captures[shape_key] >= MAX_CAPTURES or (kept is not None and kept_parts is None):
@@ -152,7 +155,8 @@ def _captured(A, B, dtype, options, kept, guess, key):
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
         last_failure = f"{type(error).__name__}: {error}"
         return None
-    if entry.nbytes > MAX_BYTES:
+    if entry.nbytes > min(MAX_ENTRY_BYTES, MAX_BYTES):
+        _captures[shape_key] = MAX_CAPTURES  # the next calls of the shape stay eager at once
         return None
     _make_room(entry.nbytes)
     _entries[key] = entry
