@@ -186,6 +186,11 @@ def test_a_shape_whose_entry_is_too_large_stays_eager(monkeypatch):
     for _ in range(CALLS):
         assert_bitwise_equal(ozaki.dgemm(A, B), expected)
     assert replay.info() == [] and captured == [1]  # captured once, then never again
+    monkeypatch.undo()
+    with ozaki.prepare(A):  # a prepared operand's calls are keyed apart
+        for _ in range(CALLS):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+        assert replays() >= CALLS - 3, replay.last_failure
 
 
 @pytest.mark.cuda

@@ -144,7 +144,7 @@ def _captured(A, B, dtype, options, kept, guess, key):
     None where the shape has been captured MAX_CAPTURES times, the kept parts are incomplete, the
     capture failed (the call then runs eagerly, and reports any error itself) or the entry would
     take more than MAX_ENTRY_BYTES or MAX_BYTES."""
-    shape_key = key[:4] + key[5:7]
+    shape_key = key[:4] + key[5:7] + key[8:]  # the key without the operands' addresses
     kept_parts = None if kept is None else kept.kept_parts(*guess)
     if _captures[shape_key] >= MAX_CAPTURES or (kept is not None and kept_parts is None):
         return None
