@@ -68,9 +68,12 @@ class _Entry:
 
 def applies(A, B, options):
     """Whether a call of validated operands A and B with these options may be replayed: a default
-    plan (scheme II considered, no fixed count or rounding) on CUDA, small enough, outside graph
-    capture, torch.compile, dispatch modes and the profiler (whose traces then show each kernel)."""
+    plan (scheme II considered, no fixed count or rounding) on the current CUDA device (where the
+    graphs are captured and replayed), small enough, outside graph capture, torch.compile,
+    dispatch modes and the profiler (whose traces then show each kernel)."""
     if not ENABLED or A.device.type != "cuda" or options.moduli is not None:
+        return False
+    if A.device.index != torch.cuda.current_device():
         return False
     if options.rounding is not None or not product._scheme_two_considered(A.shape[-1], options):
         return False
