@@ -593,7 +593,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
         est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b, floor=kind == "wide")
         try:
             early = scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli,
-                                        est.k, kept)
+                                       est.k, kept)
         except torch.OutOfMemoryError:
             # the guessed product did not fit: the plan's product alone may (the read above
             # serves the plan all the same)

@@ -13,8 +13,8 @@ where the plan is the guess (else the plan's product runs eagerly, as without re
 
 The graphs keep their memory (workspace, residues, result) between calls: at most MAX_ENTRIES
 entries, MAX_ENTRY_BYTES each and MAX_BYTES of GPU memory in all, least recently used dropped
-first; info() lists them and clear() frees them. Products of more than MAX_MULTIPLY_ADDS multiply-adds are not replayed
-(the GPU, not the host, sets their pace).
+first; info() lists them and clear() frees them. Products of more than MAX_MULTIPLY_ADDS
+multiply-adds are not replayed (the GPU, not the host, sets their pace).
 """
 
 import collections
@@ -60,7 +60,7 @@ class _Entry:
     kept_parts: tuple  # the kept tensors the graphs read (ozaki.prepare), None without
     host: torch.Tensor  # pinned buffer of the values
     copied: torch.cuda.Event
-    done: torch.cuda.Event  # recorded after the last call's reads of the graphs' tensors
+    done: torch.cuda.Event  # recorded after the last call's work on the graphs' memory
     stream: object  # the stream of the last call
     nbytes: int
     replays: int = 0
@@ -95,7 +95,7 @@ def product_of(A, B, dtype, options, kept):
     with _lock:
         entry = _entries.get(key)
         if entry is not None and (entry.guess != guess or not _kept_parts_hold(entry, kept)):
-            del _entries[key]  # its plan changed, or the kept parts it reads were dropped
+            _drop(key)  # its plan changed, or the kept parts it reads were dropped
             entry = None
         if entry is None:
             entry = _captured(A, B, dtype, options, kept, guess, key)
@@ -123,8 +123,14 @@ def nbytes():
 def clear():
     """Frees every kept entry (and forgets how often each shape was captured)."""
     with _lock:
-        _entries.clear()
+        while _entries:
+            _drop(next(iter(_entries)))
         _captures.clear()
+
+
+def _drop(key):
+    """Frees an entry once the GPU is done with its graphs' memory (the last call's work)."""
+    _entries.pop(key).done.synchronize()
 
 
 def _key(A, B, dtype, options, kept):
@@ -204,7 +210,7 @@ def _make_room(size):
     """Drops the least recently used entries until one of `size` bytes fits both limits."""
     while _entries and (len(_entries) >= MAX_ENTRIES
                         or sum(e.nbytes for e in _entries.values()) + size > MAX_BYTES):
-        _entries.popitem(last=False)
+        _drop(next(iter(_entries)))
 
 
 def _replayed(entry, A, B, dtype, options, kept):
@@ -221,6 +227,7 @@ def _replayed(entry, A, B, dtype, options, kept):
     entry.product.replay()
     entry.replays += 1
     C = entry.result.clone()
+    entry.done.record()
     a = A if a is None else a
     bt = B.mT if bt is None else bt
     if kept is None:
@@ -231,9 +238,8 @@ def _replayed(entry, A, B, dtype, options, kept):
     plan, inputs = product.plan_for(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
     if speculation.kind_and_moduli(plan) == entry.guess:
-        entry.done.record()
         return C, plan
     del C
     planned = product.product_of_plan(est, dtype, plan, inputs, kept)
-    entry.done.record()
+    entry.done.record()  # after the plan's product, which reads the replayed statistics
     return planned
