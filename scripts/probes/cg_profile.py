@@ -10,7 +10,6 @@ import argparse
 import collections
 import pathlib
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -20,6 +19,7 @@ from ozaki import product, replay
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from programs_bench import conjugate_gradients, kernel_matrix, right_hand_sides  # noqa: E402
+from plan_reads import median_ms  # noqa: E402  (this folder is the script's own)
 
 
 def counted_calls():
@@ -40,15 +40,9 @@ def counted_calls():
     return counts
 
 
-def timed(call, repeats=3):
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+def timed(call):
+    """Median seconds of 3 runs after a warm-up (plan_reads.median_ms)."""
+    return median_ms(call, repeats=3) / 1e3
 
 
 def main(argv=None):
@@ -66,14 +60,14 @@ def main(argv=None):
     print(f"native: {native * 1e3:.2f} ms ({native / iterations * 1e3:.3f} ms per iteration)")
     counts = counted_calls()
     with ozaki.enable(), ozaki.prepare(K):
-        conjugate_gradients(K, B, iterations)  # warm-up: K's kept parts, the captures
+        conjugate_gradients(K, B, iterations)  # K's kept parts, the first captures
         for enabled in (True, False):
             replay.ENABLED = enabled
             counts.clear()
             seconds = timed(lambda: conjugate_gradients(K, B, iterations))
             print(f"prepared, replay {'on' if enabled else 'off'}: {seconds * 1e3:.2f} ms "
                   f"({seconds / iterations * 1e3:.3f} ms per iteration, "
-                  f"{seconds / native:.2f}x native); calls over 3 runs: {dict(counts)}")
+                  f"{seconds / native:.2f}x native); calls over 4 runs (one warm-up): {dict(counts)}")
         replay.ENABLED = True
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             conjugate_gradients(K, B, iterations)
