@@ -21,6 +21,7 @@ import collections
 import dataclasses
 import os
 import threading
+import typing
 
 import torch
 
@@ -109,7 +110,7 @@ def info():
     """The kept entries, most recently used last: dicts of the operands' shapes, dtype, the guessed
     plan (kind, moduli), the bytes kept and the replays so far."""
     with _lock:
-        return [{"a": key[2], "b": key[5], "dtype": key[1], "plan": entry.guess,
+        return [{"a": key.a_shape, "b": key.b_shape, "dtype": key.dtype, "plan": entry.guess,
                  "bytes": entry.nbytes, "replays": entry.replays}
                 for key, entry in _entries.items()]
 
@@ -133,11 +134,30 @@ def _drop(key):
     _entries.pop(key).done.synchronize()
 
 
-def _key(A, B, dtype, options, kept):
+class _Key(typing.NamedTuple):
     """What an entry is found by: everything its graphs read by address or fixed at capture."""
-    return (A.device, dtype, tuple(A.shape), A.stride(), A.data_ptr(), tuple(B.shape), B.stride(),
-            B.data_ptr(), options, kept is not None, os.environ.get("OZAKI_CRT_PATH"),
-            _ops.workspace_bytes())
+    device: torch.device
+    dtype: torch.dtype
+    a_shape: tuple
+    a_strides: tuple
+    a_address: typing.Optional[int]  # None in of_shape()
+    b_shape: tuple
+    b_strides: tuple
+    b_address: typing.Optional[int]
+    options: object
+    prepared: bool
+    crt_path: object  # OZAKI_CRT_PATH
+    workspace: int
+
+    def of_shape(self):
+        """The key without the operands' addresses (what MAX_CAPTURES counts by)."""
+        return self._replace(a_address=None, b_address=None)
+
+
+def _key(A, B, dtype, options, kept):
+    return _Key(A.device, dtype, tuple(A.shape), A.stride(), A.data_ptr(), tuple(B.shape),
+                B.stride(), B.data_ptr(), options, kept is not None,
+                os.environ.get("OZAKI_CRT_PATH"), _ops.workspace_bytes())
 
 
 def _kept_parts_hold(entry, kept):
@@ -153,12 +173,12 @@ def _captured(A, B, dtype, options, kept, guess, key):
     None where the shape has been captured MAX_CAPTURES times, the kept parts are incomplete, the
     capture failed (the call then runs eagerly, and reports any error itself) or the entry would
     take more than MAX_ENTRY_BYTES or MAX_BYTES."""
-    shape_key = key[:4] + key[5:7] + key[8:]  # the key without the operands' addresses
+    global last_failure
+    shape_key = key.of_shape()
     kept_parts = None if kept is None else kept.kept_parts(*guess)
     if _captures[shape_key] >= MAX_CAPTURES or (kept is not None and kept_parts is None):
         return None
     _captures[shape_key] += 1
-    global last_failure
     try:
         entry = _capture(A, B, options, kept, kept_parts, guess)
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
