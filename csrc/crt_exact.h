@@ -100,20 +100,21 @@ OZAKI_HD uint32_t weighted_power_of_two(int s, bool weighted, const ExactModulus
   return exact_remainder(w * power_mod(2, s, c), c);
 }
 
-// The multipliers of an entry's three 21-bit fields for shift s, packed in one word: T = W 2^s,
-// 2^21 T and 2^42 T, each mod p, in bytes 0, 1 and 2 (so exact_residue needs one remainder). For
-// p = 256 the upper two are 0.
-OZAKI_HD uint32_t field_multipliers(int s, bool weighted, const ExactModulus& c) {
+// An entry's signed power for p: (+-W 2^s) mod p in [0, p), with the entry's sign, so that
+// (m mod p) times it is W x mod p for x = +-m 2^s.
+OZAKI_HD uint32_t signed_power(int s, bool negative, bool weighted, const ExactModulus& c) {
   const uint32_t t = weighted_power_of_two(s, weighted, c);
-  if (c.p == 256) return t;
-  return t | (exact_remainder(c.c21 * t, c) << 8) | (exact_remainder(c.c42 * t, c) << 16);
+  return negative && t != 0 ? c.p - t : t;
 }
 
-// Entry `index` of the table of field_multipliers over the first moduli and the shifts
-// s < kExactTableShifts: (i, s) at index i * kExactTableShifts + s.
-OZAKI_HD uint32_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
-  const int i = index / kExactTableShifts, s = index - i * kExactTableShifts;
-  return field_multipliers(s, weighted, crt.modulus[i]);
+// Entry `index` of the table of signed_power over the first moduli, both signs and the shifts
+// s < kExactTableShifts, one byte each: (negative, i, s) at
+// index (negative * moduli + i) * kExactTableShifts + s.
+OZAKI_HD uint8_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
+  const int row = index / kExactTableShifts, s = index - row * kExactTableShifts;
+  const bool negative = row >= crt.moduli;
+  return static_cast<uint8_t>(
+      signed_power(s, negative, weighted, crt.modulus[negative ? row - crt.moduli : row]));
 }
 
 // An entry a of a row scaled by 2^E, as sign, significand and shift: |a| 2^E = m 2^s. Entries
@@ -135,55 +136,51 @@ OZAKI_HD ExactEntry exact_entry(double a, int scale_exponent) {
   return {m, t < 0 ? 0 : t, sign_bit(a)};
 }
 
-// The symmetric residue of W x mod p for x = (-1)^negative m 2^s, from multipliers =
-// field_multipliers(s): m's 21-bit fields times theirs, summed below 2^29 + 2^29 + 2^19, and one
-// remainder.
-OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t multipliers, const ExactModulus& c) {
+// The symmetric residue of W x mod p for x = (-1)^negative m 2^s, from power = signed_power(s):
+// m mod p from its 21-bit fields (low + mid (2^21 mod p) + high (2^42 mod p), below 2^29, one
+// remainder), z = (m mod p) power below 2^16, and ((z + h) mod p) - h for h = (p - 1) / 2. For
+// p = 256, the low byte of low power read as two's complement.
+OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t power, const ExactModulus& c) {
   constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
   const uint32_t low = static_cast<uint32_t>(x.m & mask);
+  if (c.p == 256) return static_cast<int8_t>(static_cast<uint8_t>(low * power));
   const uint32_t mid = static_cast<uint32_t>((x.m >> 21) & mask);
   const uint32_t high = static_cast<uint32_t>(x.m >> 42);  // at most 2^11
-  const uint32_t sum = low * (multipliers & 255u) + mid * ((multipliers >> 8) & 255u) +
-                       high * (multipliers >> 16);
-  if (c.p == 256) {  // the low byte of m W 2^s
-    const uint8_t r = static_cast<uint8_t>(sum);
-    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
-  }
-  const uint32_t r = exact_remainder(sum, c);
+  const uint32_t z = exact_remainder(low + mid * c.c21 + high * c.c42, c) * power;
   const int half = static_cast<int>(c.p - 1) / 2;
-  const int symmetric = static_cast<int>(r) > half ? static_cast<int>(r) - static_cast<int>(c.p)
-                                                   : static_cast<int>(r);
-  return x.negative ? -symmetric : symmetric;
+  return static_cast<int>(exact_remainder(z + half, c)) - half;
 }
 
 // exact_residue for modulus I of kExactModuli with its constants known at compile time: the same
-// value, by the same arithmetic, with the remainder's magic number and shift as immediates (the
-// CUDA residue pass unrolls its moduli with it for the usual counts, csrc/cuda/crt.cu).
+// value, the remainders by immediates (the CUDA residue pass unrolls its moduli with it for the
+// usual counts, csrc/cuda/crt.cu); the second by one multiply-high, as z + h < 2^16 (with
+// M = ceil(2^32 / p) = (2^32 + e) / p, e < p, floor(y M / 2^32) = floor(y / p) for y e < 2^32).
 template <int I>
-OZAKI_HD int exact_residue_of(const ExactEntry& x, uint32_t multipliers) {
+OZAKI_HD int exact_residue_of(const ExactEntry& x, uint32_t power) {
   constexpr uint32_t p = kExactModuli[I];
   constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
   const uint32_t low = static_cast<uint32_t>(x.m & mask);
-  if constexpr (p == 256) {  // the low byte of m W 2^s (the upper fields' multipliers are 0)
-    const uint8_t r = static_cast<uint8_t>(low * (multipliers & 255u));
-    return static_cast<int8_t>(x.negative ? static_cast<uint8_t>(-r) : r);
+  if constexpr (p == 256) {
+    return static_cast<int8_t>(static_cast<uint8_t>(low * power));
   } else {
+    constexpr uint32_t c21 = (uint32_t(1) << 21) % p;
+    constexpr uint32_t c42 = static_cast<uint32_t>((uint64_t(1) << 42) % p);
     const uint32_t mid = static_cast<uint32_t>((x.m >> 21) & mask);
     const uint32_t high = static_cast<uint32_t>(x.m >> 42);
-    const uint32_t sum = low * (multipliers & 255u) + mid * ((multipliers >> 8) & 255u) +
-                         high * (multipliers >> 16);
+    const uint32_t sum = low + mid * c21 + high * c42;
     constexpr int shift = p > 128 ? 7 : 6;
     constexpr uint32_t magic = static_cast<uint32_t>(((uint64_t(1) << (32 + shift)) + p - 1) / p);
+    constexpr uint32_t magic_small = static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p);
+    constexpr uint32_t half = (p - 1) / 2;
 #ifdef __CUDA_ARCH__
-    const uint32_t q = __umulhi(sum, magic) >> shift;
+    const uint32_t z = (sum - (__umulhi(sum, magic) >> shift) * p) * power;
+    const uint32_t q = __umulhi(z + half, magic_small);
 #else
-    const uint32_t q = static_cast<uint32_t>((uint64_t(sum) * magic) >> (32 + shift));
+    const uint32_t z =
+        (sum - static_cast<uint32_t>((uint64_t(sum) * magic) >> (32 + shift)) * p) * power;
+    const uint32_t q = static_cast<uint32_t>((uint64_t(z + half) * magic_small) >> 32);
 #endif
-    const uint32_t r = sum - q * p;
-    constexpr int half = static_cast<int>(p - 1) / 2;
-    const int symmetric =
-        static_cast<int>(r) > half ? static_cast<int>(r) - static_cast<int>(p) : static_cast<int>(r);
-    return x.negative ? -symmetric : symmetric;
+    return static_cast<int>(z) - static_cast<int>(q * p);
   }
 }
 

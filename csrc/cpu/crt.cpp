@@ -456,10 +456,9 @@ namespace {
 
 // ---- gemm_crt_exact -----------------------------------------------------------------------------
 
-// The table of field multipliers (csrc/crt_exact.h, exact_table_entry) for A (weighted = false)
-// or B.
-std::vector<uint32_t> exact_power_table(const ExactCrt& crt, bool weighted) {
-  std::vector<uint32_t> table(crt.moduli * kExactTableShifts);
+// The table of signed powers (csrc/crt_exact.h, exact_table_entry) for A (weighted = false) or B.
+std::vector<uint8_t> exact_power_table(const ExactCrt& crt, bool weighted) {
+  std::vector<uint8_t> table(2 * crt.moduli * kExactTableShifts);
   for (int index = 0; index < static_cast<int>(table.size()); ++index) {
     table[index] = exact_table_entry(crt, weighted, index);
   }
@@ -469,21 +468,24 @@ std::vector<uint32_t> exact_power_table(const ExactCrt& crt, bool weighted) {
 // residue_product_chunks' residues for exact scheme II: rows scaled by 2^exponent.
 template <typename T>
 auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, const ExactCrt& crt) {
-  return [=, &crt, tables = std::array<std::vector<uint32_t>, 2>{exact_power_table(crt, false),
-                                                                   exact_power_table(crt, true)}](
+  return [=, &crt, tables = std::array<std::vector<uint8_t>, 2>{exact_power_table(crt, false),
+                                                                  exact_power_table(crt, true)}](
              const T* data, int64_t first, int64_t count, bool weighted, double* out) {
     const int* exponent = weighted ? exponent_b : exponent_a;
-    const uint32_t* table = tables[weighted].data();
+    const uint8_t* table = tables[weighted].data();
     at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         for (int64_t l = 0; l < k; ++l) {
           const ExactEntry x = exact_entry(static_cast<double>(data[(first + r) * k + l]),
                                            exponent[first + r]);
+          const bool tabled = x.s < kExactTableShifts;
+          const uint8_t* powers =
+              table + (x.negative ? crt.moduli : 0) * kExactTableShifts + (tabled ? x.s : 0);
           for (int i = 0; i < crt.moduli; ++i) {
-            const uint32_t multipliers = x.s < kExactTableShifts
-                                             ? table[i * kExactTableShifts + x.s]
-                                             : field_multipliers(x.s, weighted, crt.modulus[i]);
-            out[(i * count + r) * k + l] = exact_residue(x, multipliers, crt.modulus[i]);
+            const uint32_t power =
+                tabled ? powers[i * kExactTableShifts]
+                    : signed_power(x.s, x.negative, weighted, crt.modulus[i]);
+            out[(i * count + r) * k + l] = exact_residue(x, power, crt.modulus[i]);
           }
         }
       }

@@ -858,18 +858,18 @@ namespace {
 // ---- gemm_crt_exact --------------------------------------------------------------------------
 
 // The tables of exact_table_entry: A's (unweighted) at table, B's at table + entries.
-__global__ void exact_table_kernel(ExactCrt crt, uint32_t* table) {
-  const int entries = crt.moduli * kExactTableShifts;
+__global__ void exact_table_kernel(ExactCrt crt, uint8_t* table) {
+  const int entries = 2 * crt.moduli * kExactTableShifts;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < 2 * entries; t += gridDim.x * blockDim.x) {
     table[t] = exact_table_entry(crt, t >= entries, t % entries);
   }
 }
 
-// field_multipliers for shifts past the table (rows the planner does not send to exact scheme II,
-// or finite entries of rows holding NaN/Inf): out of line, so the hot loop stays small.
-__device__ __noinline__ uint32_t multipliers_past_the_table(int s, bool weighted,
-                                                            ExactModulus modulus) {
-  return field_multipliers(s, weighted, modulus);
+// signed_power for shifts past the table (rows the planner does not send to exact scheme II, or
+// finite entries of rows holding NaN/Inf): out of line, so the hot loop stays small.
+__device__ __noinline__ uint32_t power_past_the_table(int s, bool negative, bool weighted,
+                                                      ExactModulus modulus) {
+  return signed_power(s, negative, weighted, modulus);
 }
 
 // Moduli counts up to this get their moduli as compile-time constants in exact_residues_kernel
@@ -878,23 +878,25 @@ __device__ __noinline__ uint32_t multipliers_past_the_table(int s, bool weighted
 constexpr int kExactFixedModuli = 24;
 
 // residues_kernel for exact scheme II: rows scaled by 2^exponent. N > 0: N moduli known at compile
-// time, every modulus unrolled and its remainder by immediates (exact_residue_of), in few enough
+// time, every modulus unrolled and its remainders by immediates (exact_residue_of), in few enough
 // registers for three blocks per multiprocessor; N = 0: crt.moduli at run time, one modulus per
 // iteration (an unrolled body of every modulus outgrew the instruction cache), its constants read
-// from the parameter bank by index. Each block first copies its table of W 2^s mod p into shared
-// memory. The same residues either way.
+// from the parameter bank by index. Each block first copies its table of signed powers
+// (+-W 2^s) mod p into shared memory, one byte each. The same residues either way.
 template <int N, typename T>
 __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                          const int* exponent, ExactCrt crt, const uint32_t* table, bool weighted,
+                          const int* exponent, ExactCrt crt, const uint8_t* table, bool weighted,
                           bool aligned, int8_t* out) {
-  __shared__ uint32_t multipliers[(N > 0 ? N : kExactMaxModuli) * kExactTableShifts];
+  constexpr int kWords = 2 * (N > 0 ? N : kExactMaxModuli) * kExactTableShifts / 4;
+  __shared__ uint32_t table_words[kWords];
   const int moduli = N > 0 ? N : crt.moduli;
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < moduli * kExactTableShifts;
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < 2 * moduli * kExactTableShifts / 4;
        t += blockDim.x * blockDim.y) {
-    multipliers[t] = table[t];
+    table_words[t] = reinterpret_cast<const uint32_t*>(table)[t];
   }
   __syncthreads();
+  const uint8_t* powers = reinterpret_cast<const uint8_t*>(table_words);
   struct Row {
     int exponent;
     const T* entries;
@@ -909,18 +911,24 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
       load_group<false>(row.entries, l0, k, x);
     }
     ExactEntry parts[kResidueGroup];
+    int first_power[kResidueGroup];  // the entry's table index for modulus 0
 #pragma unroll
-    for (int c = 0; c < kResidueGroup; ++c) parts[c] = exact_entry(x[c], row.exponent);
-    // modulus i's residues of the group, through remainder(part, field) = x mod p
+    for (int c = 0; c < kResidueGroup; ++c) {
+      parts[c] = exact_entry(x[c], row.exponent);
+      first_power[c] = (parts[c].negative ? moduli : 0) * kExactTableShifts +
+                       (parts[c].s < kExactTableShifts ? parts[c].s : 0);
+    }
+    // modulus i's residues of the group, through remainder(part, power) = W x mod p
     const auto write_modulus = [&](int i, auto remainder) {
       __align__(8) int8_t residues[kResidueGroup];
 #pragma unroll
       for (int c = 0; c < kResidueGroup; ++c) {
         const int s = parts[c].s;
-        const uint32_t field = s < kExactTableShifts
-                                   ? multipliers[i * kExactTableShifts + s]
-                                   : multipliers_past_the_table(s, weighted, crt.modulus[i]);
-        residues[c] = static_cast<int8_t>(remainder(parts[c], field));
+        const uint32_t power =
+            s < kExactTableShifts
+                ? powers[first_power[c] + i * kExactTableShifts]
+                : power_past_the_table(s, parts[c].negative, weighted, crt.modulus[i]);
+        residues[c] = static_cast<int8_t>(remainder(parts[c], power));
       }
       *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
           *reinterpret_cast<const uint2*>(residues);
@@ -928,16 +936,16 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     if constexpr (N > 0) {
       for_each_modulus<N>([&](auto index) {
         constexpr int i = decltype(index)::value;
-        write_modulus(i, [](const ExactEntry& x, uint32_t field) {
-          return exact_residue_of<i>(x, field);
+        write_modulus(i, [](const ExactEntry& x, uint32_t power) {
+          return exact_residue_of<i>(x, power);
         });
       });
     } else {
 #pragma unroll 1
       for (int i = 0; i < moduli; ++i) {
         const ExactModulus modulus = crt.modulus[i];
-        write_modulus(i, [&](const ExactEntry& x, uint32_t field) {
-          return exact_residue(x, field, modulus);
+        write_modulus(i, [&](const ExactEntry& x, uint32_t power) {
+          return exact_residue(x, power, modulus);
         });
       }
     }
@@ -946,7 +954,7 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
 
 // residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
 template <typename T>
-auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_t* tables) {
+auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t* tables) {
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
              cudaStream_t stream) {
@@ -954,7 +962,7 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
     const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
     const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
     const int* exponent = weighted ? in.scale_b : in.scale_a;
-    const uint32_t* table = tables + (weighted ? crt.moduli * kExactTableShifts : 0);
+    const uint8_t* table = tables + (weighted ? 2 * crt.moduli * kExactTableShifts : 0);
     if (crt.moduli <= kExactFixedModuli) {
       with_constant<1, kExactFixedModuli>(crt.moduli, [&](auto count) {
         constexpr int N = decltype(count)::value;
@@ -969,12 +977,11 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint32_
   };
 }
 
-// exact_residues' tables on the current stream: int32 (2 * moduli * kExactTableShifts).
+// exact_residues' tables on the current stream: bytes (4 * moduli * kExactTableShifts).
 at::Tensor exact_tables(const ExactCrt& crt, const at::TensorOptions& options) {
-  at::Tensor tables = at::empty({2 * crt.moduli * kExactTableShifts}, options.dtype(at::kInt));
-  uint32_t* table_data = reinterpret_cast<uint32_t*>(tables.mutable_data_ptr<int32_t>());
+  at::Tensor tables = at::empty({4 * crt.moduli * kExactTableShifts}, options.dtype(at::kByte));
   exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0,
-                       at::cuda::getCurrentCUDAStream()>>>(crt, table_data);
+                       at::cuda::getCurrentCUDAStream()>>>(crt, tables.mutable_data_ptr<uint8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return tables;
 }
@@ -1066,7 +1073,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
     const bool reduced = call.path == CrtPath::reduced;
     const ExactCrt crt = exact_crt(static_cast<int>(moduli));
     const at::Tensor tables = exact_tables(crt, a.options());
-    const uint32_t* table_data = reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>());
+    const uint8_t* table_data = tables.const_data_ptr<uint8_t>();
     const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                  cudaStream_t chunk_stream) {
       using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
@@ -1107,7 +1114,7 @@ at::Tensor crt_left_residues(const at::Tensor& a, const at::Tensor& scale, int64
     if (exact) {
       const ExactCrt crt = exact_crt(static_cast<int>(moduli));
       const at::Tensor tables = exact_tables(crt, a.options());
-      exact_residues(in, crt, reinterpret_cast<const uint32_t*>(tables.const_data_ptr<int32_t>()))(
+      exact_residues(in, crt, tables.const_data_ptr<uint8_t>())(
           in.a, rows, out_data, false, stream);
     } else {
       with_moduli_count(static_cast<int>(moduli), [&](auto count) {

@@ -202,13 +202,14 @@ class ReducedResidueEpilogue
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
     uint8_t* out = params.out + tile.l * params.out_plane + tile.row0 * params.ld + tile.col0;
-    // Bulk copies where the barrier above spans every thread that stages into this buffer (the
-    // cooperative schedule; the ping-pong one's warpgroups take turns and store words).
-    constexpr bool kBulk = kThreads == 2 * cutlass::NumThreadsPerWarpGroup;
+    // Bulk copies, one row per thread, where the tile has no more rows than threads. Nothing
+    // else stages into this buffer meanwhile: in the cooperative schedule the barrier above spans
+    // both warpgroups; in the ping-pong one the warpgroups' epilogues take turns (CUTLASS's order
+    // barrier), and each thread waits for its copies in store_tail before the turn passes.
+    constexpr bool kBulk = kThreads >= kTileRows;
     const bool whole = tile.rows == kTileRows && tile.cols == kTileCols && params.ld % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 16 == 0;
     if (kBulk && whole) {
-      static_assert(kThreads >= kTileRows);
       if (thread_idx < kTileRows) {
         cute::SM90_BULK_COPY_S2G::copy(staged + thread_idx * kPitch,
                                        out + thread_idx * params.ld, kTileCols);

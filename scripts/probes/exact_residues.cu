@@ -3,7 +3,8 @@
 // over run-time moduli (the library's past kExactFixedModuli) against the one with compile-time
 // moduli (exact_residues_kernel<N>, the library's up to it), each also on a grid capped at 4
 // blocks per SM, and the same loads and stores alone; "differ": bytes that differ from the loop
-// kernel's (-1: not compared).
+// kernel's (-1: not compared); "wrong": sampled residues that differ from a host reference
+// ((m mod p) (2^s mod p) by plain remainders, made symmetric).
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
 //        scripts/probes/exact_residues.cu -o /tmp/exact_residues && /tmp/exact_residues
 #include <cuda_runtime.h>
@@ -28,10 +29,10 @@ __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
 
 // csrc/cuda/crt.cu's exact_residues_kernel (run-time moduli) for the rows of one matrix, aligned
 __global__ void loop_kernel(const double* a, int64_t rows, int64_t k, int64_t k_stride, int exponent, ExactCrt crt,
-                        const uint32_t* table, int8_t* out) {
-  __shared__ uint32_t multipliers[kExactMaxModuli * kExactTableShifts];
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < crt.moduli * kExactTableShifts; t += blockDim.x * blockDim.y)
-    multipliers[t] = table[t];
+                        const uint8_t* table, int8_t* out) {
+  __shared__ uint8_t powers[2 * kExactMaxModuli * kExactTableShifts];
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < 2 * crt.moduli * kExactTableShifts; t += blockDim.x * blockDim.y)
+    powers[t] = table[t];
   __syncthreads();
   const int64_t groups_per_row = k_stride / kGroup;
   for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows; row += int64_t(gridDim.y) * blockDim.y) {
@@ -55,9 +56,10 @@ __global__ void loop_kernel(const double* a, int64_t rows, int64_t k, int64_t k_
 #pragma unroll
         for (int c = 0; c < kGroup; ++c) {
           const int s = parts[c].s;
-          const uint32_t field = s < kExactTableShifts ? multipliers[i * kExactTableShifts + s]
-                                                       : field_multipliers(s, false, modulus);
-          residues[c] = static_cast<int8_t>(exact_residue(parts[c], field, modulus));
+          const uint32_t power = s < kExactTableShifts
+                                     ? powers[((parts[c].negative ? crt.moduli : 0) + i) * kExactTableShifts + s]
+                                     : signed_power(s, parts[c].negative, false, modulus);
+          residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, modulus));
         }
         *reinterpret_cast<uint2*>(row_out + i * rows * k_stride + l0) = *reinterpret_cast<const uint2*>(residues);
       }
@@ -84,29 +86,30 @@ __global__ void floor_kernel(const double* a, int64_t rows, int64_t k, int64_t k
 }
 
 // csrc/cuda/crt.cu's exact_residues_kernel<N>: compile-time moduli (exact_residue_of), the
-// remainder's constants immediates
+// remainders' constants immediates, three blocks per SM
 template <int I, int N>
 struct Moduli {
-  __device__ static void run(const ExactEntry (&parts)[kGroup], const uint32_t* multipliers, int8_t* out, int64_t plane) {
+  __device__ static void run(const ExactEntry (&parts)[kGroup], const int (&first)[kGroup], const uint8_t* powers,
+                             int8_t* out, int64_t plane) {
     if constexpr (I < N) {
       __align__(8) int8_t residues[kGroup];
 #pragma unroll
       for (int c = 0; c < kGroup; ++c) {
-        const int s = parts[c].s;
-        const uint32_t field = s < kExactTableShifts ? multipliers[I * kExactTableShifts + s] : 0u;  // s < 256 here
-        residues[c] = static_cast<int8_t>(exact_residue_of<I>(parts[c], field));
+        const uint32_t power = parts[c].s < kExactTableShifts ? powers[first[c] + I * kExactTableShifts] : 0u;  // s < 256 here
+        residues[c] = static_cast<int8_t>(exact_residue_of<I>(parts[c], power));
       }
       *reinterpret_cast<uint2*>(out + I * plane) = *reinterpret_cast<const uint2*>(residues);
-      Moduli<I + 1, N>::run(parts, multipliers, out, plane);
+      Moduli<I + 1, N>::run(parts, first, powers, out, plane);
     }
   }
 };
 template <int N>
-__global__ void unrolled(const double* a, int64_t rows, int64_t k, int64_t k_stride, int exponent, const uint32_t* table, int8_t* out) {
-  __shared__ uint32_t multipliers[N * kExactTableShifts];
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < N * kExactTableShifts; t += blockDim.x * blockDim.y)
-    multipliers[t] = table[t];
+__global__ void __launch_bounds__(256, 3) unrolled(const double* a, int64_t rows, int64_t k, int64_t k_stride, int exponent, const uint8_t* table, int8_t* out) {
+  __shared__ uint32_t words[2 * N * kExactTableShifts / 4];
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < 2 * N * kExactTableShifts / 4; t += blockDim.x * blockDim.y)
+    words[t] = reinterpret_cast<const uint32_t*>(table)[t];
   __syncthreads();
+  const uint8_t* powers = reinterpret_cast<const uint8_t*>(words);
   const int64_t groups_per_row = k_stride / kGroup;
   for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows; row += int64_t(gridDim.y) * blockDim.y) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_per_row; g += int64_t(gridDim.x) * blockDim.x) {
@@ -118,11 +121,35 @@ __global__ void unrolled(const double* a, int64_t rows, int64_t k, int64_t k_str
         x[2 * v] = d.x; x[2 * v + 1] = d.y;
       }
       ExactEntry parts[kGroup];
+      int first[kGroup];
 #pragma unroll
-      for (int c = 0; c < kGroup; ++c) parts[c] = exact_entry(x[c], exponent);
-      Moduli<0, N>::run(parts, multipliers, out + row * k_stride + l0, rows * k_stride);
+      for (int c = 0; c < kGroup; ++c) {
+        parts[c] = exact_entry(x[c], exponent);
+        first[c] = (parts[c].negative ? N : 0) * kExactTableShifts + (parts[c].s < kExactTableShifts ? parts[c].s : 0);
+      }
+      Moduli<0, N>::run(parts, first, powers, out + row * k_stride + l0, rows * k_stride);
     }
   }
+}
+
+// Sampled residues of out (modulus i's plane at i * rows * k_stride) against plain remainders.
+int64_t wrong_samples(const std::vector<double>& a, const std::vector<int8_t>& out, int64_t rows, int64_t k,
+                      int64_t k_stride, int exponent, const ExactCrt& crt) {
+  int64_t wrong = 0;
+  for (int64_t t = 0; t < 20000; ++t) {
+    const int64_t row = int64_t(mix(t) % uint64_t(rows)), l = int64_t(mix(t + 99) % uint64_t(k));
+    const ExactEntry x = exact_entry(a[row * k + l], exponent);
+    for (int i = 0; i < crt.moduli; ++i) {
+      const int64_t p = crt.modulus[i].p;
+      int64_t power = 1;
+      for (int e = 0; e < x.s; ++e) power = power * 2 % p;
+      int64_t r = int64_t(x.m % uint64_t(p)) * power % p;
+      if (x.negative) r = (p - r) % p;
+      const int64_t symmetric = p == 256 ? (r >= 128 ? r - 256 : r) : (r > (p - 1) / 2 ? r - p : r);
+      wrong += out[(i * rows + row) * k_stride + l] != symmetric;
+    }
+  }
+  return wrong;
 }
 
 template <typename Launch>
@@ -140,14 +167,14 @@ float median_ms(Launch launch) {
 template <int N>
 void run(int64_t n, int sms, int exponent) {
   const int64_t k = n, k_stride = (n + 15) / 16 * 16, rows = n;
-  double* a; int8_t* out[2]; uint32_t* table;
+  double* a; int8_t* out[2]; uint8_t* table;
   CHECK(cudaMalloc(&a, rows * k * 8));
   for (auto& o : out) CHECK(cudaMalloc(&o, N * rows * k_stride));
   const ExactCrt crt = exact_crt(N);
-  std::vector<uint32_t> host_table(N * kExactTableShifts);
-  for (int t = 0; t < N * kExactTableShifts; ++t) host_table[t] = exact_table_entry(crt, false, t);
-  CHECK(cudaMalloc(&table, host_table.size() * 4));
-  CHECK(cudaMemcpy(table, host_table.data(), host_table.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<uint8_t> host_table(2 * N * kExactTableShifts);
+  for (int t = 0; t < 2 * N * kExactTableShifts; ++t) host_table[t] = exact_table_entry(crt, false, t);
+  CHECK(cudaMalloc(&table, host_table.size()));
+  CHECK(cudaMemcpy(table, host_table.data(), host_table.size(), cudaMemcpyHostToDevice));
   make_entries<<<sms * 32, 256>>>(a, rows * k, 5);
   CHECK(cudaDeviceSynchronize());
   const int64_t per_row = k_stride / kGroup;
@@ -160,15 +187,19 @@ void run(int64_t n, int sms, int exponent) {
   const dim3 block(x, y), grid(grid_x, grid_y);
   const dim3 capped(grid_x, std::max(1, std::min(grid_y, sms * 4 / grid_x)));
   const double bytes = double(rows) * k * 8 + double(N) * rows * k_stride;
+  std::vector<double> host_a(rows * k);
+  CHECK(cudaMemcpy(host_a.data(), a, host_a.size() * 8, cudaMemcpyDeviceToHost));
   auto report = [&](const char* name, float ms, int which) {
-    int64_t differ = -1;
+    int64_t differ = -1, wrong = -1;
     if (which >= 0) {
       std::vector<int8_t> r0(N * rows * k_stride), r1(N * rows * k_stride);
       CHECK(cudaMemcpy(r0.data(), out[0], r0.size(), cudaMemcpyDeviceToHost));
       CHECK(cudaMemcpy(r1.data(), out[1], r1.size(), cudaMemcpyDeviceToHost));
       differ = 0; for (size_t t = 0; t < r0.size(); ++t) differ += r0[t] != r1[t];
+      wrong = wrong_samples(host_a, r1, rows, k, k_stride, exponent, crt);
     }
-    std::printf("exact residues N=%2d %5lld^2 E=%d %-34s %.3f ms (%.2f TB/s) differ %lld\n", N, (long long)n, exponent, name, ms, bytes / ms * 1e-9, (long long)differ);
+    std::printf("exact residues N=%2d %5lld^2 E=%d %-34s %.3f ms (%.2f TB/s) differ %lld wrong %lld\n", N, (long long)n,
+                exponent, name, ms, bytes / ms * 1e-9, (long long)differ, (long long)wrong);
   };
   report("loop over run-time moduli", median_ms([&] { loop_kernel<<<grid, block>>>(a, rows, k, k_stride, exponent, crt, table, out[0]); }), -1);
   report("loop, 4 blocks per SM", median_ms([&] { loop_kernel<<<capped, block>>>(a, rows, k, k_stride, exponent, crt, table, out[1]); }), 0);

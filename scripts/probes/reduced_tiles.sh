@@ -19,6 +19,10 @@ CONFIGS=(
   "coop256x128c21 256 128 128 2 1 0 0"
   "coop128x128c21 128 128 128 2 1 0 0"
   "ping128x128c12 128 128 128 1 2 1 0"
+  "ping128x128c21 128 128 128 2 1 1 0"
+  "ping128x128c21discard 128 128 128 2 1 1 1"
+  "ping64x256c21 64 256 128 2 1 1 0"
+  "ping64x256c12 64 256 128 1 2 1 0"
   "coop128x64c11 128 64 128 1 1 0 0"
   "coop128x64c21 128 64 128 2 1 0 0")
 # TILES_CONFIGS: the names of the configurations to build and run (default: all of them)
