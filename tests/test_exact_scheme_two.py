@@ -173,6 +173,45 @@ def test_shifts_past_the_power_table(device):
     assert exact_op(A, B, 4).item() == 3.0
 
 
+def symmetric_residue(x: int, p: int) -> int:
+    """x mod p in [-(p - 1)/2, (p - 1)/2] (odd p) or [-128, 127] (p = 256)."""
+    r = x % p
+    return r - p if r > (p - 1) // 2 else r
+
+
+def rounded_scaled(a: float, exponent: int) -> int:
+    """RN(a 2^exponent) as an integer, ties to even (0 for NaN and +-Inf)."""
+    if not math.isfinite(a):
+        return 0
+    return round(Fraction(a) * Fraction(2) ** exponent)  # round(): half to even
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("moduli", [1, 2, 15, 17, 18, 24, 25, 40])
+def test_left_residues_are_the_symmetric_residues_of_the_scaled_integers(device, moduli):
+    """ozaki::crt_left_residues for exact and wide plans: every residue is that of RN(a 2^E) for
+    its row's exponent E, checked against Python integers. The rows span 2^-300 to 2^300, with
+    exponents that round some entries, make others integers up to about 2^400 (shifts past the
+    256 tabulated ones) and reach NaN, +-Inf, zeros and both signs; k = 37 (not a multiple of 8 or
+    16: the unaligned loads and the padded rows); 24 moduli or fewer take the unrolled CUDA kernel,
+    more the run-time loop."""
+    g = seeded(30 + moduli)
+    m, k = 6, 37
+    exponents = torch.randint(-300, 300, (m, k), generator=g)
+    values = torch.ldexp(torch.rand(m, k, generator=g, dtype=torch.float64) + 0.5, exponents)
+    values = torch.where(torch.rand(m, k, generator=g) < 0.5, -values, values)
+    values[0, 3], values[1, 5], values[2, 7], values[3, 0] = 0.0, -0.0, math.inf, math.nan
+    values[4, :] = torch.randint(-9, 10, (k,), generator=g).double()  # small integers, E = 0
+    row_exponents = torch.tensor([100, 0, 120, -5, 0, 310], dtype=torch.int32)
+    residues = ozaki._ops.crt_left_residues(values.to(device), row_exponents.to(device), moduli,
+                                            True).cpu()
+    assert residues.shape == crt.left_residue_shape((m, k), moduli)
+    for r in range(m):
+        scaled = [rounded_scaled(a, int(row_exponents[r])) for a in values[r].tolist()]
+        for i, p in enumerate(crt.EXACT_MODULI[:moduli]):
+            assert residues[i, r, :k].tolist() == [symmetric_residue(x, p) for x in scaled], (r, p)
+
+
 def test_moduli_are_pairwise_coprime_and_fit_int8():
     from math import gcd
     for i, p in enumerate(crt.EXACT_MODULI):
