@@ -139,7 +139,7 @@ OZAKI_HD ExactEntry exact_entry(double a, int scale_exponent) {
 // The symmetric residue of W x mod p for x = (-1)^negative m 2^s, from power = signed_power(s):
 // m mod p from its 21-bit fields (low + mid (2^21 mod p) + high (2^42 mod p), below 2^29, one
 // remainder), z = (m mod p) power below 2^16, and ((z + h) mod p) - h for h = (p - 1) / 2. For
-// p = 256, the low byte of low power read as two's complement.
+// p = 256, the low byte of (m mod 2^21) power, read as two's complement.
 OZAKI_HD int exact_residue(const ExactEntry& x, uint32_t power, const ExactModulus& c) {
   constexpr uint64_t mask = (uint64_t(1) << 21) - 1;
   const uint32_t low = static_cast<uint32_t>(x.m & mask);
