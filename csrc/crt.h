@@ -86,6 +86,31 @@ struct CrtTerm {
   static constexpr uint32_t partial3 = product_limbs(N, I).w[3];
   static constexpr int inverse = partial_inverse(N, I);
 };
+// The reconstruction takes the moduli three at a time (kCrtGroupSize): for a group G of moduli
+// [first, first + count), sum_{i in G} u_i P / p_i = v (P / prod G) with v = sum_{i in G} u_i c_i,
+// c_i = prod G / p_i below 2^16, so v < 3 * 2^24 takes 32-bit multiply-adds and S one four-limb
+// product per group instead of one per modulus.
+constexpr int kCrtGroupSize = 3;
+template <int N, int G>
+struct CrtGroup {
+  static constexpr int first = G * kCrtGroupSize;
+  static constexpr int count = N - first < kCrtGroupSize ? N - first : kCrtGroupSize;
+  // c_i of the group's j-th modulus: prod G / p_{first + j}
+  static constexpr uint32_t cofactor(int j) {
+    uint32_t c = 1;
+    for (int l = 0; l < count; ++l) {
+      if (l != j) c *= static_cast<uint32_t>(kModuli[first + l]);
+    }
+    return c;
+  }
+  static constexpr uint32_t quotient0 = moduli_product_limbs<4>(kModuli, N, first, count).w[0];
+  static constexpr uint32_t quotient1 = moduli_product_limbs<4>(kModuli, N, first, count).w[1];
+  static constexpr uint32_t quotient2 = moduli_product_limbs<4>(kModuli, N, first, count).w[2];
+  static constexpr uint32_t quotient3 = moduli_product_limbs<4>(kModuli, N, first, count).w[3];
+};
+// Groups of N moduli.
+constexpr int crt_groups(int n) { return (n + kCrtGroupSize - 1) / kCrtGroupSize; }
+
 // floor(log2 x) for x > 0, at compile time.
 constexpr int floor_log2(uint32_t x) {
   int bits = -1;
@@ -370,17 +395,29 @@ OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
 template <int N, bool reduced = false>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
                                 RoundingFormat format) {
-  uint64_t limbs[4] = {0, 0, 0, 0};  // S in 32-bit limbs, each below 16 * 2^40
-  for_each_modulus<N>([&](auto index) {
-    constexpr int i = decltype(index)::value;
-    using Term = CrtTerm<N, i>;
-    const uint32_t u =
-        reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
-    limbs[0] += static_cast<uint64_t>(u) * Term::partial0;
-    limbs[1] += static_cast<uint64_t>(u) * Term::partial1;
-    limbs[2] += static_cast<uint64_t>(u) * Term::partial2;
-    limbs[3] += static_cast<uint64_t>(u) * Term::partial3;
+  // S in 32-bit limbs: per group v (P / prod G), each limb product below 2^26 2^32 and the sum of
+  // at most six below 2^61; then carried, so that limbs 0 .. 2 are below 2^32 and limb 3 below
+  // 2^36 (S < 16 P < 2^132).
+  uint64_t limbs[4] = {0, 0, 0, 0};
+  for_each_modulus<crt_groups(N)>([&](auto group) {
+    using Group = CrtGroup<N, decltype(group)::value>;
+    uint32_t v = 0;
+    for_each_modulus<Group::count>([&](auto member) {
+      constexpr int j = decltype(member)::value, i = Group::first + j;
+      constexpr uint32_t cofactor = Group::cofactor(j);
+      const uint32_t u =
+          reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
+      v += u * cofactor;
+    });
+    limbs[0] += static_cast<uint64_t>(v) * Group::quotient0;
+    limbs[1] += static_cast<uint64_t>(v) * Group::quotient1;
+    limbs[2] += static_cast<uint64_t>(v) * Group::quotient2;
+    limbs[3] += static_cast<uint64_t>(v) * Group::quotient3;
   });
+  for (int w = 0; w < 3; ++w) {
+    limbs[w + 1] += limbs[w] >> 32;
+    limbs[w] &= 0xffffffffu;
+  }
   // S / P in float64 from limbs first .. 3 (exact doubles, below 2^44): their sum's at most three
   // additions and the reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P
   // < 16, and the limbs left out by under 2^-39.

@@ -107,9 +107,14 @@ OZAKI_HD uint32_t signed_power(int s, bool negative, bool weighted, const ExactM
   return negative && t != 0 ? c.p - t : t;
 }
 
-// Entry `index` of the table of signed_power over the first moduli, both signs and the shifts
-// s < kExactTableShifts, one byte each: (negative, i, s) at
-// index (negative * moduli + i) * kExactTableShifts + s.
+// Where the table of signed_power over the first `moduli` moduli, both signs and the shifts
+// s < kExactTableShifts, one byte each, holds (negative, i, s); modulus i's entry is
+// i * kExactTableShifts past modulus 0's.
+OZAKI_HD int exact_table_index(int moduli, bool negative, int i, int s) {
+  return ((negative ? moduli : 0) + i) * kExactTableShifts + s;
+}
+
+// Entry `index` of that table (exact_table_index's inverse).
 OZAKI_HD uint8_t exact_table_entry(const ExactCrt& crt, bool weighted, int index) {
   const int row = index / kExactTableShifts, s = index - row * kExactTableShifts;
   const bool negative = row >= crt.moduli;

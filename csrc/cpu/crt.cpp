@@ -480,7 +480,7 @@ auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, con
                                            exponent[first + r]);
           const bool tabled = x.s < kExactTableShifts;
           const uint8_t* powers =
-              table + (x.negative ? crt.moduli : 0) * kExactTableShifts + (tabled ? x.s : 0);
+              table + exact_table_index(crt.moduli, x.negative, 0, tabled ? x.s : 0);
           for (int i = 0; i < crt.moduli; ++i) {
             const uint32_t power =
                 tabled ? powers[i * kExactTableShifts]

@@ -123,9 +123,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
   if (rows > 0) {
     AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-      row_stats_norm_kernel<scalar_t><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          a.const_data_ptr<scalar_t>(), k, out.tau_data, out.bit_span_data, out.nonfinite_data,
-          scales.mutable_data_ptr<int>());
+      row_stats_norm_kernel<scalar_t>
+          <<<row_pass_blocks(rows, k * a.element_size()), kNormThreads, 0,
+             at::cuda::getCurrentCUDAStream()>>>(
+              a.const_data_ptr<scalar_t>(), rows, k, out.tau_data, out.bit_span_data,
+              out.nonfinite_data, scales.mutable_data_ptr<int>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
@@ -915,8 +917,8 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
 #pragma unroll
     for (int c = 0; c < kResidueGroup; ++c) {
       parts[c] = exact_entry(x[c], row.exponent);
-      first_power[c] = (parts[c].negative ? moduli : 0) * kExactTableShifts +
-                       (parts[c].s < kExactTableShifts ? parts[c].s : 0);
+      first_power[c] = exact_table_index(moduli, parts[c].negative, 0,
+                                         parts[c].s < kExactTableShifts ? parts[c].s : 0);
     }
     // modulus i's residues of the group, through remainder(part, power) = W x mod p
     const auto write_modulus = [&](int i, auto remainder) {

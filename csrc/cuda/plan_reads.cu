@@ -29,9 +29,10 @@ namespace ozaki::cuda {
 namespace {
 
 constexpr int kDigitGroup = 8;  // digits per thread and 8-byte store
-// Rows up to this size get their digits in the statistics pass: the resident blocks' rows then
-// stay in L2 for the third sweep; longer ones are read again from memory, at the rate of the
-// separate digit pass at best (docs/benchmarks.md, "Scheme II paths").
+// Rows up to this size, and rows that row_pass_blocks keeps in L2, get their digits in the
+// statistics pass: the resident blocks' rows then stay in L2 for the third sweep; other rows would
+// be read again from memory, at the rate of the separate digit pass at best (docs/benchmarks.md,
+// "Scheme II paths").
 constexpr int64_t kDigitSweepRowBytes = int64_t(48) << 10;
 
 // row_stats_norm_kernel's third step: the row's usable flag, and, where digits is not nullptr,
@@ -79,16 +80,18 @@ template <typename T>
 OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
                           int gain, int32_t* smallest, cudaStream_t stream) {
   const RowStatsOutput stats(rows, x.options());
-  const bool sweep = k * int64_t(sizeof(T)) <= kDigitSweepRowBytes;
+  const int64_t row_bytes = k * int64_t(sizeof(T));
+  const bool sweep = row_bytes <= kDigitSweepRowBytes || row_pass_keeps_rows(row_bytes);
   OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
                    at::empty({rows}, x.options().dtype(at::kInt)),
                    at::empty({rows}, x.options().dtype(at::kBool)),
                    sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
   const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
                               gain, out.usable.mutable_data_ptr<bool>(), smallest};
-  row_stats_norm_kernel<T, WriteDigits<T>><<<rows, kNormThreads, 0, stream>>>(
-      x.const_data_ptr<T>(), k, stats.tau_data, stats.bit_span_data, stats.nonfinite_data,
-      out.norm.mutable_data_ptr<int>(), digits);
+  row_stats_norm_kernel<T, WriteDigits<T>>
+      <<<row_pass_blocks(rows, row_bytes), kNormThreads, 0, stream>>>(
+          x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
+          stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), digits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;

@@ -8,7 +8,9 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "../crt.h"
 #include "launch.cuh"
@@ -24,23 +26,54 @@ struct NothingAfter {
   __device__ void operator()(int64_t, const T*, int64_t, int, int, bool) const {}
 };
 
-// One block per row: row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
-// same row, which the first sweep has just brought into L2 when the rows of the resident blocks fit
-// there: then one read of the operand from memory instead of two, else two as with the separate
-// kernels. Blocks of kNormThreads, so that several rows per multiprocessor overlap their two
-// sweeps (one large block per row leaves memory idle during the second). Both reductions are
-// exact and order-free (max/min, integer sums). Where After::kRuns, every thread then calls
-// after(row, entries, k, tau, norm_code, usable) with the row's values (usable: a nonzero span
-// and no NaN/Inf).
-template <typename T, typename After = NothingAfter>
-__global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_span,
-                                      bool* nonfinite, int* norm_scale, After after = {}) {
-  __shared__ int row_tau, row_norm;
-  __shared__ bool row_usable;
-  const int64_t row = blockIdx.x;
-  const T* entries = a + row * k;
+// Loads in flight per thread of row_stats_norm_kernel's sweeps (row_pass_blocks may leave as few
+// as one block per multiprocessor).
+constexpr int kRowPassDepth = 8;
+// The L2 that the rows of row_stats_norm_kernel's resident blocks may fill, so that its later
+// sweeps over a row read L2 rather than memory (OZAKI_ROW_PASS_L2_MB overrides it, in MiB; 0: no
+// limit, a block per row).
+constexpr int64_t kRowPassL2Bytes = int64_t(24) << 20;
+
+// kRowPassL2Bytes, or OZAKI_ROW_PASS_L2_MB's value (read once).
+inline int64_t row_pass_l2_budget() {
+  static const int64_t budget = [] {
+    const char* given = std::getenv("OZAKI_ROW_PASS_L2_MB");
+    return given != nullptr ? int64_t(std::atoll(given)) << 20 : kRowPassL2Bytes;
+  }();
+  return budget;
+}
+
+// row_stats_norm_kernel's blocks for `rows` rows of row_bytes each: a block per row where the rows
+// of all the blocks a GPU keeps resident (2048 / kNormThreads per multiprocessor) fit in the L2
+// budget; else a whole number of blocks per multiprocessor (at least one) whose rows fit it, each
+// looping over rows.
+inline int64_t row_pass_blocks(int64_t rows, int64_t row_bytes) {
+  const int64_t budget = row_pass_l2_budget();
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  if (budget <= 0 || sms * (2048 / kNormThreads) * row_bytes <= budget) {
+    return std::max<int64_t>(rows, 1);
+  }
+  const int64_t per_sm = std::max<int64_t>(1, budget / (sms * row_bytes));
+  return std::max<int64_t>(1, std::min(rows, sms * per_sm));
+}
+
+// Whether one row per multiprocessor fits row_pass_blocks' L2 budget: then every sweep after
+// row_stats_norm_kernel's first reads its row from L2.
+inline bool row_pass_keeps_rows(int64_t row_bytes) {
+  const int64_t budget = row_pass_l2_budget();
+  return budget > 0 &&
+         int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * row_bytes <= budget;
+}
+
+// row_stats_norm_kernel's work on one row (entries), its shared values passed in.
+template <typename T, typename After>
+__device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t row, int64_t k,
+                                                      int* tau, int* bit_span, bool* nonfinite,
+                                                      int* norm_scale, const After& after,
+                                                      int& row_tau, int& row_norm,
+                                                      bool& row_usable) {
   RowStats stats;
-  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
+  for_row_entries<kRowPassDepth>(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
   const RowStats total = block_row_stats<kNormThreads>(stats);
   if (threadIdx.x == 0) {
     tau[row] = total.tau();
@@ -52,7 +85,7 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   __syncthreads();
   const int t = row_tau;
   unsigned long long sum = 0;
-  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+  for_row_entries<kRowPassDepth>(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
   const unsigned long long square_sum = block_sum<kNormThreads>(sum);
   if (threadIdx.x == 0) {
     row_norm = norm_scale_code(square_sum, t);
@@ -61,6 +94,26 @@ __global__ void row_stats_norm_kernel(const T* a, int64_t k, int* tau, int* bit_
   if constexpr (After::kRuns) {
     __syncthreads();
     after(row, entries, k, t, row_norm, row_usable);
+  }
+}
+
+// A block per row at a time (rows blockIdx.x, + gridDim.x, ...; row_pass_blocks sizes the grid):
+// row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the same row, which the
+// first sweep has just brought into L2 when the rows of the resident blocks fit there: then one
+// read of the operand from memory instead of two. Blocks of kNormThreads, so that several rows per
+// multiprocessor overlap their two sweeps (one large block per row leaves memory idle during the
+// second). Both reductions are exact and order-free (max/min, integer sums). Where After::kRuns,
+// every thread then calls after(row, entries, k, tau, norm_code, usable) with the row's values
+// (usable: a nonzero span and no NaN/Inf).
+template <typename T, typename After = NothingAfter>
+__global__ void row_stats_norm_kernel(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
+                                      bool* nonfinite, int* norm_scale, After after = {}) {
+  __shared__ int row_tau, row_norm;
+  __shared__ bool row_usable;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    row_stats_norm_of_row(a + row * k, row, k, tau, bit_span, nonfinite, norm_scale, after,
+                          row_tau, row_norm, row_usable);
+    __syncthreads();  // the next row rewrites the shared values
   }
 }
 

@@ -57,7 +57,7 @@ __global__ void loop_kernel(const double* a, int64_t rows, int64_t k, int64_t k_
         for (int c = 0; c < kGroup; ++c) {
           const int s = parts[c].s;
           const uint32_t power = s < kExactTableShifts
-                                     ? powers[((parts[c].negative ? crt.moduli : 0) + i) * kExactTableShifts + s]
+                                     ? powers[exact_table_index(crt.moduli, parts[c].negative, i, s)]
                                      : signed_power(s, parts[c].negative, false, modulus);
           residues[c] = static_cast<int8_t>(exact_residue(parts[c], power, modulus));
         }
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(256, 3) unrolled(const double* a, int64_t rows
 #pragma unroll
       for (int c = 0; c < kGroup; ++c) {
         parts[c] = exact_entry(x[c], exponent);
-        first[c] = (parts[c].negative ? N : 0) * kExactTableShifts + (parts[c].s < kExactTableShifts ? parts[c].s : 0);
+        first[c] = exact_table_index(N, parts[c].negative, 0, parts[c].s < kExactTableShifts ? parts[c].s : 0);
       }
       Moduli<0, N>::run(parts, first, powers, out + row * k_stride + l0, rows * k_stride);
     }
