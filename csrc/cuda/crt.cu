@@ -123,12 +123,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_s
   at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
   if (rows > 0) {
     AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-      row_stats_norm_kernel<scalar_t>
-          <<<row_pass_blocks(rows, k * a.element_size()), kNormThreads, 0,
-             at::cuda::getCurrentCUDAStream()>>>(
-              a.const_data_ptr<scalar_t>(), rows, k, out.tau_data, out.bit_span_data,
-              out.nonfinite_data, scales.mutable_data_ptr<int>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_row_stats_norm(a.const_data_ptr<scalar_t>(), rows, k, out.tau_data,
+                            out.bit_span_data, out.nonfinite_data, scales.mutable_data_ptr<int>(),
+                            at::cuda::getCurrentCUDAStream());
     });
   }
   return {out.tau, out.bit_span, out.nonfinite, scales};

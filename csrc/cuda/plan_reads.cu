@@ -29,7 +29,7 @@ namespace ozaki::cuda {
 namespace {
 
 constexpr int kDigitGroup = 8;  // digits per thread and 8-byte store
-// Rows up to this size, and rows that row_pass_blocks keeps in L2, get their digits in the
+// Rows up to this size, and rows that row_pass_launch keeps in L2, get their digits in the
 // statistics pass: the resident blocks' rows then stay in L2 for the third sweep; other rows would
 // be read again from memory, at the rate of the separate digit pass at best (docs/benchmarks.md,
 // "Scheme II paths").
@@ -88,11 +88,8 @@ OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t 
                    sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
   const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
                               gain, out.usable.mutable_data_ptr<bool>(), smallest};
-  row_stats_norm_kernel<T, WriteDigits<T>>
-      <<<row_pass_blocks(rows, row_bytes), kNormThreads, 0, stream>>>(
-          x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
-          stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), digits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_row_stats_norm(x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
+                        stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), stream, digits);
   if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;
 }

@@ -26,13 +26,14 @@ struct NothingAfter {
   __device__ void operator()(int64_t, const T*, int64_t, int, int, bool) const {}
 };
 
-// Loads in flight per thread of row_stats_norm_kernel's sweeps (row_pass_blocks may leave as few
-// as one block per multiprocessor).
+// Loads in flight per thread of row_stats_norm_kernel's sweeps.
 constexpr int kRowPassDepth = 8;
+// Threads per block where row_stats_norm_kernel holds few rows at a time (row_pass_launch).
+constexpr int kLongRowThreads = 1024;
 // The L2 that the rows of row_stats_norm_kernel's resident blocks may fill, so that its later
 // sweeps over a row read L2 rather than memory (OZAKI_ROW_PASS_L2_MB overrides it, in MiB; 0: no
 // limit, a block per row).
-constexpr int64_t kRowPassL2Bytes = int64_t(24) << 20;
+constexpr int64_t kRowPassL2Bytes = int64_t(40) << 20;
 
 // kRowPassL2Bytes, or OZAKI_ROW_PASS_L2_MB's value (read once).
 inline int64_t row_pass_l2_budget() {
@@ -43,21 +44,27 @@ inline int64_t row_pass_l2_budget() {
   return budget;
 }
 
-// row_stats_norm_kernel's blocks for `rows` rows of row_bytes each: a block per row where the rows
-// of all the blocks a GPU keeps resident (2048 / kNormThreads per multiprocessor) fit in the L2
-// budget; else a whole number of blocks per multiprocessor (at least one) whose rows fit it, each
-// looping over rows.
-inline int64_t row_pass_blocks(int64_t rows, int64_t row_bytes) {
+// row_stats_norm_kernel's grid and block for `rows` rows of row_bytes each: a block of
+// kNormThreads per row where the rows of all the blocks a GPU keeps resident (2048 / kNormThreads
+// per multiprocessor) fit in the L2 budget. Else blocks of kLongRowThreads, one or two per
+// multiprocessor (as many as the budget holds rows of, at least one), each looping over rows: as
+// many loads in flight, a quarter of the rows resident.
+struct RowPassLaunch {
+  int64_t blocks;
+  int threads;
+};
+inline RowPassLaunch row_pass_launch(int64_t rows, int64_t row_bytes) {
   const int64_t budget = row_pass_l2_budget();
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   if (budget <= 0 || sms * (2048 / kNormThreads) * row_bytes <= budget) {
-    return std::max<int64_t>(rows, 1);
+    return {std::max<int64_t>(rows, 1), kNormThreads};
   }
-  const int64_t per_sm = std::max<int64_t>(1, budget / (sms * row_bytes));
-  return std::max<int64_t>(1, std::min(rows, sms * per_sm));
+  const int64_t per_sm =
+      std::clamp<int64_t>(budget / (sms * row_bytes), 1, 2048 / kLongRowThreads);
+  return {std::max<int64_t>(1, std::min(rows, sms * per_sm)), kLongRowThreads};
 }
 
-// Whether one row per multiprocessor fits row_pass_blocks' L2 budget: then every sweep after
+// Whether one row per multiprocessor fits row_pass_launch's L2 budget: then every sweep after
 // row_stats_norm_kernel's first reads its row from L2.
 inline bool row_pass_keeps_rows(int64_t row_bytes) {
   const int64_t budget = row_pass_l2_budget();
@@ -65,8 +72,9 @@ inline bool row_pass_keeps_rows(int64_t row_bytes) {
          int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * row_bytes <= budget;
 }
 
-// row_stats_norm_kernel's work on one row (entries), its shared values passed in.
-template <typename T, typename After>
+// row_stats_norm_kernel's work on one row (entries) by a block of Threads, its shared values
+// passed in.
+template <int Threads, typename T, typename After>
 __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t row, int64_t k,
                                                       int* tau, int* bit_span, bool* nonfinite,
                                                       int* norm_scale, const After& after,
@@ -74,7 +82,7 @@ __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t 
                                                       bool& row_usable) {
   RowStats stats;
   for_row_entries<kRowPassDepth>(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
-  const RowStats total = block_row_stats<kNormThreads>(stats);
+  const RowStats total = block_row_stats<Threads>(stats);
   if (threadIdx.x == 0) {
     tau[row] = total.tau();
     bit_span[row] = total.bit_span();
@@ -85,8 +93,9 @@ __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t 
   __syncthreads();
   const int t = row_tau;
   unsigned long long sum = 0;
-  for_row_entries<kRowPassDepth>(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
-  const unsigned long long square_sum = block_sum<kNormThreads>(sum);
+  for_row_entries<kRowPassDepth>(
+      entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+  const unsigned long long square_sum = block_sum<Threads>(sum);
   if (threadIdx.x == 0) {
     row_norm = norm_scale_code(square_sum, t);
     norm_scale[row] = row_norm;
@@ -97,24 +106,42 @@ __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t 
   }
 }
 
-// A block per row at a time (rows blockIdx.x, + gridDim.x, ...; row_pass_blocks sizes the grid):
-// row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the same row, which the
-// first sweep has just brought into L2 when the rows of the resident blocks fit there: then one
-// read of the operand from memory instead of two. Blocks of kNormThreads, so that several rows per
-// multiprocessor overlap their two sweeps (one large block per row leaves memory idle during the
-// second). Both reductions are exact and order-free (max/min, integer sums). Where After::kRuns,
-// every thread then calls after(row, entries, k, tau, norm_code, usable) with the row's values
-// (usable: a nonzero span and no NaN/Inf).
-template <typename T, typename After = NothingAfter>
-__global__ void row_stats_norm_kernel(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
-                                      bool* nonfinite, int* norm_scale, After after = {}) {
+// Blocks of Threads, a row at a time each (rows blockIdx.x, + gridDim.x, ...; row_pass_launch
+// sizes the grid): row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
+// same row, which the first sweep has just brought into L2 when the rows of the resident blocks
+// fit there: then one read of the operand from memory instead of two. Several blocks per
+// multiprocessor overlap their sweeps (one block per row and multiprocessor would leave memory
+// idle during the reductions). Both reductions are exact and order-free (max/min, integer sums).
+// Where After::kRuns, every thread then calls after(row, entries, k, tau, norm_code, usable) with
+// the row's values (usable: a nonzero span and no NaN/Inf).
+template <typename T, typename After, int Threads>
+__global__ void __launch_bounds__(Threads)
+    row_stats_norm_kernel(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
+                          bool* nonfinite, int* norm_scale, After after) {
   __shared__ int row_tau, row_norm;
   __shared__ bool row_usable;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    row_stats_norm_of_row(a + row * k, row, k, tau, bit_span, nonfinite, norm_scale, after,
-                          row_tau, row_norm, row_usable);
+    row_stats_norm_of_row<Threads>(a + row * k, row, k, tau, bit_span, nonfinite, norm_scale,
+                                   after, row_tau, row_norm, row_usable);
     __syncthreads();  // the next row rewrites the shared values
   }
+}
+
+// row_stats_norm_kernel over the (rows, k) rows of a on `stream`, launched by row_pass_launch.
+template <typename T, typename After = NothingAfter>
+void launch_row_stats_norm(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
+                           bool* nonfinite, int* norm_scale, cudaStream_t stream,
+                           After after = {}) {
+  const RowPassLaunch launch = row_pass_launch(rows, k * int64_t(sizeof(T)));
+  const auto blocks = static_cast<unsigned>(launch.blocks);
+  if (launch.threads == kLongRowThreads) {
+    row_stats_norm_kernel<T, After, kLongRowThreads><<<blocks, kLongRowThreads, 0, stream>>>(
+        a, rows, k, tau, bit_span, nonfinite, norm_scale, after);
+  } else {
+    row_stats_norm_kernel<T, After, kNormThreads><<<blocks, kNormThreads, 0, stream>>>(
+        a, rows, k, tau, bit_span, nonfinite, norm_scale, after);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 constexpr int kRowBoundsThreads = 1024;

@@ -4,6 +4,7 @@
 // |X| < 2^(floor(log2 P) - 1) <= P/2, their weighted residues plus random multiples of the moduli.
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
+// (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -148,6 +149,7 @@ __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
 // ---- timing ---------------------------------------------------------------------------------
 
 int g_repeats = 7;  // 1 with --profile: no warm-up either
+bool g_check = true;  // the host's bits on sampled entries (--bytes: on the first round only)
 
 template <typename Launch>
 float median_ms(Launch launch) {
@@ -228,23 +230,25 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
   const float floor = median_ms([&] { launch(std::integral_constant<int, kLoadsOnly>{}, out[1]); });
   CHECK(cudaGetLastError());
   // The host's bits for a sample of entries (every 61st).
-  std::vector<T> device(plane);
-  std::vector<int32_t> products_host(N * plane);
-  std::vector<int> scales_a(n), scales_b(n);
-  CHECK(cudaMemcpy(device.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(products_host.data(), products, N * plane * sizeof(int32_t),
-                   cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(scales_a.data(), scale_a, n * sizeof(int), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(scales_b.data(), scale_b, n * sizeof(int), cudaMemcpyDeviceToHost));
   int64_t checked = 0, differing = 0, zeros = 0;
-  for (int64_t t = 0; t < plane; t += 61) {
-    int32_t residues[N];
-    for (int m = 0; m < N; ++m) residues[m] = products_host[m * plane + t];
-    const T host = static_cast<T>(crt_reconstruct<N>(residues, row_scale(scales_a[t / n]),
-                                                     row_scale(scales_b[t % n]), format_of<T>()));
-    differing += std::memcmp(&host, &device[t], sizeof(T)) != 0;
-    zeros += host == 0;
-    ++checked;
+  if (g_check) {
+    std::vector<T> device(plane);
+    std::vector<int32_t> products_host(N * plane);
+    std::vector<int> scales_a(n), scales_b(n);
+    CHECK(cudaMemcpy(device.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(products_host.data(), products, N * plane * sizeof(int32_t),
+                     cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(scales_a.data(), scale_a, n * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(scales_b.data(), scale_b, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int64_t t = 0; t < plane; t += 61) {
+      int32_t residues[N];
+      for (int m = 0; m < N; ++m) residues[m] = products_host[m * plane + t];
+      const T host = static_cast<T>(crt_reconstruct<N>(residues, row_scale(scales_a[t / n]),
+                                                       row_scale(scales_b[t % n]), format_of<T>()));
+      differing += std::memcmp(&host, &device[t], sizeof(T)) != 0;
+      zeros += host == 0;
+      ++checked;
+    }
   }
   const double moved = double(plane) * (N * (reduced ? 1 : 4) + sizeof(T));
   std::printf("reconstruct %s%s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
@@ -287,6 +291,16 @@ void run_residues(int64_t n, int sms) {
 int main(int argc, char** argv) {
   int sms;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc > 1 && std::string(argv[1]) == "--bytes") {  // the reduced path's reconstruction alone
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      run_reconstruct<15, double, true>(16384, sms, "float64");
+      run_reconstruct<16, double, true>(16384, sms, "float64");
+      run_reconstruct<8, float, true>(16384, sms, "float32");
+      g_check = false;
+    }
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--profile") {  // one launch per kernel, for ncu
     g_repeats = 1;
     run_reconstruct<15, double>(8192, sms, "float64");
