@@ -39,19 +39,19 @@ inline RowLaunch row_launch(int64_t rows, int64_t per_row, int threads) {
 }
 
 // Calls f(entry) for the entries l = threadIdx.x, + blockDim.x, ... of one row of k entries (a
-// block per row), loading Depth before using any so that several loads per thread are in flight
+// block per row), loading four before using any so that several loads per thread are in flight
 // (one at a time left the per-row reductions well below the memory bandwidth). The order of the
 // calls differs from a plain loop's: for the exact, order-free reductions that use it.
-template <int Depth = 4, typename T, typename F>
+template <typename T, typename F>
 __device__ __forceinline__ void for_row_entries(const T* row, int64_t k, F f) {
   const int64_t step = blockDim.x;
   int64_t l = threadIdx.x;
-  for (; l + (Depth - 1) * step < k; l += Depth * step) {
-    T v[Depth];
-#pragma unroll
-    for (int d = 0; d < Depth; ++d) v[d] = row[l + d * step];
-#pragma unroll
-    for (int d = 0; d < Depth; ++d) f(v[d]);
+  for (; l + 3 * step < k; l += 4 * step) {
+    const T v0 = row[l], v1 = row[l + step], v2 = row[l + 2 * step], v3 = row[l + 3 * step];
+    f(v0);
+    f(v1);
+    f(v2);
+    f(v3);
   }
   for (; l < k; l += step) f(row[l]);
 }

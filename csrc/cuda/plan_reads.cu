@@ -1,9 +1,10 @@
 // ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
 // operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
 // digits in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
-// have brought into L2; rows longer than kDigitSweepRowBytes, which L2 does not keep for it, get
-// their digits from a pass of their own instead), the digits meet in the reduced GEMM's minimum
-// epilogue, and one kernel turns the least digit product and the rows' bounds into the values.
+// have brought into L2: long rows a few at a time per multiprocessor, row_pass_launch; rows too
+// long for L2 to keep one per multiprocessor get their digits from a pass of their own instead),
+// the digits meet in the reduced GEMM's minimum epilogue, and one kernel turns the least digit
+// product and the rows' bounds into the values.
 // ozaki::crt_kept_plan_reads, for a prepared left operand, runs the same pass over bt alone and
 // meets a's kept digits, plus a pass for bt's column exponents where exact scheme II's entry bound
 // is asked for: three or four launches. The bits are those of the operators that compute each part
@@ -89,7 +90,8 @@ OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t 
   const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
                               gain, out.usable.mutable_data_ptr<bool>(), smallest};
   launch_row_stats_norm(x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
-                        stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), stream, digits);
+                        stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), stream, digits,
+                        sweep);
   if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;
 }

@@ -26,14 +26,12 @@ struct NothingAfter {
   __device__ void operator()(int64_t, const T*, int64_t, int, int, bool) const {}
 };
 
-// Loads in flight per thread of row_stats_norm_kernel's sweeps.
-constexpr int kRowPassDepth = 8;
 // Threads per block where row_stats_norm_kernel holds few rows at a time (row_pass_launch).
 constexpr int kLongRowThreads = 1024;
-// The L2 that the rows of row_stats_norm_kernel's resident blocks may fill, so that its later
-// sweeps over a row read L2 rather than memory (OZAKI_ROW_PASS_L2_MB overrides it, in MiB; 0: no
-// limit, a block per row).
-constexpr int64_t kRowPassL2Bytes = int64_t(40) << 20;
+// The L2 that the rows of row_stats_norm_kernel's resident blocks may fill where it sweeps each
+// row three times, so that the later sweeps read L2 rather than memory (OZAKI_ROW_PASS_L2_MB
+// overrides it, in MiB; 0: no limit, a block per row).
+constexpr int64_t kRowPassL2Bytes = int64_t(64) << 20;
 
 // kRowPassL2Bytes, or OZAKI_ROW_PASS_L2_MB's value (read once).
 inline int64_t row_pass_l2_budget() {
@@ -45,18 +43,20 @@ inline int64_t row_pass_l2_budget() {
 }
 
 // row_stats_norm_kernel's grid and block for `rows` rows of row_bytes each: a block of
-// kNormThreads per row where the rows of all the blocks a GPU keeps resident (2048 / kNormThreads
-// per multiprocessor) fit in the L2 budget. Else blocks of kLongRowThreads, one or two per
-// multiprocessor (as many as the budget holds rows of, at least one), each looping over rows: as
-// many loads in flight, a quarter of the rows resident.
+// kNormThreads per row where rows need not stay in L2 (keep_rows false: two sweeps, which read
+// long rows twice from memory faster than fewer blocks read them once) or where the rows of all
+// the blocks a GPU keeps resident (2048 / kNormThreads per multiprocessor) fit in the L2 budget.
+// Else blocks of kLongRowThreads, one or two per multiprocessor (as many as the budget holds rows
+// of, at least one), each looping over rows: as many loads in flight, a quarter of the rows
+// resident.
 struct RowPassLaunch {
   int64_t blocks;
   int threads;
 };
-inline RowPassLaunch row_pass_launch(int64_t rows, int64_t row_bytes) {
+inline RowPassLaunch row_pass_launch(int64_t rows, int64_t row_bytes, bool keep_rows) {
   const int64_t budget = row_pass_l2_budget();
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  if (budget <= 0 || sms * (2048 / kNormThreads) * row_bytes <= budget) {
+  if (!keep_rows || budget <= 0 || sms * (2048 / kNormThreads) * row_bytes <= budget) {
     return {std::max<int64_t>(rows, 1), kNormThreads};
   }
   const int64_t per_sm =
@@ -81,7 +81,7 @@ __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t 
                                                       int& row_tau, int& row_norm,
                                                       bool& row_usable) {
   RowStats stats;
-  for_row_entries<kRowPassDepth>(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
+  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
   const RowStats total = block_row_stats<Threads>(stats);
   if (threadIdx.x == 0) {
     tau[row] = total.tau();
@@ -93,8 +93,7 @@ __device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t 
   __syncthreads();
   const int t = row_tau;
   unsigned long long sum = 0;
-  for_row_entries<kRowPassDepth>(
-      entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
   const unsigned long long square_sum = block_sum<Threads>(sum);
   if (threadIdx.x == 0) {
     row_norm = norm_scale_code(square_sum, t);
@@ -127,12 +126,13 @@ __global__ void __launch_bounds__(Threads)
   }
 }
 
-// row_stats_norm_kernel over the (rows, k) rows of a on `stream`, launched by row_pass_launch.
+// row_stats_norm_kernel over the (rows, k) rows of a on `stream`, launched by row_pass_launch
+// (keep_rows: After sweeps the rows a third time).
 template <typename T, typename After = NothingAfter>
 void launch_row_stats_norm(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
                            bool* nonfinite, int* norm_scale, cudaStream_t stream,
-                           After after = {}) {
-  const RowPassLaunch launch = row_pass_launch(rows, k * int64_t(sizeof(T)));
+                           After after = {}, bool keep_rows = false) {
+  const RowPassLaunch launch = row_pass_launch(rows, k * int64_t(sizeof(T)), keep_rows);
   const auto blocks = static_cast<unsigned>(launch.blocks);
   if (launch.threads == kLongRowThreads) {
     row_stats_norm_kernel<T, After, kLongRowThreads><<<blocks, kLongRowThreads, 0, stream>>>(
