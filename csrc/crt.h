@@ -418,7 +418,7 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
     limbs[w + 1] += limbs[w] >> 32;
     limbs[w] &= 0xffffffffu;
   }
-  // S / P in float64 from limbs first .. 3 (exact doubles, below 2^44): their sum's at most three
+  // S / P in float64 from limbs first .. 3 (exact doubles, below 2^36): their sum's at most three
   // additions and the reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P
   // < 16, and the limbs left out by under 2^-39.
   constexpr double limb = 4294967296.0;  // 2^32

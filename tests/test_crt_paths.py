@@ -4,6 +4,10 @@ reduced GEMMs whose epilogue writes each product's residue as a byte. Every path
 bits, on shapes that end inside a 128 x 64 or 128 x 256 tile, a warp's 32 x 32 block or a k
 stage, with NaN/Inf rows, in batches and under workspace chunking; exact scheme II too."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -197,6 +201,45 @@ def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, dtype, device)
             for g, e in zip(got if isinstance(got, tuple) else (got,),
                             expected if isinstance(expected, tuple) else (expected,)):
                 assert torch.equal(g.cpu(), e)
+
+
+# crt_plan_reads of the operands saved at argv[1], on CUDA, its tensors saved to argv[2]
+_PLAN_READS_IN_A_CHILD = """
+import sys, torch
+from ozaki import _ops
+operands = torch.load(sys.argv[1])
+reads = _ops.crt_plan_reads(operands["a"].cuda(), operands["bt"].cuda())
+torch.save([t.cpu() for r in reads for t in (r if isinstance(r, tuple) else (r,))], sys.argv[2])
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the row launch is CUDA's")
+def test_the_plan_reads_do_not_depend_on_the_row_launch(tmp_path):
+    """OZAKI_ROW_PASS_L2_MB=0 (a block of 256 threads per row) gives the reads of the default
+    launch (long rows a few at a time, looping) bit for bit; a value that is not an integer from 0
+    to 2^20 is refused with the variable and the value named."""
+    g = seeded(71)
+    a = phi_tensor((700, 8300), torch.float64, g, 1.0).cuda()
+    bt = phi_tensor((3, 8300), torch.float64, g, 1.0).cuda()
+    a[5, 7] = float("nan")
+    inputs, outputs = tmp_path / "inputs.pt", tmp_path / "reads.pt"
+    torch.save({"a": a.cpu(), "bt": bt.cpu()}, inputs)
+    child = [sys.executable, "-c", _PLAN_READS_IN_A_CHILD, str(inputs), str(outputs)]
+    run = subprocess.run(child, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OZAKI_ROW_PASS_L2_MB": "0"})
+    assert run.returncode == 0, run.stderr
+    here = _ops.crt_plan_reads(a, bt)
+    expected = [t for r in here for t in (r if isinstance(r, tuple) else (r,))]
+    got = torch.load(outputs)
+    assert len(got) == len(expected) == 9
+    for g_t, want in zip(got, expected):
+        assert_bitwise_equal(g_t, want.cpu())
+    for bad in ("x", "-1", "2000000", "64MB"):
+        run = subprocess.run(child, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "OZAKI_ROW_PASS_L2_MB": bad})
+        assert run.returncode != 0
+        assert (f"OZAKI_ROW_PASS_L2_MB must be an integer from 0 to 1048576 (MiB), got '{bad}'"
+                in run.stderr), run.stderr
 
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)

@@ -33,11 +33,17 @@ constexpr int kLongRowThreads = 1024;
 // overrides it, in MiB; 0: no limit, a block per row).
 constexpr int64_t kRowPassL2Bytes = int64_t(64) << 20;
 
-// kRowPassL2Bytes, or OZAKI_ROW_PASS_L2_MB's value (read once).
+// kRowPassL2Bytes, or OZAKI_ROW_PASS_L2_MB's value (read once; an integer from 0 to 2^20).
 inline int64_t row_pass_l2_budget() {
   static const int64_t budget = [] {
     const char* given = std::getenv("OZAKI_ROW_PASS_L2_MB");
-    return given != nullptr ? int64_t(std::atoll(given)) << 20 : kRowPassL2Bytes;
+    if (given == nullptr || *given == '\0') return kRowPassL2Bytes;
+    char* end = nullptr;
+    const long long mib = std::strtoll(given, &end, 10);
+    TORCH_CHECK(*end == '\0' && mib >= 0 && mib <= (1 << 20),
+                "OZAKI_ROW_PASS_L2_MB must be an integer from 0 to 1048576 (MiB), got '", given,
+                "'");
+    return int64_t(mib) << 20;
   }();
   return budget;
 }
