@@ -233,7 +233,10 @@ def test_the_plan_reads_do_not_depend_on_the_row_launch(tmp_path):
     got = torch.load(outputs)
     assert len(got) == len(expected) == 9
     for g_t, want in zip(got, expected):
-        assert_bitwise_equal(g_t, want.cpu())
+        if want.is_floating_point():
+            assert_bitwise_equal(g_t, want.cpu())
+        else:
+            assert g_t.dtype == want.dtype and torch.equal(g_t, want.cpu())
     for bad in ("x", "-1", "2000000", "64MB"):
         run = subprocess.run(child, capture_output=True, text=True, timeout=300,
                              env={**os.environ, "OZAKI_ROW_PASS_L2_MB": bad})
