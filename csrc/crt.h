@@ -80,10 +80,6 @@ constexpr int partial_inverse(int n, int i) {
 // Scalar members only: device code may read those as constants.
 template <int N, int I>
 struct CrtTerm {
-  static constexpr uint32_t partial0 = product_limbs(N, I).w[0];
-  static constexpr uint32_t partial1 = product_limbs(N, I).w[1];
-  static constexpr uint32_t partial2 = product_limbs(N, I).w[2];
-  static constexpr uint32_t partial3 = product_limbs(N, I).w[3];
   static constexpr int inverse = partial_inverse(N, I);
 };
 // The reconstruction takes the moduli three at a time (kCrtGroupSize): for a group G of moduli

@@ -107,9 +107,12 @@ OZAKI_HD uint32_t signed_power(int s, bool negative, bool weighted, const ExactM
   return negative && t != 0 ? c.p - t : t;
 }
 
-// Where the table of signed_power over the first `moduli` moduli, both signs and the shifts
-// s < kExactTableShifts, one byte each, holds (negative, i, s); modulus i's entry is
-// i * kExactTableShifts past modulus 0's.
+// The bytes of the table of signed_power over the first `moduli` moduli, both signs and the shifts
+// s < kExactTableShifts, one byte each (one operand's: A's unweighted, or B's).
+OZAKI_HD constexpr int exact_table_bytes(int moduli) { return 2 * moduli * kExactTableShifts; }
+
+// Where that table holds (negative, i, s); modulus i's entry is i * kExactTableShifts past modulus
+// 0's.
 OZAKI_HD int exact_table_index(int moduli, bool negative, int i, int s) {
   return ((negative ? moduli : 0) + i) * kExactTableShifts + s;
 }

@@ -458,7 +458,7 @@ namespace {
 
 // The table of signed powers (csrc/crt_exact.h, exact_table_entry) for A (weighted = false) or B.
 std::vector<uint8_t> exact_power_table(const ExactCrt& crt, bool weighted) {
-  std::vector<uint8_t> table(2 * crt.moduli * kExactTableShifts);
+  std::vector<uint8_t> table(exact_table_bytes(crt.moduli));
   for (int index = 0; index < static_cast<int>(table.size()); ++index) {
     table[index] = exact_table_entry(crt, weighted, index);
   }
@@ -478,12 +478,10 @@ auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, con
         for (int64_t l = 0; l < k; ++l) {
           const ExactEntry x = exact_entry(static_cast<double>(data[(first + r) * k + l]),
                                            exponent[first + r]);
-          const bool tabled = x.s < kExactTableShifts;
-          const uint8_t* powers =
-              table + exact_table_index(crt.moduli, x.negative, 0, tabled ? x.s : 0);
           for (int i = 0; i < crt.moduli; ++i) {
             const uint32_t power =
-                tabled ? powers[i * kExactTableShifts]
+                x.s < kExactTableShifts
+                    ? table[exact_table_index(crt.moduli, x.negative, i, x.s)]
                     : signed_power(x.s, x.negative, weighted, crt.modulus[i]);
             out[(i * count + r) * k + l] = exact_residue(x, power, crt.modulus[i]);
           }

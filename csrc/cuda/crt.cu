@@ -858,7 +858,7 @@ namespace {
 
 // The tables of exact_table_entry: A's (unweighted) at table, B's at table + entries.
 __global__ void exact_table_kernel(ExactCrt crt, uint8_t* table) {
-  const int entries = 2 * crt.moduli * kExactTableShifts;
+  const int entries = exact_table_bytes(crt.moduli);
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < 2 * entries; t += gridDim.x * blockDim.x) {
     table[t] = exact_table_entry(crt, t >= entries, t % entries);
   }
@@ -887,10 +887,10 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                           const int* exponent, ExactCrt crt, const uint8_t* table, bool weighted,
                           bool aligned, int8_t* out) {
-  constexpr int kWords = 2 * (N > 0 ? N : kExactMaxModuli) * kExactTableShifts / 4;
+  constexpr int kWords = exact_table_bytes(N > 0 ? N : kExactMaxModuli) / 4;
   __shared__ uint32_t table_words[kWords];
   const int moduli = N > 0 ? N : crt.moduli;
-  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < 2 * moduli * kExactTableShifts / 4;
+  for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < exact_table_bytes(moduli) / 4;
        t += blockDim.x * blockDim.y) {
     table_words[t] = reinterpret_cast<const uint32_t*>(table)[t];
   }
@@ -961,7 +961,7 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
     const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
     const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
     const int* exponent = weighted ? in.scale_b : in.scale_a;
-    const uint8_t* table = tables + (weighted ? 2 * crt.moduli * kExactTableShifts : 0);
+    const uint8_t* table = tables + (weighted ? exact_table_bytes(crt.moduli) : 0);
     if (crt.moduli <= kExactFixedModuli) {
       with_constant<1, kExactFixedModuli>(crt.moduli, [&](auto count) {
         constexpr int N = decltype(count)::value;
@@ -976,9 +976,9 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
   };
 }
 
-// exact_residues' tables on the current stream: bytes (4 * moduli * kExactTableShifts).
+// exact_residues' tables on the current stream: A's, then B's.
 at::Tensor exact_tables(const ExactCrt& crt, const at::TensorOptions& options) {
-  at::Tensor tables = at::empty({4 * crt.moduli * kExactTableShifts}, options.dtype(at::kByte));
+  at::Tensor tables = at::empty({2 * exact_table_bytes(crt.moduli)}, options.dtype(at::kByte));
   exact_table_kernel<<<grid_for(tables.numel(), 256), 256, 0,
                        at::cuda::getCurrentCUDAStream()>>>(crt, tables.mutable_data_ptr<uint8_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();

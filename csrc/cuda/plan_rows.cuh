@@ -78,39 +78,6 @@ inline bool row_pass_keeps_rows(int64_t row_bytes) {
          int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * row_bytes <= budget;
 }
 
-// row_stats_norm_kernel's work on one row (entries) by a block of Threads, its shared values
-// passed in.
-template <int Threads, typename T, typename After>
-__device__ __forceinline__ void row_stats_norm_of_row(const T* entries, int64_t row, int64_t k,
-                                                      int* tau, int* bit_span, bool* nonfinite,
-                                                      int* norm_scale, const After& after,
-                                                      int& row_tau, int& row_norm,
-                                                      bool& row_usable) {
-  RowStats stats;
-  for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
-  const RowStats total = block_row_stats<Threads>(stats);
-  if (threadIdx.x == 0) {
-    tau[row] = total.tau();
-    bit_span[row] = total.bit_span();
-    nonfinite[row] = total.nonfinite;
-    row_tau = total.tau();
-    row_usable = usable_row(total.bit_span(), total.nonfinite);
-  }
-  __syncthreads();
-  const int t = row_tau;
-  unsigned long long sum = 0;
-  for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
-  const unsigned long long square_sum = block_sum<Threads>(sum);
-  if (threadIdx.x == 0) {
-    row_norm = norm_scale_code(square_sum, t);
-    norm_scale[row] = row_norm;
-  }
-  if constexpr (After::kRuns) {
-    __syncthreads();
-    after(row, entries, k, t, row_norm, row_usable);
-  }
-}
-
 // Blocks of Threads, a row at a time each (rows blockIdx.x, + gridDim.x, ...; row_pass_launch
 // sizes the grid): row_stats_kernel's fold, then, with tau known, row_norm_kernel's sum over the
 // same row, which the first sweep has just brought into L2 when the rows of the resident blocks
@@ -126,8 +93,30 @@ __global__ void __launch_bounds__(Threads)
   __shared__ int row_tau, row_norm;
   __shared__ bool row_usable;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    row_stats_norm_of_row<Threads>(a + row * k, row, k, tau, bit_span, nonfinite, norm_scale,
-                                   after, row_tau, row_norm, row_usable);
+    const T* entries = a + row * k;
+    RowStats stats;
+    for_row_entries(entries, k, [&](T x) { stats.add(static_cast<double>(x)); });
+    const RowStats total = block_row_stats<Threads>(stats);
+    if (threadIdx.x == 0) {
+      tau[row] = total.tau();
+      bit_span[row] = total.bit_span();
+      nonfinite[row] = total.nonfinite;
+      row_tau = total.tau();
+      row_usable = usable_row(total.bit_span(), total.nonfinite);
+    }
+    __syncthreads();
+    const int t = row_tau;
+    unsigned long long sum = 0;
+    for_row_entries(entries, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), t); });
+    const unsigned long long square_sum = block_sum<Threads>(sum);
+    if (threadIdx.x == 0) {
+      row_norm = norm_scale_code(square_sum, t);
+      norm_scale[row] = row_norm;
+    }
+    if constexpr (After::kRuns) {
+      __syncthreads();
+      after(row, entries, k, t, row_norm, row_usable);
+    }
     __syncthreads();  // the next row rewrites the shared values
   }
 }
