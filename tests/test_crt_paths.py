@@ -246,9 +246,9 @@ def test_the_plan_reads_do_not_depend_on_the_row_launch(tmp_path):
 
 
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)
-def test_the_reduced_epilogues_division_is_exact(p):
-    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor, in the device's 32-bit integer widths:
-    x = sum + offset in [0, 2^32), the fold t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32)
+def test_the_reduced_epilogues_long_division_is_exact(p):
+    """csrc/cuda/reduced_gemm.cuh, ModulusDivisor's long form (k above 65535), in the device's
+    32-bit integer widths: x = sum + offset in [0, 2^32), the fold t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32)
     is the true value (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and
     t - floor(t ceil(2^32 / p) / 2^32) p is sum mod p, for every modulus, at the ends of the
     range, around multiples of 2^16 and of p near them, and on random sums."""
@@ -271,6 +271,50 @@ def test_the_reduced_epilogues_division_is_exact(p):
         quotient = t * magic >> 32  # __umulhi
         remainder = (t - quotient * p) % 2 ** 32
         assert remainder == s % p < p
+
+
+# ModulusDivisor's short form covers k up to kShortSumInner = (2^31 - 256) >> 15
+SHORT_SUM_INNER = (2 ** 31 - 256) >> 15
+
+
+@pytest.mark.parametrize("k", [1, 16, 1024, 4096, SHORT_SUM_INNER])
+@pytest.mark.parametrize("p", crt.EXACT_MODULI)
+def test_the_reduced_epilogues_short_division_is_exact(p, k):
+    """ModulusDivisor's short form, for sums of k exact INT8 products (|sum| <= k 2^14): x = sum +
+    offset (the least multiple of p at least k 2^14) lies in [0, 2^31), and with p in
+    (2^s, 2^(s + 1)], x - floor(x ceil(2^(32 + s) / p) / 2^(32 + s)) p is sum mod p, at the ends
+    of the range, around multiples of p and on random sums."""
+    bound = k * 2 ** 14
+    offset = -(-bound // p) * p
+    shift = (p - 1).bit_length() - 1
+    assert 2 ** shift < p <= 2 ** (shift + 1)
+    magic = -(-2 ** (32 + shift) // p)
+    assert magic < 2 ** 32 and bound + offset < 2 ** 31
+    g = torch.Generator().manual_seed(p + k)
+    sums = torch.randint(-bound, bound + 1, (2000,), generator=g).tolist()
+    for edge in (-bound, -bound // 2, 0, bound // 3, bound):
+        sums += [edge + d for d in range(-p - 1, p + 2)]
+    for s in sums:
+        if abs(s) > bound:
+            continue
+        x = s + offset  # the device's uint32 sum, below 2^31
+        assert 0 <= x < 2 ** 31
+        quotient = (x * magic % 2 ** 64 >> 32) >> shift  # __umulhi, then the shift
+        remainder = (x - quotient * p) % 2 ** 32
+        assert remainder == s % p < p
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("k", [SHORT_SUM_INNER - 15, SHORT_SUM_INNER + 2])
+def test_the_reduced_path_on_either_side_of_the_short_sums(k, monkeypatch):
+    """k padded to 65520 takes the reduced epilogue's short division, 65552 its long one: both
+    give the CPU's bits (and the cuBLAS path's)."""
+    moduli = max(15, crt.smallest_moduli(k))
+    A, B = operands((), 5, k, 7, torch.float64, seed=k)
+    expected = product(A, B, moduli, "cublas", "cpu", monkeypatch)
+    assert expected.isfinite().any()
+    for path in crt_paths():
+        assert_bitwise_equal(product(A, B, moduli, path, "cuda", monkeypatch), expected)
 
 
 @pytest.mark.cuda

@@ -560,7 +560,8 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   if (reduced) {
     reduced_gemm.moduli = moduli;
     for (int i = 0; i < moduli; ++i) {
-      reduced_gemm.divisors[i] = ModulusDivisor::of(static_cast<uint32_t>(reduced_moduli[i]));
+      reduced_gemm.divisors[i] =
+          ModulusDivisor::of(static_cast<uint32_t>(reduced_moduli[i]), k_stride);
     }
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

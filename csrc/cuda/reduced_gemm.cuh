@@ -11,29 +11,50 @@
 
 namespace ozaki::cuda {
 
-// mod p of an INT32 sum of residue products (|sum| < 2^31 - 2^14), p <= 256, in five 32-bit
-// operations: x = sum + offset (a multiple of p that makes x non-negative, as unsigned_residue's)
-// is below 2^32; with x = h 2^16 + l, t = x + h (c - 2^16) = h c + l for c = 2^16 mod p is
-// congruent to x and below 2^16 p <= 2^24 (no wrap-around in 32 bits). With magic =
+// mod p of an INT32 sum of residue products (|sum| <= k 2^14 for inner dimension k), for
+// 64 < p <= 256. Where k is at most kShortSumInner (k 2^15 + p < 2^31), in four 32-bit operations:
+// x = sum + offset (a multiple of p at least k 2^14) lies in [0, 2^31); with p in (2^s, 2^(s + 1)]
+// and magic = ceil(2^(32 + s) / p) < 2^32, floor(x magic / 2^(32 + s)) = floor(x / p), as
+// x (magic p - 2^(32 + s)) < 2^31 p <= 2^(32 + s). Otherwise (|sum| < 2^31 - 2^14) in five: x =
+// sum + offset is below 2^32; with x = h 2^16 + l, t = x + h (c - 2^16) = h c + l for c = 2^16
+// mod p is congruent to x and below 2^16 p <= 2^24 (no wrap-around in 32 bits), and with magic =
 // ceil(2^32 / p), floor(t magic / 2^32) = floor(t / p), as t (magic p - 2^32) < 2^16 p (p - 1)
 // < 2^32.
+constexpr int64_t kShortSumInner = ((int64_t(1) << 31) - 256) >> 15;
 struct ModulusDivisor {
   uint32_t modulus;
   uint32_t offset;
-  uint32_t fold;   // (2^16 mod p) - 2^16, modulo 2^32
-  uint32_t magic;  // ceil(2^32 / p)
+  uint32_t fold;   // long sums: (2^16 mod p) - 2^16, modulo 2^32
+  uint32_t magic;
+  uint32_t shift;  // short sums: s
+  bool short_sums;
 
-  static ModulusDivisor of(uint32_t p) {
+  // The divisor of sums over an inner dimension of k (padded) entries.
+  static ModulusDivisor of(uint32_t p, int64_t k) {
+    if (k <= kShortSumInner) {
+      uint32_t s = 0;
+      while ((uint32_t(2) << s) < p) ++s;  // p in (2^s, 2^(s + 1)]
+      const uint64_t bound = static_cast<uint64_t>(k) << 14;
+      return ModulusDivisor{p, static_cast<uint32_t>((bound + p - 1) / p * p), 0,
+                            static_cast<uint32_t>(((uint64_t(1) << (32 + s)) + p - 1) / p), s,
+                            true};
+    }
     const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
     const uint32_t fold = (uint32_t(1) << 16) % p - (uint32_t(1) << 16);
     return ModulusDivisor{p, (bound + p - 1) / p * p, fold,
-                          static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p)};
+                          static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p), 0, false};
   }
 #ifdef __CUDACC__
+  // kShort: short_sums, known to the caller at compile time
+  template <bool kShort>
   __device__ __forceinline__ uint32_t reduce(int32_t sum) const {
     const uint32_t x = static_cast<uint32_t>(sum) + offset;
-    const uint32_t t = x + (x >> 16) * fold;
-    return t - __umulhi(t, magic) * modulus;
+    if constexpr (kShort) {
+      return x - (__umulhi(x, magic) >> shift) * modulus;
+    } else {
+      const uint32_t t = x + (x >> 16) * fold;
+      return t - __umulhi(t, magic) * modulus;
+    }
   }
 #endif
 };

@@ -148,7 +148,8 @@ class ReducedResidueEpilogue
                                   const Accumulators& accumulators, TiledMma tiled_mma,
                                   int thread_idx, char* shared) {
     using namespace cute;
-    const ModulusDivisor divisor = params.divisors[tile.l % params.moduli];
+    // (an int: reduced_residue_gemms takes fewer than 2^31 planes)
+    const ModulusDivisor divisor = params.divisors[static_cast<int>(tile.l) % params.moduli];
     // The threads that share the tile (both consumer warpgroups in the cooperative schedule; in
     // the ping-pong one each warpgroup's epilogue runs alone).
     constexpr int kThreads = decltype(size(tiled_mma))::value;
@@ -168,13 +169,21 @@ class ReducedResidueEpilogue
     // those of CUTLASS's SM90 accumulator layout, which tests/test_crt_paths.py checks bit for bit
     // at every tile edge.
     static_assert(decltype(size(accumulators))::value % 4 == 0);
+    // The sums mod p, by the divisor's short or long form (one choice per launch).
+    constexpr int kSums = decltype(size(accumulators))::value;
+    uint32_t residues[kSums];
+    if (divisor.short_sums) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kSums; ++i) residues[i] = divisor.template reduce<true>(accumulators(i));
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kSums; ++i) residues[i] = divisor.template reduce<false>(accumulators(i));
+    }
     const bool odd_lane = (threadIdx.x % 32) % 2 == 1;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accumulators); i += 4) {
+    for (int i = 0; i < kSums; i += 4) {
       const auto at = tile_coords(i);
-      uint32_t bytes[4];
-      CUTLASS_PRAGMA_UNROLL
-      for (int v = 0; v < 4; ++v) bytes[v] = divisor.reduce(accumulators(i + v));
+      const uint32_t* bytes = residues + i;
       const bool paired = get<0>(tile_coords(i + 1)) == get<0>(at) &&
                           get<1>(tile_coords(i + 1)) == get<1>(at) + 1 &&
                           get<0>(tile_coords(i + 2)) == get<0>(at) + 8 &&

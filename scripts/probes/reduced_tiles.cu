@@ -107,8 +107,12 @@ int main(int argc, char** argv) {
   int device = 0, sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const cutlass::KernelHardwareInfo hardware{device, sms};
-  printf("config tile %dx%dx%d cluster %dx%d %s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
-         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", DISCARD ? " discard" : "");
+  // LONG_SUMS=1: the reduction for any inner dimension up to 2^17, as above 65535
+  const char* long_given = std::getenv("LONG_SUMS");
+  const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
+  printf("config tile %dx%dx%d cluster %dx%d %s%s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
+         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", DISCARD ? " discard" : "",
+         long_sums ? " long sums" : "");
   for (int argi = 1; argi < argc; ++argi) {
     long long m, n, k, planes;
     if (sscanf(argv[argi], "%lld,%lld,%lld,%lld", &m, &n, &k, &planes) != 4) {
@@ -121,7 +125,9 @@ int main(int argc, char** argv) {
     g.k_stride = k;
     g.planes = planes;
     g.moduli = std::min<int>(int(moduli.size()), int(planes));
-    for (int i = 0; i < g.moduli; ++i) g.divisors[i] = ModulusDivisor::of(moduli[i]);
+    for (int i = 0; i < g.moduli; ++i) {
+      g.divisors[i] = ModulusDivisor::of(moduli[i], long_sums ? kShortSumInner + 1 : k);
+    }
     g.ld = (n + 15) / 16 * 16;  // as the library pads reduced rows (16-byte bulk copies)
     g.a_plane = m * k;
     g.b_plane = n * k;
