@@ -99,6 +99,9 @@ struct CrtGroup {
     }
     return c;
   }
+  // 1 / prod G in float64 (prod G below 2^24: one rounding)
+  static constexpr double reciprocal =
+      1.0 / static_cast<double>(moduli_product_limbs<1>(kModuli, first + count, 0, first).w[0]);
   static constexpr uint32_t quotient0 = moduli_product_limbs<4>(kModuli, N, first, count).w[0];
   static constexpr uint32_t quotient1 = moduli_product_limbs<4>(kModuli, N, first, count).w[1];
   static constexpr uint32_t quotient2 = moduli_product_limbs<4>(kModuli, N, first, count).w[2];
@@ -107,34 +110,25 @@ struct CrtGroup {
 // Groups of N moduli.
 constexpr int crt_groups(int n) { return (n + kCrtGroupSize - 1) / kCrtGroupSize; }
 
-// floor(log2 x) for x > 0, at compile time.
-constexpr int floor_log2(uint32_t x) {
-  int bits = -1;
-  while (x != 0) {
-    x >>= 1;
-    ++bits;
-  }
-  return bits;
-}
+// 2^128 - P for the product P of the first N moduli, in 32-bit limbs: adding q times it is
+// subtracting q P modulo 2^128.
 template <int N>
 struct CrtProduct {
-  static constexpr uint32_t limb0 = product_limbs(N, -1).w[0];
-  static constexpr uint32_t limb1 = product_limbs(N, -1).w[1];
-  static constexpr uint32_t limb2 = product_limbs(N, -1).w[2];
-  static constexpr uint32_t limb3 = product_limbs(N, -1).w[3];
-  // 1 / P in float64 (P from its limbs: three roundings, then the division's).
-  static constexpr double reciprocal =
-      1.0 / (((double(limb3) * 4294967296.0 + double(limb2)) * 4294967296.0 + double(limb1)) *
-                 4294967296.0 + double(limb0));
-  // floor(log2 P).
-  static constexpr int log2 = limb3   ? 96 + floor_log2(limb3)
-                              : limb2 ? 64 + floor_log2(limb2)
-                              : limb1 ? 32 + floor_log2(limb1)
-                                      : floor_log2(limb0);
-  // The lowest limb of a sum S of N terms below P (limbs below 2^44, crt_reconstruct) that S / P
-  // needs to within 2^-39: limb w adds under 2^(44 + 32 w) / P, and the ones below this add
-  // under 2^-39 together.
-  static constexpr int first_quotient_limb = log2 >= 32 + 84 ? 2 : (log2 >= 84 ? 1 : 0);
+  static constexpr uint32_t negated(int w) {
+    const Limbs p = product_limbs(N, -1);
+    uint64_t carry = 1;  // ~P + 1
+    uint32_t out = 0;
+    for (int v = 0; v <= w; ++v) {
+      const uint64_t t = uint64_t(~p.w[v]) + carry;
+      out = static_cast<uint32_t>(t);
+      carry = t >> 32;
+    }
+    return out;
+  }
+  static constexpr uint32_t negated0 = negated(0);
+  static constexpr uint32_t negated1 = negated(1);
+  static constexpr uint32_t negated2 = negated(2);
+  static constexpr uint32_t negated3 = negated(3);
 };
 
 // Calls f(std::integral_constant<int, I>{}) for I = 0 .. N - 1, so each modulus is a compile-time
@@ -318,25 +312,44 @@ OZAKI_HD double round_word_to_format(uint64_t m, bool negative, int64_t unit,
   return negative ? -value : value;
 }
 
-// floor(t / d), and in *inexact whether d leaves a remainder, for 256 <= d < 1024, without a
-// division instruction: t * RN(1 / d) in float64 errs by at most 24 (3 roundings of 2^-53 on a
-// quotient below 2^56), so the remainder of that estimate lies within +-2^15 and is exact in int64;
-// its quotient by d, taken the same way, is exact except one too low when d divides it, which the
-// last comparison mends. The reciprocal's last bit never matters (the host's 1 / d and the device's
-// __drcp_rn give the same quotient).
-OZAKI_HD uint64_t floor_divide(uint64_t t, uint32_t d, bool* inexact) {
+// x as a float64 (exactly): on the device by its bits (2^52 + x, less 2^52), which spares the
+// conversion unit.
+OZAKI_HD double exact_double(uint32_t x) {
 #ifdef __CUDA_ARCH__
-  const double r = __drcp_rn(static_cast<double>(d));
+  return __hiloint2double(0x43300000, static_cast<int>(x)) - 4503599627370496.0;
 #else
-  const double r = 1.0 / static_cast<double>(d);
+  return static_cast<double>(x);
 #endif
+}
+
+// A float64 within 2^-40 (relative) of 1 / d, for 256 <= d < 1024: 1 / d rounded on the host; on
+// the device the float32 approximate reciprocal (within one unit of its last place, 2^-23) and
+// one Newton step in float64, which squares that error. floor_divide's results do not depend on
+// which.
+OZAKI_HD double divisor_reciprocal(uint32_t d) {
+#ifdef __CUDA_ARCH__
+  float approximate;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(approximate) : "f"(static_cast<float>(d)));
+  const double r = approximate;
+  return __fma_rn(r, __fma_rn(-exact_double(d), r, 1.0), r);
+#else
+  return 1.0 / static_cast<double>(d);
+#endif
+}
+
+// floor(t / d), and in *inexact whether d leaves a remainder, for 256 <= d < 1024 and r within
+// 2^-40 of 1 / d (divisor_reciprocal), without a division instruction: t r in float64 errs from
+// t / d < 2^56 by under 2^16 + 1, so the remainder of that estimate lies within +-2^26 and its low
+// 32 bits hold it; its quotient by d, taken the same way (within 2^-22), is exact except one too
+// low when d divides it, which the last comparison mends.
+OZAKI_HD uint64_t floor_divide(uint64_t t, uint32_t d, double r, bool* inexact) {
   uint64_t q = static_cast<uint64_t>(static_cast<double>(t) * r);
-  int64_t rest = static_cast<int64_t>(t - q * d);  // modulo 2^64: the true value is within +-2^15
-  const int64_t correction = static_cast<int64_t>(floor(static_cast<double>(rest) * r));
-  rest -= correction * static_cast<int64_t>(d);  // in [0, 2 d)
-  q += static_cast<uint64_t>(correction);
-  if (rest >= static_cast<int64_t>(d)) {
-    rest -= d;
+  int32_t rest = static_cast<int32_t>(static_cast<uint32_t>(t) - static_cast<uint32_t>(q) * d);
+  const auto correction = static_cast<int32_t>(floor(static_cast<double>(rest) * r));
+  rest -= correction * static_cast<int32_t>(d);  // in [0, 2 d)
+  q += static_cast<uint64_t>(static_cast<int64_t>(correction));
+  if (rest >= static_cast<int32_t>(d)) {
+    rest -= static_cast<int32_t>(d);
     ++q;
   }
   *inexact = rest != 0;
@@ -350,18 +363,21 @@ OZAKI_HD uint64_t floor_divide(uint64_t t, uint32_t d, bool* inexact) {
 // like the exact value, as the rounding keeps at most 53 of them.
 OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t divisor,
                                          bool negative, int64_t unit, RoundingFormat format) {
-  const int top = high != 0 ? 64 + highest_set_bit(high) : highest_set_bit(low);
-  const int drop = top - 63;  // at most 61
   uint64_t t;
+  int drop;  // T = floor(integer / 2^drop)
   bool sticky = false;
-  if (drop > 0) {
-    t = (high << (64 - drop)) | (low >> drop);
-    sticky = (low & ((uint64_t(1) << drop) - 1)) != 0;
+  if (high != 0) {
+    const int zeros = 63 - highest_set_bit(high);  // at least 3 (high < 2^61)
+    t = (high << zeros) | (low >> (64 - zeros));
+    sticky = (low << zeros) != 0;
+    drop = 64 - zeros;
   } else {
-    t = low << -drop;
+    const int zeros = 63 - highest_set_bit(low);
+    t = low << zeros;
+    drop = -zeros;
   }
   bool inexact;
-  const uint64_t q = floor_divide(t, divisor, &inexact);
+  const uint64_t q = floor_divide(t, divisor, divisor_reciprocal(divisor), &inexact);
   return round_word_to_format(2 * q + ((sticky || inexact) ? 1 : 0), negative, unit + drop - 1,
                               format);
 }
@@ -386,59 +402,48 @@ OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
 // loads all N results first, so they are in flight together.
 //   u_i = R_i mod p_i, S = sum_i u_i (P / p_i) is X mod P, and S / P = q + X / P, so
 //   q = rint(S / P) (the plan keeps |X| / P at most 1/2 - 2^-30, far above the float error of
-//   S / P taken from S's limbs) and X = S - q P.
+//   S / P) and X = S - q P.
+// The moduli go three at a time (CrtGroup): S = sum_G v_G (P / prod G), so S / P is the sum of the
+// v_G / prod G (each below 3; within 2^-45 in float64, all added), and X is the two's complement
+// of sum_G v_G (P / prod G) + q (2^128 - P) modulo 2^128, in 32-bit limbs (|X| < 2^127).
 // reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes).
 template <int N, bool reduced = false>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
                                 RoundingFormat format) {
-  // S in 32-bit limbs: per group v (P / prod G), each limb product below 2^26 2^32 and the sum of
-  // at most six below 2^61; then carried, so that limbs 0 .. 2 are below 2^32 and limb 3 below
-  // 2^36 (S < 16 P < 2^132).
-  uint64_t limbs[4] = {0, 0, 0, 0};
+  uint32_t v[crt_groups(N)];
+  double quotient = 0.0;
   for_each_modulus<crt_groups(N)>([&](auto group) {
-    using Group = CrtGroup<N, decltype(group)::value>;
-    uint32_t v = 0;
+    constexpr int g = decltype(group)::value;
+    using Group = CrtGroup<N, g>;
+    uint32_t sum = 0;
     for_each_modulus<Group::count>([&](auto member) {
       constexpr int j = decltype(member)::value, i = Group::first + j;
       constexpr uint32_t cofactor = Group::cofactor(j);
       const uint32_t u =
           reduced ? static_cast<uint32_t>(residues[i]) : unsigned_residue<i>(residues[i]);
-      v += u * cofactor;
+      sum += u * cofactor;
     });
-    limbs[0] += static_cast<uint64_t>(v) * Group::quotient0;
-    limbs[1] += static_cast<uint64_t>(v) * Group::quotient1;
-    limbs[2] += static_cast<uint64_t>(v) * Group::quotient2;
-    limbs[3] += static_cast<uint64_t>(v) * Group::quotient3;
+    v[g] = sum;
+    const double term = exact_double(sum) * Group::reciprocal;
+    quotient = g == 0 ? term : quotient + term;
   });
-  for (int w = 0; w < 3; ++w) {
-    limbs[w + 1] += limbs[w] >> 32;
-    limbs[w] &= 0xffffffffu;
-  }
-  // S / P in float64 from limbs first .. 3 (exact doubles, below 2^36): their sum's at most three
-  // additions and the reciprocal of P err by under 2^-49 relative, so by under 2^-45 for S / P
-  // < 16, and the limbs left out by under 2^-39.
-  constexpr double limb = 4294967296.0;  // 2^32
-  constexpr int first = CrtProduct<N>::first_quotient_limb;
-  double s = static_cast<double>(limbs[3]);
-  for (int w = 2; w >= first; --w) s = s * limb + static_cast<double>(limbs[w]);
-  constexpr double reciprocal = CrtProduct<N>::reciprocal * (first == 2   ? limb * limb
-                                                             : first == 1 ? limb
-                                                                          : 1.0);
-  const auto q = static_cast<uint32_t>(rint(s * reciprocal));  // in [0, 16]
-  // X = S - q P, carried into two's complement 128 bits, then its sign and magnitude.
-  const uint32_t product[4] = {CrtProduct<N>::limb0, CrtProduct<N>::limb1, CrtProduct<N>::limb2,
-                               CrtProduct<N>::limb3};
-  int64_t carry = 0;
-  uint32_t word[4];
-  for (int w = 0; w < 4; ++w) {
-    const int64_t t = static_cast<int64_t>(limbs[w]) -
-                      static_cast<int64_t>(static_cast<uint64_t>(q) * product[w]) + carry;
-    word[w] = static_cast<uint32_t>(t);
-    carry = t >> 32;  // floor(t / 2^32): t - word is a multiple of 2^32
-  }
-  uint64_t low = uint64_t(word[0]) | (uint64_t(word[1]) << 32);
-  uint64_t high = uint64_t(word[2]) | (uint64_t(word[3]) << 32);
-  const bool negative = carry < 0;
+  const auto q = static_cast<uint32_t>(rint(quotient));  // in [0, 3 crt_groups(N)]
+  // Limb sums: per group products below 2^26 2^32, q's below 2^37; at most seven terms, below 2^61.
+  uint64_t limbs[4] = {
+      uint64_t(q) * CrtProduct<N>::negated0, uint64_t(q) * CrtProduct<N>::negated1,
+      uint64_t(q) * CrtProduct<N>::negated2, uint64_t(q) * CrtProduct<N>::negated3};
+  for_each_modulus<crt_groups(N)>([&](auto group) {
+    constexpr int g = decltype(group)::value;
+    using Group = CrtGroup<N, g>;
+    limbs[0] += static_cast<uint64_t>(v[g]) * Group::quotient0;
+    limbs[1] += static_cast<uint64_t>(v[g]) * Group::quotient1;
+    limbs[2] += static_cast<uint64_t>(v[g]) * Group::quotient2;
+    limbs[3] += static_cast<uint64_t>(v[g]) * Group::quotient3;
+  });
+  for (int w = 0; w < 3; ++w) limbs[w + 1] += limbs[w] >> 32;
+  uint64_t low = (limbs[0] & 0xffffffffu) | (limbs[1] << 32);
+  uint64_t high = (limbs[2] & 0xffffffffu) | (limbs[3] << 32);
+  const bool negative = (high >> 63) != 0;
   if (negative) {  // |X| = -X in 128-bit two's complement
     low = ~low + 1;
     high = ~high + (low == 0 ? 1 : 0);
