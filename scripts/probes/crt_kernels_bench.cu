@@ -4,7 +4,8 @@
 // |X| < 2^(floor(log2 P) - 1) <= P/2, their weighted residues plus random multiples of the moduli.
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
-// (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over)
+// (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
+// with 4, 8 or 16 entries per thread)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -80,6 +81,47 @@ __global__ void reconstruct(const P* products, int64_t rows, int64_t ld, const i
   });
 }
 
+// The reconstruction from bytes with E consecutive entries per thread (E = 4, 8 or 16: one 4-,
+// 8- or 16-byte load per modulus), for --wide: whether wider loads, more bytes in flight per
+// thread, bring the kernel nearer its memory floor. Rows of ld entries, ld a multiple of E.
+template <int N, int E, int V, typename T>
+__global__ void reconstruct_wide(const uint8_t* bytes, int64_t rows, int64_t ld,
+                                 const int* scale_a, const int* scale_b, T* out) {
+  static_assert(E == 4 || E == 8 || E == 16);
+  using Word = std::conditional_t<E == 4, unsigned, std::conditional_t<E == 8, uint2, uint4>>;
+  const int64_t plane = rows * ld, groups = ld / E;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < rows * groups;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = t / groups, j0 = (t - row * groups) * E;
+    uint32_t words[N][E / 4];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const Word w = __ldg(reinterpret_cast<const Word*>(bytes + i * plane + row * ld + j0));
+      std::memcpy(words[i], &w, sizeof(Word));
+    }
+    const RowScale c_a = row_scale(scale_a[row]);
+#pragma unroll
+    for (int c = 0; c < E; ++c) {
+      int32_t residues[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        residues[i] = static_cast<int32_t>(__byte_perm(words[i][c / 4], 0, 0x4440 + c % 4));
+      }
+      double value;
+      if constexpr (V == kLoadsOnly) {
+        int64_t sum = 0;
+#pragma unroll
+        for (int m = 0; m < N; ++m) sum += residues[m];
+        value = static_cast<double>(sum);
+      } else {
+        value = crt_reconstruct<N, true>(residues, c_a, row_scale(scale_b[j0 + c]),
+                                         format_of<T>());
+      }
+      out[row * ld + j0 + c] = static_cast<T>(value);
+    }
+  }
+}
+
 // The reduced GEMMs' bytes of the same products: each sum reduced to [0, p_i).
 template <int N>
 __global__ void reduce_products(const int32_t* products, int64_t plane, uint8_t* bytes) {
@@ -148,6 +190,7 @@ __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
 
 // ---- timing ---------------------------------------------------------------------------------
 
+bool g_wide = false;  // --wide: also the reconstruction from bytes with more entries per thread
 int g_repeats = 7;  // 1 with --profile: no warm-up either
 bool g_check = true;  // the host's bits on sampled entries (--bytes: on the first round only)
 
@@ -250,6 +293,28 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       ++checked;
     }
   }
+  if (reduced && g_wide) {
+    std::vector<T> reference(plane), wide(plane);
+    CHECK(cudaMemcpy(reference.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
+    const auto time_wide = [&](auto entries) {
+      constexpr int E = decltype(entries)::value;
+      const int blocks = sms * 16;
+      const float ms = median_ms([&] {
+        reconstruct_wide<N, E, kLibrary, T><<<blocks, 256>>>(bytes, n, n, scale_a, scale_b, out[1]);
+      });
+      CHECK(cudaMemcpy(wide.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
+      const bool same = std::memcmp(wide.data(), reference.data(), plane * sizeof(T)) == 0;
+      const float loads = median_ms([&] {
+        reconstruct_wide<N, E, kLoadsOnly, T><<<blocks, 256>>>(bytes, n, n, scale_a, scale_b,
+                                                                out[1]);
+      });
+      std::printf("  %2d entries per thread: %.3f ms, loads and stores only %.3f ms, %s\n", E, ms,
+                  loads, same ? "the same bits" : "OTHER BITS");
+    };
+    time_wide(std::integral_constant<int, 4>{});
+    time_wide(std::integral_constant<int, 8>{});
+    time_wide(std::integral_constant<int, 16>{});
+  }
   const double moved = double(plane) * (N * (reduced ? 1 : 4) + sizeof(T));
   std::printf("reconstruct %s%s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
               "loads and stores only %.3f ms (%.2f TB/s) | "
@@ -298,6 +363,15 @@ int main(int argc, char** argv) {
       run_reconstruct<16, double, true>(16384, sms, "float64");
       run_reconstruct<8, float, true>(16384, sms, "float32");
       g_check = false;
+    }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--wide") {
+    g_wide = true;
+    g_check = false;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      run_reconstruct<15, double, true>(16384, sms, "float64");
+      run_reconstruct<8, float, true>(16384, sms, "float32");
     }
     return 0;
   }
