@@ -248,8 +248,9 @@ def test_the_plan_reads_do_not_depend_on_the_row_launch(tmp_path):
 @pytest.mark.parametrize("p", crt.EXACT_MODULI)
 def test_the_reduced_epilogues_long_division_is_exact(p):
     """csrc/cuda/reduced_gemm.cuh, ModulusDivisor's long form (k above 65535), in the device's
-    32-bit integer widths: x = sum + offset in [0, 2^32), the fold t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32)
-    is the true value (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and
+    32-bit integer widths: x = sum + offset in [0, 2^32), the fold
+    t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32) is the true value
+    (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and
     t - floor(t ceil(2^32 / p) / 2^32) p is sum mod p, for every modulus, at the ends of the
     range, around multiples of 2^16 and of p near them, and on random sums."""
     bound = 2 ** 31 - 2 ** 14  # |sum| of exact INT8 products with k < 2^17

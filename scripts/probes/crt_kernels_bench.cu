@@ -52,6 +52,20 @@ constexpr int kColumns = 4;
 
 enum Variant { kLibrary = 0, kLoadsOnly = 1 };
 
+// One entry's value: its reconstruction (kLibrary), or a sum of its residues that keeps the loads
+// (kLoadsOnly).
+template <int N, int V, bool reduced, typename T>
+__device__ double entry_value(const int32_t (&residues)[N], RowScale c_a, int code_b) {
+  if constexpr (V == kLoadsOnly) {
+    int64_t sum = 0;
+#pragma unroll
+    for (int m = 0; m < N; ++m) sum += residues[m];
+    return static_cast<double>(sum);
+  } else {
+    return crt_reconstruct<N, reduced>(residues, c_a, row_scale(code_b), format_of<T>());
+  }
+}
+
 // P: int32_t for the INT32 sums of cuBLAS's GEMMs, uint8_t for the reduced GEMMs' residues.
 template <int N, int V, typename T, typename P>
 __global__ void reconstruct(const P* products, int64_t rows, int64_t ld, const int* scale_a,
@@ -65,18 +79,8 @@ __global__ void reconstruct(const P* products, int64_t rows, int64_t ld, const i
       const int64_t j = j0 + c;
       int32_t residues[N];
       loaded.of_entry(c, residues);
-      double value;
-      if constexpr (V == kLoadsOnly) {
-        int64_t sum = 0;
-#pragma unroll
-        for (int m = 0; m < N; ++m) sum += residues[m];
-        value = static_cast<double>(sum);
-      } else {
-        value = crt_reconstruct<N, std::is_same_v<P, uint8_t>>(residues, c_a,
-                                                               row_scale(scale_b[j]),
-                                                               format_of<T>());
-      }
-      out[row * ld + j] = static_cast<T>(value);
+      constexpr bool reduced = std::is_same_v<P, uint8_t>;
+      out[row * ld + j] = static_cast<T>(entry_value<N, V, reduced, T>(residues, c_a, scale_b[j]));
     }
   });
 }
@@ -107,17 +111,8 @@ __global__ void reconstruct_wide(const uint8_t* bytes, int64_t rows, int64_t ld,
       for (int i = 0; i < N; ++i) {
         residues[i] = static_cast<int32_t>(__byte_perm(words[i][c / 4], 0, 0x4440 + c % 4));
       }
-      double value;
-      if constexpr (V == kLoadsOnly) {
-        int64_t sum = 0;
-#pragma unroll
-        for (int m = 0; m < N; ++m) sum += residues[m];
-        value = static_cast<double>(sum);
-      } else {
-        value = crt_reconstruct<N, true>(residues, c_a, row_scale(scale_b[j0 + c]),
-                                         format_of<T>());
-      }
-      out[row * ld + j0 + c] = static_cast<T>(value);
+      out[row * ld + j0 + c] =
+          static_cast<T>(entry_value<N, V, true, T>(residues, c_a, scale_b[j0 + c]));
     }
   }
 }
