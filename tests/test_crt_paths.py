@@ -250,9 +250,9 @@ def test_the_reduced_epilogues_long_division_is_exact(p):
     """csrc/cuda/reduced_gemm.cuh, ModulusDivisor's long form (k above 65535), in the device's
     32-bit integer widths: x = sum + offset in [0, 2^32), the fold
     t = x + (x >> 16) ((2^16 mod p) - 2^16) (modulo 2^32) is the true value
-    (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and
-    t - floor(t ceil(2^32 / p) / 2^32) p is sum mod p, for every modulus, at the ends of the
-    range, around multiples of 2^16 and of p near them, and on random sums."""
+    (x >> 16) (2^16 mod p) + (x & 0xffff) below 2^24, and t - floor(t ceil(2^32 / p) / 2^32) p
+    (added as a multiple of 2^32 - p) is sum mod p, for every modulus, at the ends of the range,
+    around multiples of 2^16 and of p near them, and on random sums."""
     bound = 2 ** 31 - 2 ** 14  # |sum| of exact INT8 products with k < 2^17
     offset = -(-bound // p) * p
     fold = (2 ** 16 % p - 2 ** 16) % 2 ** 32
@@ -270,7 +270,7 @@ def test_the_reduced_epilogues_long_division_is_exact(p):
         t = (x + (x >> 16) * fold) % 2 ** 32
         assert t == (x >> 16) * (2 ** 16 % p) + (x & 0xFFFF) < 2 ** 24
         quotient = t * magic >> 32  # __umulhi
-        remainder = (t - quotient * p) % 2 ** 32
+        remainder = (t + quotient * (2 ** 32 - p)) % 2 ** 32  # the multiply-add by 2^32 - p
         assert remainder == s % p < p
 
 
@@ -283,7 +283,8 @@ SHORT_SUM_INNER = (2 ** 31 - 256) >> 15
 def test_the_reduced_epilogues_short_division_is_exact(p, k):
     """ModulusDivisor's short form, for sums of k exact INT8 products (|sum| <= k 2^14): x = sum +
     offset (the least multiple of p at least k 2^14) lies in [0, 2^31), and with p in
-    (2^s, 2^(s + 1)], x - floor(x ceil(2^(32 + s) / p) / 2^(32 + s)) p is sum mod p, at the ends
+    (2^s, 2^(s + 1)], x - floor(x ceil(2^(32 + s) / p) / 2^(32 + s)) p (added as a multiple of
+    2^32 - p) is sum mod p, at the ends
     of the range, around multiples of p and on random sums."""
     bound = k * 2 ** 14
     offset = -(-bound // p) * p
@@ -301,7 +302,7 @@ def test_the_reduced_epilogues_short_division_is_exact(p, k):
         x = s + offset  # the device's uint32 sum, below 2^31
         assert 0 <= x < 2 ** 31
         quotient = (x * magic % 2 ** 64 >> 32) >> shift  # __umulhi, then the shift
-        remainder = (x - quotient * p) % 2 ** 32
+        remainder = (x + quotient * (2 ** 32 - p)) % 2 ** 32  # the multiply-add by 2^32 - p
         assert remainder == s % p < p
 
 

@@ -21,8 +21,11 @@ namespace ozaki::cuda {
 // ceil(2^32 / p), floor(t magic / 2^32) = floor(t / p), as t (magic p - 2^32) < 2^16 p (p - 1)
 // < 2^32.
 constexpr int64_t kShortSumInner = ((int64_t(1) << 31) - 256) >> 15;
+// Both forms subtract q p as one multiply-add, x + q (2^32 - p) modulo 2^32 (negated), which
+// the compiler would otherwise emit as a negation of q and a multiply-add.
 struct ModulusDivisor {
   uint32_t modulus;
+  uint32_t negated;  // 2^32 - p
   uint32_t offset;
   uint32_t fold;   // long sums: (2^16 mod p) - 2^16, modulo 2^32
   uint32_t magic;
@@ -35,13 +38,13 @@ struct ModulusDivisor {
       uint32_t s = 0;
       while ((uint32_t(2) << s) < p) ++s;  // p in (2^s, 2^(s + 1)]
       const uint64_t bound = static_cast<uint64_t>(k) << 14;
-      return ModulusDivisor{p, static_cast<uint32_t>((bound + p - 1) / p * p), 0,
+      return ModulusDivisor{p, 0u - p, static_cast<uint32_t>((bound + p - 1) / p * p), 0,
                             static_cast<uint32_t>(((uint64_t(1) << (32 + s)) + p - 1) / p), s,
                             true};
     }
     const uint32_t bound = (uint32_t(1) << 31) - (uint32_t(1) << 14);
     const uint32_t fold = (uint32_t(1) << 16) % p - (uint32_t(1) << 16);
-    return ModulusDivisor{p, (bound + p - 1) / p * p, fold,
+    return ModulusDivisor{p, 0u - p, (bound + p - 1) / p * p, fold,
                           static_cast<uint32_t>(((uint64_t(1) << 32) + p - 1) / p), 0, false};
   }
 #ifdef __CUDACC__
@@ -50,10 +53,10 @@ struct ModulusDivisor {
   __device__ __forceinline__ uint32_t reduce(int32_t sum) const {
     const uint32_t x = static_cast<uint32_t>(sum) + offset;
     if constexpr (kShort) {
-      return x - (__umulhi(x, magic) >> shift) * modulus;
+      return x + (__umulhi(x, magic) >> shift) * negated;
     } else {
       const uint32_t t = x + (x >> 16) * fold;
-      return t - __umulhi(t, magic) * modulus;
+      return t + __umulhi(t, magic) * negated;
     }
   }
 #endif

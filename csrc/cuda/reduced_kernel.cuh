@@ -107,11 +107,11 @@ struct ReducedResidueArguments {
 
 // The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
 // kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
-// modulus into a byte tile in shared memory (the accumulators' own layout would scatter 2-byte
-// stores). A whole tile whose rows are 16-byte aligned in memory then leaves in one asynchronous
-// bulk copy per row (the copy engine reads the staged rows while the next tile's MMAs run; the
-// next epilogue waits for those reads before it stages again); other tiles are stored row by row
-// in 4-byte words, each warp writing 128 contiguous bytes.
+// modulus into a byte tile in shared memory (in the accumulators' own layout, 2-byte stores would
+// scatter over global memory). A whole tile whose rows are 16-byte aligned in memory then leaves
+// in one asynchronous bulk copy per row (the copy engine reads the staged rows while the next
+// tile's MMAs run; the next epilogue waits for those reads before it stages again); other tiles
+// are stored row by row in 4-byte words, each warp writing 128 contiguous bytes.
 template <int kTileRows, int kTileCols>
 class ReducedResidueEpilogue
     : public EpilogueBase<ReducedResidueEpilogue<kTileRows, kTileCols>, ReducedResidueArguments> {
@@ -122,7 +122,7 @@ class ReducedResidueEpilogue
   using typename Base::Arguments;
   using typename Base::Params;
   // Rows of the staged tile lie 16 bytes beyond their width: 16-byte aligned for the bulk copies,
-  // and the 16 rows x 2 words that a warp stages at once fall at most two to a bank.
+  // and the 8 rows x 2 words that a warp stages at once fall in distinct banks.
   static constexpr int kPitch = kTileCols + 16;
   static_assert(kTileCols % 16 == 0);
   struct SharedStorage {
@@ -161,14 +161,13 @@ class ReducedResidueEpilogue
     // them (copies this thread issued have been read; the barrier covers every thread's).
     cute::tma_store_wait<0>();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
-    // Each four accumulators of a warpgroup MMA hold columns c, c + 1 of rows r and r + 8, and the
-    // neighbouring lane (lane ^ 1) holds columns c + 2, c + 3 of the same rows (when c % 4 is 0):
-    // one exchange gives the even lane row r's 4 bytes and the odd lane row r + 8's, stored as
-    // one word each (at most two to a bank with kPitch). `paired` checks the first part on the
-    // coordinates (groups that fail it take single bytes); the neighbouring lane's columns are
-    // those of CUTLASS's SM90 accumulator layout, which tests/test_crt_paths.py checks bit for bit
-    // at every tile edge.
-    static_assert(decltype(size(accumulators))::value % 4 == 0);
+    // Each two accumulators of a warpgroup MMA, 2 i and 2 i + 1, hold columns c, c + 1 (c even) of
+    // one row: their two bytes go to the staging buffer in one 2-byte store, conflict-free (a
+    // warp's stores cover 8 rows x 8 bytes, in distinct banks with kPitch). `paired` checks the
+    // layout on the coordinates (compile-time constants, but for the base column's parity, one
+    // test per tile); pairs that fail it take single bytes. The layout is CUTLASS's SM90
+    // accumulator layout, which tests/test_crt_paths.py checks bit for bit at every tile edge.
+    static_assert(decltype(size(accumulators))::value % 2 == 0);
     // The sums mod p, by the divisor's short or long form (one choice per launch).
     constexpr int kSums = decltype(size(accumulators))::value;
     uint32_t residues[kSums];
@@ -179,31 +178,23 @@ class ReducedResidueEpilogue
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kSums; ++i) residues[i] = divisor.template reduce<false>(accumulators(i));
     }
-    const bool odd_lane = (threadIdx.x % 32) % 2 == 1;
+    const int base_col = get<1>(tile_coords(0));
+    const bool even_base = base_col % 2 == 0;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kSums; i += 4) {
+    for (int i = 0; i < kSums; i += 2) {
       const auto at = tile_coords(i);
-      const uint32_t* bytes = residues + i;
-      const bool paired = get<0>(tile_coords(i + 1)) == get<0>(at) &&
-                          get<1>(tile_coords(i + 1)) == get<1>(at) + 1 &&
-                          get<0>(tile_coords(i + 2)) == get<0>(at) + 8 &&
-                          get<1>(tile_coords(i + 2)) == get<1>(at) &&
-                          get<0>(tile_coords(i + 3)) == get<0>(at) + 8 &&
-                          get<1>(tile_coords(i + 3)) == get<1>(at) + 1;
+      const bool paired = even_base && (get<1>(at) - base_col) % 2 == 0 &&
+                          get<0>(tile_coords(i + 1)) == get<0>(at) &&
+                          get<1>(tile_coords(i + 1)) == get<1>(at) + 1;
       if (paired) {
-        // two bytes (each below 256) side by side, then two such halves into a word: permutes
-        const uint32_t row_r = __byte_perm(bytes[0], bytes[1], 0x1140);
-        const uint32_t row_r8 = __byte_perm(bytes[2], bytes[3], 0x1140);
-        const uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? row_r : row_r8, 1);
-        const int row = get<0>(at) + (odd_lane ? 8 : 0);
-        const int col = get<1>(at) - (odd_lane ? 2 : 0);
-        *reinterpret_cast<uint32_t*>(staged + row * kPitch + col) =
-            odd_lane ? __byte_perm(other, row_r8, 0x5410) : __byte_perm(row_r, other, 0x5410);
+        // the two bytes (each below 256) side by side in one permute
+        *reinterpret_cast<uint16_t*>(staged + get<0>(at) * kPitch + get<1>(at)) =
+            static_cast<uint16_t>(__byte_perm(residues[i], residues[i + 1], 0x0040));
       } else {
         CUTLASS_PRAGMA_UNROLL
-        for (int v = 0; v < 4; ++v) {
+        for (int v = 0; v < 2; ++v) {
           const auto place = tile_coords(i + v);
-          staged[get<0>(place) * kPitch + get<1>(place)] = static_cast<uint8_t>(bytes[v]);
+          staged[get<0>(place) * kPitch + get<1>(place)] = static_cast<uint8_t>(residues[i + v]);
         }
       }
     }

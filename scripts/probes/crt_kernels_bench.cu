@@ -5,7 +5,7 @@
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 // (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
-// with 4, 8 or 16 entries per thread)
+// with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -117,6 +117,103 @@ __global__ void reconstruct_wide(const uint8_t* bytes, int64_t rows, int64_t ld,
   }
 }
 
+// The reconstruction from bytes (four entries per thread, as the library's kernel) with the next
+// item's loads in flight while the current one is rebuilt, for --pipelined: Stages = 0 keeps the
+// next item's N words in registers; Stages >= 2 copies them into the thread's own slots of shared
+// memory with cp.async (no registers held, Stages - 1 items ahead; a thread reads only its own
+// slots, so no barrier). Items (row, group) in the order of for_each_four_columns.
+#ifndef PIPELINED_MIN_BLOCKS  // -DPIPELINED_MIN_BLOCKS=4: at most 64 registers
+#define PIPELINED_MIN_BLOCKS 1
+#endif
+template <int N, int Stages, typename T>
+__global__ void __launch_bounds__(256, PIPELINED_MIN_BLOCKS)
+    reconstruct_pipelined(const uint8_t* bytes, int64_t rows, int64_t ld, const int* scale_a,
+                          const int* scale_b, T* out) {
+  const int64_t plane = rows * ld, groups = ld / kColumns;
+  const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
+  const int64_t group_step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first_group = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y, group = first_group;
+  if (first_group >= groups) return;
+  const auto advance = [&](int64_t& r, int64_t& g) {
+    g += group_step;
+    if (g >= groups) {
+      g = first_group;
+      r += row_step;
+    }
+  };
+  const auto rebuild = [&](int64_t r, int64_t g, const uint32_t (&words)[N]) {
+    const RowScale c_a = row_scale(scale_a[r]);
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) {
+      int32_t residues[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        residues[i] = static_cast<int32_t>(__byte_perm(words[i], 0, 0x4440 + c));
+      }
+      const int64_t j = kColumns * g + c;
+      out[r * ld + j] = static_cast<T>(entry_value<N, kLibrary, true, T>(residues, c_a, scale_b[j]));
+    }
+  };
+  const auto word_address = [&](int64_t r, int64_t g, int i) {
+    return reinterpret_cast<const unsigned*>(bytes + i * plane + r * ld + kColumns * g);
+  };
+  if constexpr (Stages == 0) {
+    uint32_t words[N];
+    if (row < rows) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) words[i] = __ldg(word_address(row, group, i));
+    }
+    while (row < rows) {
+      int64_t next_row = row, next_group = group;
+      advance(next_row, next_group);
+      uint32_t next[N];
+      if (next_row < rows) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) next[i] = __ldg(word_address(next_row, next_group, i));
+      }
+      rebuild(row, group, words);
+#pragma unroll
+      for (int i = 0; i < N; ++i) words[i] = next[i];
+      row = next_row;
+      group = next_group;
+    }
+  } else {
+    extern __shared__ uint32_t slots[];  // [Stages][N][blockDim.x * blockDim.y]
+    const int threads = blockDim.x * blockDim.y, me = threadIdx.y * blockDim.x + threadIdx.x;
+    const auto slot = [&](int stage, int i) { return slots + (stage * N + i) * threads + me; };
+    const auto issue = [&](int stage, int64_t r, int64_t g) {
+      if (r < rows) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const auto to = static_cast<unsigned>(__cvta_generic_to_shared(slot(stage, i)));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to),
+                       "l"(word_address(r, g, i))
+                       : "memory");
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    // Items ahead: issue_row/issue_group is the next one to copy, Stages - 1 ahead of row/group.
+    int64_t issue_row = row, issue_group = group;
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+      issue(s, issue_row, issue_group);
+      advance(issue_row, issue_group);
+    }
+    for (int stage = 0; row < rows; stage = stage + 1 == Stages ? 0 : stage + 1) {
+      issue(stage == 0 ? Stages - 1 : stage - 1, issue_row, issue_group);
+      advance(issue_row, issue_group);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(Stages - 1) : "memory");
+      uint32_t words[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) words[i] = *slot(stage, i);
+      rebuild(row, group, words);
+      advance(row, group);
+    }
+  }
+}
+
 // The reduced GEMMs' bytes of the same products: each sum reduced to [0, p_i).
 template <int N>
 __global__ void reduce_products(const int32_t* products, int64_t plane, uint8_t* bytes) {
@@ -186,6 +283,7 @@ __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
 // ---- timing ---------------------------------------------------------------------------------
 
 bool g_wide = false;  // --wide: also the reconstruction from bytes with more entries per thread
+bool g_pipelined = false;  // --pipelined: also the reconstruction from bytes with loads ahead
 int g_repeats = 7;  // 1 with --profile: no warm-up either
 bool g_check = true;  // the host's bits on sampled entries (--bytes: on the first round only)
 
@@ -310,6 +408,40 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
     time_wide(std::integral_constant<int, 8>{});
     time_wide(std::integral_constant<int, 16>{});
   }
+  if (reduced && g_pipelined) {  // (instantiated for every N; run for the reduced ones)
+    std::vector<T> reference(plane), other(plane);
+    CHECK(cudaMemcpy(reference.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
+    const auto time_pipelined = [&](auto stages, bool resident) {
+      constexpr int S = decltype(stages)::value;
+      const auto kernel = reconstruct_pipelined<N, S, T>;
+      const size_t shared = S * N * 256 * sizeof(uint32_t);
+      if (shared > 48 * 1024) {
+        CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(shared)));
+      }
+      int per_sm = 0;
+      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, shared));
+      // resident: as many blocks as stay resident, so every thread loops over more items
+      dim3 g = grid;
+      if (resident) g.y = std::max<unsigned>(1, per_sm * sms / g.x);
+      CHECK(cudaMemset(out[1], 0, plane * sizeof(T)));
+      const float ms = median_ms([&] {
+        kernel<<<g, 256, shared>>>(bytes, n, n, scale_a, scale_b, out[1]);
+      });
+      CHECK(cudaGetLastError());
+      CHECK(cudaMemcpy(other.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
+      const bool same = std::memcmp(other.data(), reference.data(), plane * sizeof(T)) == 0;
+      std::printf("  %s, %s grid (%u x %u blocks, %d per SM): %.3f ms, %s\n",
+                  S == 0 ? "next item in registers" : (S == 2 ? "cp.async, 2 stages" : "cp.async, 3 stages"),
+                  resident ? "resident" : "library's", g.x, g.y, per_sm, ms,
+                  same ? "the same bits" : "OTHER BITS");
+    };
+    for (bool resident : {false, true}) {
+      time_pipelined(std::integral_constant<int, 0>{}, resident);
+      time_pipelined(std::integral_constant<int, 2>{}, resident);
+      time_pipelined(std::integral_constant<int, 3>{}, resident);
+    }
+  }
   const double moved = double(plane) * (N * (reduced ? 1 : 4) + sizeof(T));
   std::printf("reconstruct %s%s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
               "loads and stores only %.3f ms (%.2f TB/s) | "
@@ -367,6 +499,17 @@ int main(int argc, char** argv) {
     for (int repeat = 0; repeat < 2; ++repeat) {
       run_reconstruct<15, double, true>(16384, sms, "float64");
       run_reconstruct<8, float, true>(16384, sms, "float32");
+    }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--pipelined") {
+    g_pipelined = true;
+    g_check = false;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      run_reconstruct<15, double, true>(16384, sms, "float64");
+      run_reconstruct<16, double, true>(16384, sms, "float64");
+      run_reconstruct<8, float, true>(16384, sms, "float32");
+      run_reconstruct<15, double, true>(4096, sms, "float64");
     }
     return 0;
   }

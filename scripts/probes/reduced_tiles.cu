@@ -5,7 +5,8 @@
 // bits are). reduced_tiles.sh builds and runs a set of them.
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
-//        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing]
+//        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
+//        2 to 7: parts of it, see PartialEpilogue]
 //   reduced_tiles M,N,K,PLANES ...
 #include <algorithm>
 #include <cstdio>
@@ -37,14 +38,126 @@ struct DiscardingEpilogue : reduced::ReducedResidueEpilogue<TILE_M, TILE_N> {
   }
 };
 
+// Parts of the library's epilogue, to see what each costs (cooperative schedule; unlike
+// DiscardingEpilogue's, their folds are kept). Bits of Parts:
+// 1 reduce mod p (else the low bytes), 2 pack and exchange with the neighbouring lane, 4 store
+// the words into the staging buffer, 8 the barriers and the proxy fence around it, 16 the bulk
+// copies out, 32 with 4 and 16: each warp stages and copies out its own 16 rows, synchronized
+// within the warp only. Whatever is not stored is folded into a store that cannot happen, as
+// above. DISCARD=2: 1; 3: 1+2+4+8; 4: 2+4+8+16; 5: 1+2; 6: 1+2+4; 7: 1+8; 8: 1+2+4+16+32;
+// 9: 2+4.
+template <int Parts>
+struct PartialEpilogue : reduced::ReducedResidueEpilogue<TILE_M, TILE_N> {
+  using Base = reduced::ReducedResidueEpilogue<TILE_M, TILE_N>;
+  using Base::Base;
+  static constexpr bool kReduce = Parts & 1, kPack = Parts & 2, kStage = Parts & 4,
+                        kBarriers = Parts & 8, kStore = Parts & 16, kWarpRows = Parts & 32;
+  template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
+            class TiledMma, class Residue>
+  CUTLASS_DEVICE void operator()(ProblemShape problem, TileShape, TileCoord coord,
+                                 const cute::Tensor<Engine, Layout>& accumulators,
+                                 TiledMma tiled_mma, Residue, int thread_idx, char* shared) {
+    using namespace cute;
+    const auto [m_coord, n_coord, k_coord, l_coord] = coord;
+    const ModulusDivisor divisor =
+        this->params_.divisors[static_cast<int>(l_coord) % this->params_.moduli];
+    constexpr int kSums = decltype(size(accumulators))::value;
+    constexpr int kThreads = decltype(size(tiled_mma))::value;
+    uint32_t residues[kSums];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSums; ++i) {
+      residues[i] = kReduce ? divisor.template reduce<true>(accumulators(i))
+                            : (uint32_t(accumulators(i)) & 255u);
+    }
+    uint8_t* staged = reinterpret_cast<typename Base::SharedStorage*>(shared)->bytes;
+    constexpr int kPitch = Base::kPitch;
+    Tensor tile_coords = tiled_mma.get_thread_slice(thread_idx).partition_C(
+        make_identity_tensor(make_shape(Int<TILE_M>{}, Int<TILE_N>{})));
+    if constexpr (kBarriers) {
+      cute::tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    }
+    if constexpr (kWarpRows) {
+      cute::tma_store_wait<0>();
+      __syncwarp();
+    }
+    uint32_t folded = 0;
+    const bool odd_lane = (threadIdx.x % 32) % 2 == 1;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSums; i += 4) {
+      const auto at = tile_coords(i);
+      const uint32_t* bytes = residues + i;
+      if constexpr (kPack) {
+        const uint32_t row_r = __byte_perm(bytes[0], bytes[1], 0x1140);
+        const uint32_t row_r8 = __byte_perm(bytes[2], bytes[3], 0x1140);
+        const uint32_t other = __shfl_xor_sync(0xffffffffu, odd_lane ? row_r : row_r8, 1);
+        const int row = get<0>(at) + (odd_lane ? 8 : 0);
+        const int col = get<1>(at) - (odd_lane ? 2 : 0);
+        const uint32_t word =
+            odd_lane ? __byte_perm(other, row_r8, 0x5410) : __byte_perm(row_r, other, 0x5410);
+        if constexpr (kStage) {
+          *reinterpret_cast<uint32_t*>(staged + row * kPitch + col) = word;
+        } else {
+          folded ^= word;
+        }
+      } else {
+        folded ^= bytes[0] ^ bytes[1] ^ bytes[2] ^ bytes[3];
+      }
+    }
+    if constexpr (kBarriers) {
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    }
+    if constexpr (kWarpRows) {
+      cutlass::arch::fence_view_async_shared();
+      __syncwarp();
+    }
+    // a store that depends on every folded value and that the compiler cannot rule out (a
+    // thread index past the block's would be: then the whole epilogue is dead code)
+    if (folded == static_cast<uint32_t>(this->params_.out_plane) + 0x9e3779b9u) {
+      this->params_.out[0] = uint8_t(l_coord);
+    }
+    const int64_t row0 = int64_t(m_coord) * TILE_M, col0 = int64_t(n_coord) * TILE_N;
+    uint8_t* out =
+        this->params_.out + l_coord * this->params_.out_plane + row0 * this->params_.ld + col0;
+    const bool whole =
+        row0 + TILE_M <= int64_t(get<0>(problem)) && col0 + TILE_N <= int64_t(get<1>(problem));
+    if constexpr (kWarpRows) {
+      // lane 0 holds the warp's first row (its even lanes rows r, odd lanes r + 8)
+      const int first = __shfl_sync(0xffffffffu, int(get<0>(tile_coords(0))), 0);
+      const int lane = threadIdx.x % 32;
+      if (whole && lane < 16) {
+        cute::SM90_BULK_COPY_S2G::copy(staged + (first + lane) * kPitch,
+                                       out + (first + lane) * this->params_.ld, TILE_N);
+        cute::tma_store_arrive();
+      }
+      return;
+    }
+    if (kStore && whole && thread_idx < TILE_M) {
+      cute::SM90_BULK_COPY_S2G::copy(staged + thread_idx * kPitch,
+                                     out + thread_idx * this->params_.ld, TILE_N);
+      cute::tma_store_arrive();
+    }
+  }
+};
+
 using Tile = cute::Shape<cute::Int<TILE_M>, cute::Int<TILE_N>, cute::Int<TILE_K>>;
 using Cluster = cute::Shape<cute::Int<CLUSTER_M>, cute::Int<CLUSTER_N>, cute::_1>;
 using Schedule = std::conditional_t<SCHEDULE == 0, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                     cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
 using Config = reduced::ReducedKernel<
     Tile, Cluster, Schedule,
-    std::conditional_t<DISCARD == 1, DiscardingEpilogue,
-                       reduced::ReducedResidueEpilogue<TILE_M, TILE_N>>>;
+    std::conditional_t<
+        DISCARD == 1, DiscardingEpilogue,
+        std::conditional_t<DISCARD == 0, reduced::ReducedResidueEpilogue<TILE_M, TILE_N>,
+                           PartialEpilogue<(DISCARD == 2   ? 1
+                                            : DISCARD == 3 ? 1 + 2 + 4 + 8
+                                            : DISCARD == 4 ? 2 + 4 + 8 + 16
+                                            : DISCARD == 5 ? 1 + 2
+                                            : DISCARD == 6 ? 1 + 2 + 4
+                                            : DISCARD == 7 ? 1 + 8
+                                            : DISCARD == 8 ? 1 + 2 + 4 + 16 + 32
+                                                           : 2 + 4)>>>>;
 
 __global__ void fill(int8_t* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -93,6 +206,12 @@ __global__ void check_samples(const int8_t* a, const int8_t* b, const uint8_t* o
   }
 }
 
+const char* const kDiscardNames[] = {"", " discard", " reduce only", " reduce and stage",
+                                     " stage and store", " reduce and exchange",
+                                     " reduce, exchange, shared stores", " reduce and barriers",
+                                     " warp-local staging and copies",
+                                     " exchange and shared stores of low bytes"};
+
 int main(int argc, char** argv) {
   // The moduli of the planes in turn: REDUCED_MODULI (comma-separated) or 15 of scheme II's.
   std::vector<int> moduli = {256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197};
@@ -111,7 +230,7 @@ int main(int argc, char** argv) {
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
   printf("config tile %dx%dx%d cluster %dx%d %s%s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
-         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", DISCARD ? " discard" : "",
+         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", kDiscardNames[DISCARD],
          long_sums ? " long sums" : "");
   for (int argi = 1; argi < argc; ++argi) {
     long long m, n, k, planes;
@@ -184,7 +303,7 @@ int main(int argc, char** argv) {
       const float ms = times[times.size() / 2];
       unsigned long long hash_value = 0;
       int wrong_count = -1;
-      if (!DISCARD) {
+      if (DISCARD == 0 || DISCARD == 8) {  // the configurations that store every byte
         CHECK(cudaMemset(hash, 0, sizeof(*hash)));
         CHECK(cudaMemset(wrong, 0, sizeof(*wrong)));
         hash_bytes<<<1024, 256>>>(out, planes, m, n, g.ld, hash);

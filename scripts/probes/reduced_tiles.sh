@@ -10,10 +10,19 @@ OUT=${OUT:-./gpu-logs}
 BIN=${BIN:-/tmp/reduced_tiles}
 mkdir -p "$OUT" "$BIN"
 CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
-# name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores)
+# name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores;
+# 2 to 7: parts of the epilogue, see reduced_tiles.cu)
 CONFIGS=(
   "coop128x256c21 128 256 128 2 1 0 0"
   "coop128x256c21discard 128 256 128 2 1 0 1"
+  "coop128x256c21reduce 128 256 128 2 1 0 2"
+  "coop128x256c21stage 128 256 128 2 1 0 3"
+  "coop128x256c21store 128 256 128 2 1 0 4"
+  "coop128x256c21exchange 128 256 128 2 1 0 5"
+  "coop128x256c21sharedstores 128 256 128 2 1 0 6"
+  "coop128x256c21barriers 128 256 128 2 1 0 7"
+  "coop128x256c21warprows 128 256 128 2 1 0 8"
+  "coop128x256c21lowbytes 128 256 128 2 1 0 9"
   "coop128x256c12 128 256 128 1 2 0 0"
   "coop256x128c12 256 128 128 1 2 0 0"
   "coop256x128c21 256 128 128 2 1 0 0"
