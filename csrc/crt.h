@@ -488,6 +488,34 @@ __device__ void for_each_four_columns(int64_t rows, int64_t groups, F f) {
   }
 }
 
+// for_each_four_columns' items in the same order, each thread issuing the next item's loads
+// (loaded = load(row, j0)) before it processes the current one (f(row, j0, loaded)): its loads
+// stay in flight while it computes. Past its last item a thread loads that item again (cached,
+// unused) rather than branch around the load.
+template <typename Load, typename F>
+__device__ void for_each_four_columns_loaded_ahead(int64_t rows, int64_t groups, Load load, F f) {
+  const int64_t first_group = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t group_step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
+  int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y, group = first_group;
+  if (row >= rows || first_group >= groups) return;
+  auto loaded = load(row, 4 * group);
+  while (true) {
+    int64_t next_row = row, next_group = group + group_step;
+    if (next_group >= groups) {
+      next_group = first_group;
+      next_row += row_step;
+    }
+    const bool more = next_row < rows;
+    const auto next = load(more ? next_row : row, 4 * (more ? next_group : group));
+    f(row, 4 * group, loaded);
+    if (!more) return;
+    loaded = next;
+    row = next_row;
+    group = next_group;
+  }
+}
+
 // The N INT32 products of four neighbouring entries of a row, modulus i's at first + i * plane
 // (16-byte aligned): all N loads are issued before any arithmetic reads them.
 template <int N>

@@ -486,18 +486,27 @@ constexpr int kReconstructThreads = 256;
 // columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the plane
 // products + (e * N + i) * rows * ld: INT32 sums (P = int32_t) or reduced residues (uint8_t).
 // Rows of the chunk (all elements') go along grid y, groups of 4 columns along x and the threads:
-// no per-entry index division.
+// no per-entry index division. Reduced residues of up to kLoadedAheadModuli moduli (N 4-byte
+// words per group) are loaded a group ahead, within 80 registers (three blocks per
+// multiprocessor): the next group's loads overlap the current group's arithmetic. INT32 sums (N
+// 16-byte words) and 16 moduli (whose loads ahead would spill at 80 registers) load in turn.
+constexpr int kLoadedAheadModuli = 15;
+template <int N, typename P>
+constexpr bool kReconstructsAhead = std::is_same_v<P, uint8_t> && N <= kLoadedAheadModuli;
 template <int N, typename P, typename T>
-__global__ void reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in,
-                                   T* out) {
+__global__ void __launch_bounds__(kReconstructThreads, kReconstructsAhead<N, P> ? 3 : 1)
+    reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in, T* out) {
   static_assert(kResultAlign % kReconstructColumns == 0);
   const int64_t plane = chunk.rows * ld;
   const int64_t rows = chunk.elements * chunk.rows;
-  for_each_four_columns(rows, ld / kReconstructColumns, [&](int64_t row, int64_t j0) {
+  const auto load = [&](int64_t row, int64_t j0) {
+    const int64_t e = element_of(row, chunk.rows, chunk.elements);
+    return FourEntriesOf<N, P>(products + e * N * plane + (row - e * chunk.rows) * ld + j0, plane);
+  };
+  const auto rebuild = [&](int64_t row, int64_t j0, const FourEntriesOf<N, P>& loaded) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
     const int64_t i = row - e * chunk.rows;
     const int64_t gi = chunk.a_row(e, i);
-    const FourEntriesOf<N, P> loaded(products + e * N * plane + i * ld + j0, plane);
 #pragma unroll
     for (int c = 0; c < kReconstructColumns; ++c) {
       const int64_t j = j0 + c;
@@ -507,7 +516,14 @@ __global__ void reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, C
       out[chunk.out_index(e, i, j)] =
           rounded_entry<N, std::is_same_v<P, uint8_t>>(in, gi, chunk.b_row(e, j), residues);
     }
-  });
+  };
+  const int64_t groups = ld / kReconstructColumns;
+  if constexpr (kReconstructsAhead<N, P>) {
+    for_each_four_columns_loaded_ahead(rows, groups, load, rebuild);
+  } else {
+    for_each_four_columns(rows, groups,
+                          [&](int64_t row, int64_t j0) { rebuild(row, j0, load(row, j0)); });
+  }
 }
 
 // The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
