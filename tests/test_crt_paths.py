@@ -69,6 +69,26 @@ def test_batches_give_the_cpu_bits(batch, shape, monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype,moduli", [(torch.float64, 15), (torch.float32, 8)],
+                         ids=["float64", "float32"])
+def test_threads_that_rebuild_several_groups_of_entries(dtype, moduli, monkeypatch):
+    """2 x 2900 x 2901 entries: more groups of four than the reconstruction's grid has threads,
+    so each thread rebuilds several, with its next group's bytes loaded ahead on the reduced path
+    (up to 15 moduli), across the batch's elements, past the last column (2901 = 4 * 725 + 1) and
+    through the NaN row and Inf column: every path gives the cuBLAS path's bits, and rows of it
+    the CPU's (with a fixed moduli count an entry depends on its row and column only)."""
+    A, B = operands((2,), 2900, 16, 2901, dtype, seed=29)
+    A, B = A.cuda(), B.cuda()
+    expected = product(A, B, moduli, "cublas", "cuda", monkeypatch)
+    for path in crt_paths():
+        assert_bitwise_equal(product(A, B, moduli, path, "cuda", monkeypatch), expected)
+    rows = [0, 1, 1450, 2899]  # 1450: the row holding NaN
+    assert_bitwise_equal(product(A[:, rows], B, moduli, "cublas", "cpu", monkeypatch),
+                         expected[:, rows])
+    assert expected[:, rows].isnan().any() and expected.isfinite().any()
+
+
+@pytest.mark.cuda
 def test_more_row_tiles_than_a_grid_side_holds(monkeypatch):
     """65535 * 128 + 100 rows: more 128-row tiles than grid y holds (the kernel loops past it);
     the fused path gives the cuBLAS path's bits (both exact, and both match the CPU above)."""
@@ -284,8 +304,8 @@ def test_the_reduced_epilogues_short_division_is_exact(p, k):
     """ModulusDivisor's short form, for sums of k exact INT8 products (|sum| <= k 2^14): x = sum +
     offset (the least multiple of p at least k 2^14) lies in [0, 2^31), and with p in
     (2^s, 2^(s + 1)], x - floor(x ceil(2^(32 + s) / p) / 2^(32 + s)) p (added as a multiple of
-    2^32 - p) is sum mod p, at the ends
-    of the range, around multiples of p and on random sums."""
+    2^32 - p) is sum mod p, at the ends of the range, around multiples of p and on random
+    sums."""
     bound = k * 2 ** 14
     offset = -(-bound // p) * p
     shift = (p - 1).bit_length() - 1
