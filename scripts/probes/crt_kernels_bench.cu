@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(256, PIPELINED_MIN_BLOCKS)
         residues[i] = static_cast<int32_t>(__byte_perm(words[i], 0, 0x4440 + c));
       }
       const int64_t j = kColumns * g + c;
-      out[r * ld + j] = static_cast<T>(entry_value<N, kLibrary, true, T>(residues, c_a, scale_b[j]));
+      const double value = entry_value<N, kLibrary, true, T>(residues, c_a, scale_b[j]);
+      out[r * ld + j] = static_cast<T>(value);
     }
   };
   const auto word_address = [&](int64_t r, int64_t g, int i) {
@@ -432,7 +433,9 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       CHECK(cudaMemcpy(other.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
       const bool same = std::memcmp(other.data(), reference.data(), plane * sizeof(T)) == 0;
       std::printf("  %s, %s grid (%u x %u blocks, %d per SM): %.3f ms, %s\n",
-                  S == 0 ? "next item in registers" : (S == 2 ? "cp.async, 2 stages" : "cp.async, 3 stages"),
+                  S == 0   ? "next item in registers"
+                  : S == 2 ? "cp.async, 2 stages"
+                           : "cp.async, 3 stages",
                   resident ? "resident" : "library's", g.x, g.y, per_sm, ms,
                   same ? "the same bits" : "OTHER BITS");
     };

@@ -6,7 +6,7 @@
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
 //        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
-//        2 to 7: parts of it, see PartialEpilogue]
+//        2 to 9: parts of it, see PartialEpilogue]
 //   reduced_tiles M,N,K,PLANES ...
 #include <algorithm>
 #include <cstdio>
@@ -38,8 +38,10 @@ struct DiscardingEpilogue : reduced::ReducedResidueEpilogue<TILE_M, TILE_N> {
   }
 };
 
-// Parts of the library's epilogue, to see what each costs (cooperative schedule; unlike
-// DiscardingEpilogue's, their folds are kept). Bits of Parts:
+// Parts of the library's epilogue as it was at 5164ad7 (each row's bytes packed into 4-byte words
+// through a lane exchange; the library now stores two bytes at a time), to see what each costs
+// (cooperative schedule, the short division; unlike DiscardingEpilogue's, their folds are kept).
+// Bits of Parts:
 // 1 reduce mod p (else the low bytes), 2 pack and exchange with the neighbouring lane, 4 store
 // the words into the staging buffer, 8 the barriers and the proxy fence around it, 16 the bulk
 // copies out, 32 with 4 and 16: each warp stages and copies out its own 16 rows, synchronized

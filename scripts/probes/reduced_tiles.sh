@@ -11,7 +11,7 @@ BIN=${BIN:-/tmp/reduced_tiles}
 mkdir -p "$OUT" "$BIN"
 CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
 # name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores;
-# 2 to 7: parts of the epilogue, see reduced_tiles.cu)
+# 2 to 9: parts of the epilogue as it was at 5164ad7, see reduced_tiles.cu)
 CONFIGS=(
   "coop128x256c21 128 256 128 2 1 0 0"
   "coop128x256c21discard 128 256 128 2 1 0 1"
