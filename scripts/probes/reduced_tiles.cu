@@ -24,9 +24,18 @@ using namespace ozaki::cuda;
 
 // The kernel without its stores: what the main loop alone costs. The sums still feed a store
 // that cannot happen (no thread has that index), so the MMAs are kept.
+// -DEXTRA_SHARED_KB=n: this epilogue holds n KiB more shared memory, which the main loop's stages
+// then go without (what a kernel that stages its INT32 sums for other warps would leave it).
+#ifndef EXTRA_SHARED_KB
+#define EXTRA_SHARED_KB 0
+#endif
 struct DiscardingEpilogue : reduced::ReducedResidueEpilogue<TILE_M, TILE_N> {
   using Base = reduced::ReducedResidueEpilogue<TILE_M, TILE_N>;
   using Base::Base;
+  struct SharedStorage {
+    alignas(16) uint8_t bytes[sizeof(typename Base::SharedStorage) + EXTRA_SHARED_KB * 1024];
+  };
+  using TensorStorage = SharedStorage;
   template <class ProblemShape, class TileShape, class TileCoord, class Engine, class Layout,
             class TiledMma, class Residue>
   CUTLASS_DEVICE void operator()(ProblemShape, TileShape, TileCoord coord,
@@ -231,6 +240,10 @@ int main(int argc, char** argv) {
   // LONG_SUMS=1: the reduction for any inner dimension up to 2^17, as above 65535
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
+  printf("config tile %dx%dx%d cluster %dx%d, %d stages, %d KiB of shared memory for the "
+         "epilogue\n", TILE_M, TILE_N, TILE_K, CLUSTER_M, CLUSTER_N,
+         int(Config::Mainloop::DispatchPolicy::Stages),
+         int(sizeof(typename Config::Epilogue::SharedStorage) / 1024));
   printf("config tile %dx%dx%d cluster %dx%d %s%s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
          CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", kDiscardNames[DISCARD],
          long_sums ? " long sums" : "");
