@@ -240,13 +240,11 @@ int main(int argc, char** argv) {
   // LONG_SUMS=1: the reduction for any inner dimension up to 2^17, as above 65535
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
-  printf("config tile %dx%dx%d cluster %dx%d, %d stages, %d KiB of shared memory for the "
-         "epilogue\n", TILE_M, TILE_N, TILE_K, CLUSTER_M, CLUSTER_N,
-         int(Config::Mainloop::DispatchPolicy::Stages),
+  printf("config tile %dx%dx%d cluster %dx%d %s%s%s (%d stages, %d KiB of shared memory for the "
+         "epilogue)\n", TILE_M, TILE_N, TILE_K, CLUSTER_M, CLUSTER_N,
+         SCHEDULE == 0 ? "cooperative" : "pingpong", kDiscardNames[DISCARD],
+         long_sums ? " long sums" : "", int(Config::Mainloop::DispatchPolicy::Stages),
          int(sizeof(typename Config::Epilogue::SharedStorage) / 1024));
-  printf("config tile %dx%dx%d cluster %dx%d %s%s%s\n", TILE_M, TILE_N, TILE_K, CLUSTER_M,
-         CLUSTER_N, SCHEDULE == 0 ? "cooperative" : "pingpong", kDiscardNames[DISCARD],
-         long_sums ? " long sums" : "");
   for (int argi = 1; argi < argc; ++argi) {
     long long m, n, k, planes;
     if (sscanf(argv[argi], "%lld,%lld,%lld,%lld", &m, &n, &k, &planes) != 4) {
