@@ -91,27 +91,60 @@ class EpilogueBase {
   }
 
  protected:
-  Params params_;
+  // The kernel's own parameters (its __grid_constant__ argument), not a copy: a tensor map in them
+  // is addressed where TMA can read it.
+  const Params& params_;
 };
+
+// Columns per TMA box of the reduced epilogue's tensor stores: rows of 32 bytes, whole sectors.
+constexpr int kStoreBoxCols = 32;
 
 // The reduced epilogue's arguments: out + l * out_plane + r * ld + c; out 4-byte aligned, ld a
 // multiple of 4 and at least the columns rounded up to it (the words stored may reach into that
-// padding).
+// padding). tensor_stores: out_map describes the output (cols x rows x planes bytes, boxes of
+// kStoreBoxCols columns x the tile's rows), which needs out, ld and out_plane 16-byte aligned.
 struct ReducedResidueArguments {
   uint8_t* out;
   int64_t out_plane;
   int64_t ld;
   int moduli;
   ModulusDivisor divisors[kReducedMaxModuli];
+  bool tensor_stores;
+  CUtensorMap out_map;
 };
+
+// out_map for the output of `gemm` in boxes of kStoreBoxCols x box_rows bytes, 32-byte swizzled in
+// shared memory; false (and no map) where the output is not 16-byte aligned or the driver refuses
+// it.
+inline bool encode_output_map(const ReducedGemm& gemm, int box_rows, CUtensorMap* out_map) {
+  if (reinterpret_cast<uintptr_t>(gemm.out) % 16 != 0 || gemm.ld % 16 != 0 ||
+      gemm.out_plane % 16 != 0 || gemm.cols < 1 || gemm.rows < 1 || gemm.planes < 1) {
+    return false;
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(gemm.cols),
+                              static_cast<cuuint64_t>(gemm.rows),
+                              static_cast<cuuint64_t>(gemm.planes)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(gemm.ld),
+                                 static_cast<cuuint64_t>(gemm.out_plane)};
+  const cuuint32_t box[3] = {kStoreBoxCols, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+             out_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, gemm.out, dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
+             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 // The epilogue (CUTLASS's collective-epilogue interface, as its sm90 adapter wraps it) of a
 // kTileRows x kTileCols output tile: the MMA threads reduce their accumulators mod the plane's
 // modulus into a byte tile in shared memory (in the accumulators' own layout, 2-byte stores would
-// scatter over global memory). A whole tile whose rows are 16-byte aligned in memory then leaves
-// in one asynchronous bulk copy per row (the copy engine reads the staged rows while the next
-// tile's MMAs run; the next epilogue waits for those reads before it stages again); other tiles
-// are stored row by row in 4-byte words, each warp writing 128 contiguous bytes.
+// scatter over global memory), which then leaves asynchronously while the next tile's MMAs run
+// (the next epilogue waits for those reads before it stages again):
+//   - with tensor_stores, the tile is staged as kTileCols / kStoreBoxCols boxes of kStoreBoxCols
+//     columns and leaves in one TMA store per box, issued by one thread (the copy engine clips
+//     the problem's edges);
+//   - otherwise rows lie kPitch bytes apart; a whole tile whose rows are 16-byte aligned leaves in
+//     one bulk copy per row, other tiles row by row in 4-byte words, each warp writing 128
+//     contiguous bytes.
 template <int kTileRows, int kTileCols>
 class ReducedResidueEpilogue
     : public EpilogueBase<ReducedResidueEpilogue<kTileRows, kTileCols>, ReducedResidueArguments> {
@@ -122,17 +155,26 @@ class ReducedResidueEpilogue
   using typename Base::Arguments;
   using typename Base::Params;
   // Rows of the staged tile lie 16 bytes beyond their width: 16-byte aligned for the bulk copies,
-  // and the 8 rows x 2 words that a warp stages at once fall in distinct banks.
+  // and the 8 rows x 2 words that a warp stages at once fall in distinct banks. In boxes, rows
+  // lie kStoreBoxCols bytes apart, swizzled (staged_at) so that those 8 rows do too.
   static constexpr int kPitch = kTileCols + 16;
-  static_assert(kTileCols % 16 == 0);
+  static constexpr int kBoxBytes = kStoreBoxCols * kTileRows;
+  static constexpr int kBoxes = kTileCols / kStoreBoxCols;
+  static_assert(kTileCols % kStoreBoxCols == 0 && kStoreBoxCols % 16 == 0);
   struct SharedStorage {
-    alignas(16) uint8_t bytes[kTileRows * kPitch];
+    // (TMA reads boxes from 128-byte addresses; the swizzle repeats every 256 bytes)
+    alignas(256) uint8_t bytes[kTileRows * kPitch];
   };
   using TensorStorage = SharedStorage;
 
   static Arguments arguments_of(const ReducedGemm& gemm) {
-    Arguments arguments{gemm.out, gemm.out_plane, gemm.ld, gemm.moduli, {}};
+    Arguments arguments{};
+    arguments.out = gemm.out;
+    arguments.out_plane = gemm.out_plane;
+    arguments.ld = gemm.ld;
+    arguments.moduli = gemm.moduli;
     for (int i = 0; i < gemm.moduli; ++i) arguments.divisors[i] = gemm.divisors[i];
+    arguments.tensor_stores = encode_output_map(gemm, kTileRows, &arguments.out_map);
     return arguments;
   }
 
@@ -141,6 +183,91 @@ class ReducedResidueEpilogue
     const int64_t cols = cute::get<1>(shape);
     return arguments.ld % 4 == 0 && arguments.ld >= cols && arguments.out_plane % 4 == 0 &&
            reinterpret_cast<uintptr_t>(arguments.out) % 4 == 0;
+  }
+
+  // Where byte (row, col) of the tile is staged. In boxes, the TMA's 32-byte swizzle: the two
+  // 16-byte halves of a row trade places in rows 4 to 7 of every 8.
+  template <bool kBoxed>
+  CUTLASS_DEVICE static int staged_at(int row, int col) {
+    if constexpr (kBoxed) {
+      const int within = row * kStoreBoxCols + col % kStoreBoxCols;
+      return col / kStoreBoxCols * kBoxBytes + (within ^ (((within >> 7) & 1) << 4));
+    } else {
+      return row * kPitch + col;
+    }
+  }
+
+  // The residues of this thread's accumulators into the staged tile. Each two accumulators of a
+  // warpgroup MMA, 2 i and 2 i + 1, hold columns c, c + 1 (c even) of one row: their two bytes go
+  // in one 2-byte store (a warp's stores cover 8 rows x 8 bytes, in distinct banks with kPitch
+  // and with the boxes' swizzle). Where the coordinates allow (checked once per tile on
+  // constants but for the thread's first coordinates; the layout is CUTLASS's SM90 accumulator
+  // layout, which tests/test_crt_paths.py checks bit for bit at every tile edge), every address
+  // is one of two bases of the thread plus a constant; otherwise each byte's address is computed
+  // in full.
+  template <bool kBoxed, int kSums, class Coords>
+  CUTLASS_DEVICE static void stage(const uint32_t (&residues)[kSums], const Coords& coords,
+                                   uint8_t* staged) {
+    using namespace cute;
+    const int row0 = get<0>(coords(0)), col0 = get<1>(coords(0));
+    // The least column offset, the greatest within a 16-byte half, and whether every row offset
+    // is a multiple of 8 (constants once unrolled).
+    int lowest = 0, widest = 0;
+    bool rows_by_eight = true;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kSums; ++i) {
+      const int offset = get<1>(coords(i)) - col0;
+      lowest = cute::min(lowest, offset);
+      widest = cute::max(widest, offset % 16);
+      rows_by_eight = rows_by_eight && (get<0>(coords(i)) - row0) % 8 == 0;
+    }
+    const bool constant_offsets =
+        col0 % 2 == 0 && lowest >= 0 &&
+        (!kBoxed || (col0 >= 0 && col0 + widest < 16 && rows_by_eight));
+    if (constant_offsets) {
+      // In boxes, a byte's half of its row is its constant half (column offset bit 4) flipped
+      // by the thread's row bit 2 (row offsets are multiples of 8): bases[half].
+      uint8_t* bases[2];
+      if constexpr (kBoxed) {
+        const int flip = (row0 >> 2) & 1;
+        bases[0] = staged + row0 * kStoreBoxCols + col0 + 16 * flip;
+        bases[1] = staged + row0 * kStoreBoxCols + col0 + 16 * (flip ^ 1);
+      } else {
+        bases[0] = bases[1] = staged + row0 * kPitch + col0;
+      }
+      // byte (row0 + row, col0 + col)'s place
+      const auto place = [&](int row, int col) {
+        if constexpr (kBoxed) {
+          return bases[(col % kStoreBoxCols) / 16] + col / kStoreBoxCols * kBoxBytes +
+                 row * kStoreBoxCols + col % 16;
+        } else {
+          return bases[0] + row * kPitch + col;
+        }
+      };
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kSums; i += 2) {
+        const int row = get<0>(coords(i)) - row0, col = get<1>(coords(i)) - col0;
+        const bool paired = col % 2 == 0 && get<0>(coords(i + 1)) - row0 == row &&
+                            get<1>(coords(i + 1)) - col0 == col + 1;
+        if (paired) {
+          // the two bytes (each below 256) side by side in one permute
+          *reinterpret_cast<uint16_t*>(place(row, col)) =
+              static_cast<uint16_t>(__byte_perm(residues[i], residues[i + 1], 0x0040));
+        } else {
+          CUTLASS_PRAGMA_UNROLL
+          for (int v = 0; v < 2; ++v) {
+            *place(get<0>(coords(i + v)) - row0, get<1>(coords(i + v)) - col0) =
+                static_cast<uint8_t>(residues[i + v]);
+          }
+        }
+      }
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kSums; ++i) {
+        staged[staged_at<kBoxed>(get<0>(coords(i)), get<1>(coords(i)))] =
+            static_cast<uint8_t>(residues[i]);
+      }
+    }
   }
 
   template <class Accumulators, class TiledMma>
@@ -157,16 +284,10 @@ class ReducedResidueEpilogue
     Tensor tile_coords =
         tiled_mma.get_thread_slice(thread_idx)
             .partition_C(make_identity_tensor(make_shape(Int<kTileRows>{}, Int<kTileCols>{})));
-    // The previous tile's rows have left the staging buffer before this tile's bytes replace
-    // them (copies this thread issued have been read; the barrier covers every thread's).
+    // The previous tile's bytes have left the staging buffer before this tile's replace them
+    // (copies this thread issued have been read; the barrier covers every thread's).
     cute::tma_store_wait<0>();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
-    // Each two accumulators of a warpgroup MMA, 2 i and 2 i + 1, hold columns c, c + 1 (c even) of
-    // one row: their two bytes go to the staging buffer in one 2-byte store, conflict-free (a
-    // warp's stores cover 8 rows x 8 bytes, in distinct banks with kPitch). `paired` checks the
-    // layout on the coordinates (compile-time constants, but for the base column's parity, one
-    // test per tile); pairs that fail it take single bytes. The layout is CUTLASS's SM90
-    // accumulator layout, which tests/test_crt_paths.py checks bit for bit at every tile edge.
     static_assert(decltype(size(accumulators))::value % 2 == 0);
     // The sums mod p, by the divisor's short or long form (one choice per launch).
     constexpr int kSums = decltype(size(accumulators))::value;
@@ -178,34 +299,32 @@ class ReducedResidueEpilogue
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kSums; ++i) residues[i] = divisor.template reduce<false>(accumulators(i));
     }
-    const int base_col = get<1>(tile_coords(0));
-    const bool even_base = base_col % 2 == 0;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kSums; i += 2) {
-      const auto at = tile_coords(i);
-      const bool paired = even_base && (get<1>(at) - base_col) % 2 == 0 &&
-                          get<0>(tile_coords(i + 1)) == get<0>(at) &&
-                          get<1>(tile_coords(i + 1)) == get<1>(at) + 1;
-      if (paired) {
-        // the two bytes (each below 256) side by side in one permute
-        *reinterpret_cast<uint16_t*>(staged + get<0>(at) * kPitch + get<1>(at)) =
-            static_cast<uint16_t>(__byte_perm(residues[i], residues[i + 1], 0x0040));
-      } else {
-        CUTLASS_PRAGMA_UNROLL
-        for (int v = 0; v < 2; ++v) {
-          const auto place = tile_coords(i + v);
-          staged[get<0>(place) * kPitch + get<1>(place)] = static_cast<uint8_t>(residues[i + v]);
-        }
-      }
+    if (params.tensor_stores) {
+      stage<true>(residues, tile_coords, staged);
+    } else {
+      stage<false>(residues, tile_coords, staged);
     }
     // The staged bytes are visible to the copy engine (the async proxy), then to every thread.
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(kThreads, 0);
+    // Nothing else stages into this buffer before the copies have read it: in the cooperative
+    // schedule the barrier above spans both warpgroups; in the ping-pong one the warpgroups'
+    // epilogues take turns (CUTLASS's order barrier), and each thread waits for its copies in
+    // store_tail before the turn passes.
+    if (params.tensor_stores) {
+      if (thread_idx == 0) {
+        for (int box = 0; box < kBoxes && box * kStoreBoxCols < tile.cols; ++box) {
+          cute::SM90_TMA_STORE_3D::copy(&params.out_map, staged + box * kBoxBytes,
+                                        static_cast<int32_t>(tile.col0 + box * kStoreBoxCols),
+                                        static_cast<int32_t>(tile.row0),
+                                        static_cast<int32_t>(tile.l));
+        }
+        cute::tma_store_arrive();
+      }
+      return;
+    }
     uint8_t* out = params.out + tile.l * params.out_plane + tile.row0 * params.ld + tile.col0;
-    // Bulk copies, one row per thread, where the tile has no more rows than threads. Nothing
-    // else stages into this buffer meanwhile: in the cooperative schedule the barrier above spans
-    // both warpgroups; in the ping-pong one the warpgroups' epilogues take turns (CUTLASS's order
-    // barrier), and each thread waits for its copies in store_tail before the turn passes.
+    // Bulk copies, one row per thread, where the tile has no more rows than threads.
     constexpr bool kBulk = kThreads >= kTileRows;
     const bool whole = tile.rows == kTileRows && tile.cols == kTileCols && params.ld % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 16 == 0;
