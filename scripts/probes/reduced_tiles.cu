@@ -6,7 +6,9 @@
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
 //        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
-//        2 to 9: parts of it, see PartialEpilogue]
+//        2 to 9: parts of it, see PartialEpilogue] [-DOVERLAP=1 -DSLOTS=n: the kernel of
+//        reduced_overlap.cuh instead (TILE_M 128, CLUSTER_N 1), with n chunk buffers;
+//        -DPARTS=0 to 2: its parts, see OverlapKernel]
 //   reduced_tiles M,N,K,PLANES ...
 #include <algorithm>
 #include <cstdio>
@@ -14,12 +16,22 @@
 #include <vector>
 
 #include "../../csrc/cuda/reduced_kernel.cuh"
+#include "reduced_overlap.cuh"
 #include "check.cuh"
 
 using namespace ozaki::cuda;
 
 #ifndef DISCARD
 #define DISCARD 0
+#endif
+#ifndef OVERLAP
+#define OVERLAP 0
+#endif
+#ifndef SLOTS
+#define SLOTS 2
+#endif
+#ifndef PARTS
+#define PARTS 3
 #endif
 
 // The kernel without its stores: what the main loop alone costs. The sums still feed a store
@@ -169,6 +181,10 @@ using Config = reduced::ReducedKernel<
                                             : DISCARD == 7 ? 1 + 8
                                             : DISCARD == 8 ? 1 + 2 + 4 + 16 + 32
                                                            : 2 + 4)>>>>;
+#if OVERLAP
+static_assert(TILE_M == 128 && CLUSTER_N == 1 && DISCARD == 0);
+using Overlap = reduced::OverlapKernel<TILE_N, TILE_K, CLUSTER_M, SLOTS, PARTS>;
+#endif
 
 __global__ void fill(int8_t* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -240,11 +256,19 @@ int main(int argc, char** argv) {
   // LONG_SUMS=1: the reduction for any inner dimension up to 2^17, as above 65535
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
+#if OVERLAP
+  printf("config tile %dx%dx%d cluster %dx%d overlapped epilogue, parts %d, %d chunk buffers%s (%d stages, "
+         "%d KiB of shared memory for the epilogue, %d in all)\n", TILE_M, TILE_N, TILE_K,
+         CLUSTER_M, CLUSTER_N, PARTS, SLOTS, long_sums ? " long sums" : "",
+         int(Overlap::Mainloop::DispatchPolicy::Stages),
+         int(sizeof(typename Overlap::EpilogueStorage) / 1024), Overlap::kSharedBytes / 1024);
+#else
   printf("config tile %dx%dx%d cluster %dx%d %s%s%s (%d stages, %d KiB of shared memory for the "
          "epilogue)\n", TILE_M, TILE_N, TILE_K, CLUSTER_M, CLUSTER_N,
          SCHEDULE == 0 ? "cooperative" : "pingpong", kDiscardNames[DISCARD],
          long_sums ? " long sums" : "", int(Config::Mainloop::DispatchPolicy::Stages),
          int(sizeof(typename Config::Epilogue::SharedStorage) / 1024));
+#endif
   for (int argi = 1; argi < argc; ++argi) {
     long long m, n, k, planes;
     if (sscanf(argv[argi], "%lld,%lld,%lld,%lld", &m, &n, &k, &planes) != 4) {
@@ -260,7 +284,11 @@ int main(int argc, char** argv) {
     for (int i = 0; i < g.moduli; ++i) {
       g.divisors[i] = ModulusDivisor::of(moduli[i], long_sums ? kShortSumInner + 1 : k);
     }
-    g.ld = (n + 15) / 16 * 16;  // as the library pads reduced rows (16-byte bulk copies)
+    // as the library pads reduced rows (16 bytes: TMA stores), or REDUCED_LD_ALIGN (4: the
+    // epilogue's row copies and words)
+    const char* align_given = std::getenv("REDUCED_LD_ALIGN");
+    const int64_t align = align_given != nullptr ? std::atoi(align_given) : 16;
+    g.ld = (n + align - 1) / align * align;
     g.a_plane = m * k;
     g.b_plane = n * k;
     g.out_plane = m * g.ld;
@@ -280,6 +308,17 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
     const double ops = 2.0 * m * n * k * planes;
     for (int swizzle : {1, 2, 4, 8}) {
+#if OVERLAP
+      if (!Overlap::can_implement(g)) {
+        printf("%lldx%lldx%lld planes %lld: cannot implement\n", m, n, k, planes);
+        break;
+      }
+      void* workspace = nullptr;
+      CHECK(cudaMemset(out, 0, size_t(planes * g.out_plane)));
+      auto run = [&] {
+        return reduced::launch_overlap<Overlap>(g, hardware, swizzle, nullptr) == cudaSuccess;
+      };
+#else
       auto arguments = Config::arguments(g, hardware, swizzle);
       typename Config::Gemm op;
       if (op.can_implement(arguments) != cutlass::Status::kSuccess) {
@@ -294,6 +333,8 @@ int main(int argc, char** argv) {
         printf("initialize failed\n");
         return 1;
       }
+      auto run = [&] { return op.run() == cutlass::Status::kSuccess; };
+#endif
       const int reps = ops > 2e13 ? 3 : (ops > 1e12 ? 10 : 50);
       cudaEvent_t start, stop;
       CHECK(cudaEventCreate(&start));
@@ -301,7 +342,7 @@ int main(int argc, char** argv) {
       std::vector<float> times;
       for (int r = -2; r < reps; ++r) {
         CHECK(cudaEventRecord(start));
-        if (op.run() != cutlass::Status::kSuccess) {
+        if (!run()) {
           printf("run failed\n");
           return 1;
         }
@@ -316,7 +357,8 @@ int main(int argc, char** argv) {
       const float ms = times[times.size() / 2];
       unsigned long long hash_value = 0;
       int wrong_count = -1;
-      if (DISCARD == 0 || DISCARD == 8) {  // the configurations that store every byte
+      // the configurations that store every byte
+      if ((DISCARD == 0 || DISCARD == 8) && (OVERLAP == 0 || PARTS == 3)) {
         CHECK(cudaMemset(hash, 0, sizeof(*hash)));
         CHECK(cudaMemset(wrong, 0, sizeof(*wrong)));
         hash_bytes<<<1024, 256>>>(out, planes, m, n, g.ld, hash);
