@@ -549,7 +549,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
       std::is_invocable_v<Finish, const uint8_t*, int64_t, const Chunk&, cudaStream_t>;
   const bool reduced = kTakesReduced && reduced_moduli != nullptr;
   const int64_t product_bytes = reduced ? 1 : 4;
-  // Reduced rows 16-byte aligned: the reduced GEMMs store whole tiles in bulk copies.
+  // Reduced rows 16-byte aligned: TMA stores the reduced GEMMs' tiles (16-byte strides).
   const int64_t result_align = reduced ? kReducedResultAlign : kResultAlign;
   const WorkspaceShape shape{k_stride, moduli, N, 1, product_bytes, result_align};
   BatchChunkPlan plan =
