@@ -25,10 +25,9 @@ namespace ozaki::cuda::reduced {
 // kTileRows x kTileCols output tiles (kTileRows = 128: two multiplying warpgroups of 64 rows),
 // k through shared memory kDepth bytes at a time, clusters of kClusterRows tiles along the rows
 // sharing B's loads, and kSlots = 3 chunk buffers per multiplying warpgroup (one per reducing
-// warp). kParts (for the tile
-// probe, scripts/probes/reduced_tiles.cu; 3 otherwise): bit 1, the multiplying warps store their
-// sums into the chunk buffers; bit 2, the reducing warps rebuild and store the bytes (without
-// them the chunks still go through the barriers, but nothing is written).
+// warp). kParts: bit 1, the multiplying warps store their sums into the chunk buffers; bit 2, the
+// reducing warps rebuild and store the bytes (without them the chunks still go through the
+// barriers, but nothing is written); 3, the whole kernel.
 template <int kTileCols, int kDepth, int kClusterRows, int kSlots, int kParts = 3>
 struct OverlapKernel {
   static constexpr int kTileRows = 128;

@@ -6,9 +6,9 @@
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
 //        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
-//        2 to 9: parts of it, see PartialEpilogue] [-DOVERLAP=1 -DSLOTS=n: the kernel of
-//        reduced_overlap.cuh instead (TILE_M 128, CLUSTER_N 1), with n chunk buffers;
-//        -DPARTS=0 to 2: its parts, see OverlapKernel]
+//        2 to 9: parts of it, see PartialEpilogue] [-DOVERLAP=1: the kernel of
+//        reduced_overlap.cuh instead (TILE_M 128, CLUSTER_N 1); -DPARTS=0 to 2: its parts, see
+//        OverlapKernel]
 //   reduced_tiles M,N,K,PLANES ...
 #include <algorithm>
 #include <cstdio>
@@ -26,9 +26,6 @@ using namespace ozaki::cuda;
 #endif
 #ifndef OVERLAP
 #define OVERLAP 0
-#endif
-#ifndef SLOTS
-#define SLOTS 2
 #endif
 #ifndef PARTS
 #define PARTS 3
@@ -183,7 +180,7 @@ using Config = reduced::ReducedKernel<
                                                            : 2 + 4)>>>>;
 #if OVERLAP
 static_assert(TILE_M == 128 && CLUSTER_N == 1 && DISCARD == 0);
-using Overlap = reduced::OverlapKernel<TILE_N, TILE_K, CLUSTER_M, SLOTS, PARTS>;
+using Overlap = reduced::OverlapKernel<TILE_N, TILE_K, CLUSTER_M, 3, PARTS>;
 #endif
 
 __global__ void fill(int8_t* p, size_t n, unsigned seed) {
@@ -257,9 +254,9 @@ int main(int argc, char** argv) {
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
 #if OVERLAP
-  printf("config tile %dx%dx%d cluster %dx%d overlapped epilogue, parts %d, %d chunk buffers%s (%d stages, "
-         "%d KiB of shared memory for the epilogue, %d in all)\n", TILE_M, TILE_N, TILE_K,
-         CLUSTER_M, CLUSTER_N, PARTS, SLOTS, long_sums ? " long sums" : "",
+  printf("config tile %dx%dx%d cluster %dx%d overlapped epilogue, parts %d, 3 chunk buffers%s "
+         "(%d stages, %d KiB of shared memory for the epilogue, %d in all)\n", TILE_M, TILE_N,
+         TILE_K, CLUSTER_M, CLUSTER_N, PARTS, long_sums ? " long sums" : "",
          int(Overlap::Mainloop::DispatchPolicy::Stages),
          int(sizeof(typename Overlap::EpilogueStorage) / 1024), Overlap::kSharedBytes / 1024);
 #else
