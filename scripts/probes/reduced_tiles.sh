@@ -11,7 +11,8 @@ BIN=${BIN:-/tmp/reduced_tiles}
 mkdir -p "$OUT" "$BIN"
 CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
 # name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores;
-# 2 to 9: parts of the epilogue as it was at 5164ad7, see reduced_tiles.cu)
+# 2 to 9: parts of the epilogue as it was at 5164ad7, see reduced_tiles.cu), then any further
+# flags (-DOVERLAP=1: the epilogue beside the products, reduced_overlap.cuh; -DPARTS=n its parts)
 CONFIGS=(
   "coop128x256c21 128 256 128 2 1 0 0"
   "coop128x256c21discard 128 256 128 2 1 0 1"
@@ -33,7 +34,10 @@ CONFIGS=(
   "ping64x256c21 64 256 128 2 1 1 0"
   "ping64x256c12 64 256 128 1 2 1 0"
   "coop128x64c11 128 64 128 1 1 0 0"
-  "coop128x64c21 128 64 128 2 1 0 0")
+  "coop128x64c21 128 64 128 2 1 0 0"
+  "overlap128x256c21 128 256 64 2 1 0 0 -DOVERLAP=1"
+  "overlap128x256c21idle 128 256 64 2 1 0 0 -DOVERLAP=1 -DPARTS=1"
+  "overlap128x256c21barriers 128 256 64 2 1 0 0 -DOVERLAP=1 -DPARTS=0")
 # TILES_CONFIGS: the names of the configurations to build and run (default: all of them)
 if [[ -n ${TILES_CONFIGS:-} ]]; then
   chosen=()
@@ -50,9 +54,9 @@ if [[ ${#SHAPES[@]} == 0 ]]; then
 fi
 if [[ ${RUN_ONLY:-0} != 1 ]]; then
   for config in "${CONFIGS[@]}"; do
-    read -r name tm tn tk cm cn schedule discard <<< "$config"
+    read -r name tm tn tk cm cn schedule discard flags <<< "$config"
     [[ -x $BIN/$name ]] && continue
-    echo "nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$CUTLASS -DTILE_M=$tm -DTILE_N=$tn -DTILE_K=$tk -DCLUSTER_M=$cm -DCLUSTER_N=$cn -DSCHEDULE=$schedule -DDISCARD=$discard scripts/probes/reduced_tiles.cu -o $BIN/$name > $BIN/$name.build.log 2>&1 || echo 'build of $name failed'"
+    echo "nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I$CUTLASS -DTILE_M=$tm -DTILE_N=$tn -DTILE_K=$tk -DCLUSTER_M=$cm -DCLUSTER_N=$cn -DSCHEDULE=$schedule -DDISCARD=$discard ${flags:-} scripts/probes/reduced_tiles.cu -o $BIN/$name > $BIN/$name.build.log 2>&1 || echo 'build of $name failed'"
   done | xargs -P "${JOBS:-$(nproc)}" -I{} bash -c {}
   grep -l "C7510\|error" "$BIN"/*.build.log 2>/dev/null | sed 's/^/see /'
 fi
