@@ -296,19 +296,26 @@ struct OverlapKernel {
     }
   }
 
+  // The problem and the main loop's arguments of every plane of `gemm`.
+  static Problem problem_of(const ReducedGemm& gemm) {
+    return Problem{static_cast<int>(gemm.rows), static_cast<int>(gemm.cols),
+                   static_cast<int>(gemm.k_stride), static_cast<int>(gemm.planes)};
+  }
+  static typename Mainloop::Arguments mainloop_arguments_of(const ReducedGemm& gemm) {
+    using namespace cute;
+    return {gemm.a, make_stride(gemm.k_stride, Int<1>{}, gemm.a_plane), gemm.b,
+            make_stride(gemm.k_stride, Int<1>{}, gemm.b_plane)};
+  }
+
   // The kernel's parameters for every plane of `gemm`; swizzle: the tile scheduler's largest
   // swizzle (1, 2, 4 or 8 tiles).
   static Params params_of(const ReducedGemm& gemm, const cutlass::KernelHardwareInfo& hardware,
                           int swizzle) {
-    using namespace cute;
-    const Problem problem{static_cast<int>(gemm.rows), static_cast<int>(gemm.cols),
-                          static_cast<int>(gemm.k_stride), static_cast<int>(gemm.planes)};
-    const typename Mainloop::Arguments mainloop{
-        gemm.a, make_stride(gemm.k_stride, Int<1>{}, gemm.a_plane), gemm.b,
-        make_stride(gemm.k_stride, Int<1>{}, gemm.b_plane)};
+    const Problem problem = problem_of(gemm);
     typename Scheduler::Arguments scheduling;
     scheduling.max_swizzle_size = swizzle;
-    Params params{problem, Mainloop::to_underlying_arguments(problem, mainloop, nullptr),
+    Params params{problem,
+                  Mainloop::to_underlying_arguments(problem, mainloop_arguments_of(gemm), nullptr),
                   Scheduler::to_underlying_arguments(problem, TileShape{}, ClusterShape{},
                                                      hardware, scheduling),
                   ReducedResidueEpilogue<kTileRows, kTileCols>::arguments_of(gemm)};
@@ -317,13 +324,8 @@ struct OverlapKernel {
 
   // Whether the kernel takes `gemm`: K-rows 16-byte aligned (TMA), output as reduced_kernel.cuh's.
   static bool can_implement(const ReducedGemm& gemm) {
-    using namespace cute;
-    const Problem problem{static_cast<int>(gemm.rows), static_cast<int>(gemm.cols),
-                          static_cast<int>(gemm.k_stride), static_cast<int>(gemm.planes)};
-    const typename Mainloop::Arguments mainloop{
-        gemm.a, make_stride(gemm.k_stride, Int<1>{}, gemm.a_plane), gemm.b,
-        make_stride(gemm.k_stride, Int<1>{}, gemm.b_plane)};
-    return Mainloop::can_implement(problem, mainloop) &&
+    const Problem problem = problem_of(gemm);
+    return Mainloop::can_implement(problem, mainloop_arguments_of(gemm)) &&
            ReducedResidueEpilogue<kTileRows, kTileCols>::can_implement(
                problem, ReducedResidueEpilogue<kTileRows, kTileCols>::arguments_of(gemm));
   }
