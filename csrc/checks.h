@@ -44,15 +44,28 @@ struct ProductShape {
   }
 };
 
+// Whether bt (n, k) or (batch, n, k), not contiguous, is B.mT of a contiguous B (k, n) or
+// (batch, k, n): B's columns, which the operators that say so read in place (BtLayout).
+inline bool is_column_view(const at::Tensor& bt) {
+  if (bt.is_contiguous() || (bt.dim() != 2 && bt.dim() != 3)) return false;
+  const int64_t n = bt.size(-2), k = bt.size(-1);
+  return bt.stride(-2) == 1 && bt.stride(-1) == n && (bt.dim() == 2 || bt.stride(0) == n * k);
+}
+
 // a and bt are the two row-major operands of one product (or of one batch of products): both 2-D
-// or both 3-D with the same batch size, same float dtype, same inner dimension, contiguous.
-inline ProductShape check_operands(const at::Tensor& a, const at::Tensor& bt, const char* op) {
+// or both 3-D with the same batch size, same float dtype, same inner dimension, contiguous;
+// bt_columns: bt may also be B's columns (is_column_view).
+inline ProductShape check_operands(const at::Tensor& a, const at::Tensor& bt, const char* op,
+                                   bool bt_columns = false) {
   for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&a, "a"}, {&bt, "bt"}}) {
     TORCH_CHECK(t->dim() == 2 || t->dim() == 3, op, ": ", name, " must be 2-D (rows, k) or 3-D "
                 "(batch, rows, k), got ", t->dim(), "-D of shape ", t->sizes());
     TORCH_CHECK(t->scalar_type() == at::kDouble || t->scalar_type() == at::kFloat, op, ": ", name,
                 " must be float64 or float32, got ", t->scalar_type());
-    TORCH_CHECK(t->is_contiguous(), op, ": ", name, " must be contiguous");
+    TORCH_CHECK(t->is_contiguous() || (bt_columns && t == &bt && is_column_view(bt)), op, ": ",
+                name, " must be contiguous", t == &bt && bt_columns
+                ? " or the transpose of a contiguous (k, n) matrix or (batch, k, n) batch" : "",
+                ", got strides ", t->strides());
   }
   TORCH_CHECK(a.dim() == bt.dim(), op, ": a and bt must both be 2-D or both be 3-D (batched), got "
               "a of shape ", a.sizes(), " and bt of shape ", bt.sizes());
@@ -385,7 +398,8 @@ inline LeftResidues checked_residues_a(const std::optional<at::Tensor>& residues
 // The arguments of ozaki::gemm_crt (exact false: int32 scale codes scale_a, scale_b and
 // 1 <= moduli <= kMaxModuli) or ozaki::gemm_crt_exact (exact: int32 row exponents exponent_a,
 // exponent_b and 1 <= moduli <= kExactMaxModuli), with bool nonfinite flags per row and the optional
-// prepared residues of a; k is held to scheme II's exact INT32 sums when the product is not empty.
+// prepared residues of a; k is held to scheme II's exact INT32 sums when the product is not empty;
+// bt_columns: bt may be B's columns (is_column_view).
 struct CrtProductArguments {
   ProductShape shape;
   LeftResidues prepared_a;
@@ -394,8 +408,9 @@ struct CrtProductArguments {
 inline CrtProductArguments check_crt_product_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& scale_a, const at::Tensor& scale_b,
     const at::Tensor& nonfinite_a, const at::Tensor& nonfinite_b, int64_t moduli,
-    const std::optional<at::Tensor>& residues_a, bool exact, const char* op) {
-  const ProductShape shape = check_operands(a, bt, op);
+    const std::optional<at::Tensor>& residues_a, bool exact, const char* op,
+    bool bt_columns = false) {
+  const ProductShape shape = check_operands(a, bt, op, bt_columns);
   check_moduli(moduli, op, exact);
   check_operand_vector(scale_a, shape, true, at::kInt, op, exact ? "exponent_a" : "scale_a");
   check_operand_vector(scale_b, shape, false, at::kInt, op, exact ? "exponent_b" : "scale_b");

@@ -339,14 +339,15 @@ OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t
 
 // IEEE value of the plain dot product of a row of A and a column of B when either holds NaN or
 // +-Inf (design.md, "Special values"): NaN if any NaN, any 0 * Inf, or infinite products of both
-// signs; otherwise the signed infinity. The finite part cannot change that result.
+// signs; otherwise the signed infinity. The finite part cannot change that result. b_step: the
+// distance between consecutive entries of the column.
 template <typename T>
-OZAKI_HD double nonfinite_dot(const T* a_row, const T* b_col, int64_t k) {
+OZAKI_HD double nonfinite_dot(const T* a_row, const T* b_col, int64_t k, int64_t b_step = 1) {
   bool positive_infinity = false;
   bool negative_infinity = false;
   for (int64_t l = 0; l < k; ++l) {
     const double a = static_cast<double>(a_row[l]);
-    const double b = static_cast<double>(b_col[l]);
+    const double b = static_cast<double>(b_col[l * b_step]);
     if (is_nan(a) || is_nan(b)) return quiet_nan();
     const bool a_inf = !is_finite(a);
     const bool b_inf = !is_finite(b);

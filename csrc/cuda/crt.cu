@@ -25,6 +25,7 @@
 #include "../row_stats_output.h"
 #include "../workspace.h"
 #include "batch.cuh"
+#include "bt_layout.cuh"
 #include "crt_fused.cuh"
 #include "int8_gemm.cuh"
 #include "launch.cuh"
@@ -360,6 +361,7 @@ struct CrtOperands {
   const int* scale_b;
   const bool* nonfinite_a;
   const bool* nonfinite_b;
+  BtLayout bt_layout{};  // where bt's rows lie (gemm_crt reads B's columns in place)
 };
 
 constexpr int kResidueGroup = 8;  // entries per thread of the residues kernel
@@ -463,6 +465,105 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// launch_residues for bt = B's columns read in place (BtLayout): a block of 256 threads turns a
+// tile of 32 columns by 64 entries of B into residues, 8 entries of one column per thread (a
+// warp's loads read 32 consecutive entries of a row of B), and transposes them through shared
+// memory so that each modulus's bytes of a column leave as one 64-byte row segment. Shared memory
+// holds N planes of 32 rows of 64 bytes; 8-byte slot s of row r sits at slot s ^ ((r / 2) % 8),
+// so that the 4-byte stores of a warp (32 rows) meet at most two to a bank and its 16-byte loads
+// (8 rows) not at all. The same residues, in the same layout, as residues_kernel over the copied rows.
+constexpr int kColumnTileRows = 32;     // bt rows (B's columns) per block
+constexpr int kColumnTileEntries = 64;  // entries of each, kResidueGroup per thread
+constexpr int kColumnThreads = kColumnTileRows * kColumnTileEntries / kResidueGroup;
+
+__device__ __forceinline__ int column_tile_slot(int row, int slot) {
+  return row * kColumnTileEntries + (slot ^ ((row >> 1) & 7)) * 8;
+}
+
+template <int N, typename T>
+__global__ void __launch_bounds__(kColumnThreads, 3)
+    column_residues_kernel(const T* b, int64_t k, BtLayout layout, RowBlocks blocks,
+                           int64_t k_stride, const int* scale, int8_t* out) {
+  extern __shared__ __align__(16) uint8_t planes[];
+  constexpr int kPlane = kColumnTileRows * kColumnTileEntries;
+  const int r = threadIdx.x % kColumnTileRows, slot = threadIdx.x / kColumnTileRows;
+  const int64_t l0 = int64_t(blockIdx.x) * kColumnTileEntries;
+  const int64_t tiles = (blocks.count + kColumnTileRows - 1) / kColumnTileRows;
+  for (int64_t e = blockIdx.z, column_tile = blockIdx.y; e < blocks.elements;) {
+    const int64_t row = column_tile * kColumnTileRows + r;
+    const bool in_rows = row < blocks.count;
+    const int64_t g = in_rows ? blocks.row(e, row) : 0;
+    const T* entries = b + layout.start(g, k);
+    const int64_t step = layout.step();
+    double x[kResidueGroup];
+#pragma unroll
+    for (int c = 0; c < kResidueGroup; ++c) {
+      const int64_t l = l0 + slot * kResidueGroup + c;
+      x[c] = in_rows && l < k ? static_cast<double>(entries[l * step]) : 0.0;
+    }
+    const RowScaler scaler = row_scaler<T>(in_rows ? scale[g] : 0);
+    // Four entries at a time (a 4-byte store per modulus), which keeps three blocks resident.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      __align__(4) int8_t residues[N][4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        residues_of<N, true>(x[4 * half + c], scaler, [&](int i, int residue) {
+          residues[i][c] = static_cast<int8_t>(residue);
+        });
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        *reinterpret_cast<uint32_t*>(planes + i * kPlane + column_tile_slot(r, slot) + 4 * half) =
+            *reinterpret_cast<const uint32_t*>(residues[i]);
+      }
+    }
+    __syncthreads();
+    // Thread t stores 16 bytes (slots 2q, 2q + 1, q = t % 4) of tile row (t / 4) % 32 of planes
+    // t / 128, + 2, ...
+    const int out_row = (threadIdx.x / 4) % kColumnTileRows, pair = threadIdx.x % 4;
+    const int64_t g_row = column_tile * kColumnTileRows + out_row;
+    const int64_t l = l0 + pair * 16;
+    if (g_row < blocks.count && l < k_stride) {
+      int8_t* row_out = out + (e * N * blocks.count + g_row) * k_stride + l;
+      const int swizzle = (out_row >> 1) & 7;
+      const int at = out_row * kColumnTileEntries + ((2 * pair) ^ (swizzle & 6)) * 8;
+#pragma unroll
+      for (int i = threadIdx.x / (4 * kColumnTileRows); i < N;
+           i += kColumnThreads / (4 * kColumnTileRows)) {
+        uint4 bytes = *reinterpret_cast<const uint4*>(planes + i * kPlane + at);
+        if (swizzle & 1) bytes = uint4{bytes.z, bytes.w, bytes.x, bytes.y};
+        *reinterpret_cast<uint4*>(row_out + i * blocks.count * k_stride) = bytes;
+      }
+    }
+    __syncthreads();  // the tile is read before the next tile's residues
+    column_tile += gridDim.y;
+    if (column_tile >= tiles) {
+      column_tile = blockIdx.y;
+      e += gridDim.z;
+    }
+  }
+}
+
+template <int N, typename T>
+void launch_column_residues(const T* b, int64_t k, const BtLayout& layout, const RowBlocks& blocks,
+                            int64_t k_stride, const int* scale, int8_t* out, cudaStream_t stream) {
+  if (blocks.total() == 0) return;
+  constexpr int kBytes = N * kColumnTileRows * kColumnTileEntries;
+  static_assert(kBytes <= 48 * 1024, "the default dynamic shared memory limit");
+  // Tiles along k go along grid x, so that consecutive blocks write the adjacent pieces of the
+  // same rows of the planes (L2 merges them into whole lines); grid y (column tiles) and z
+  // (elements): the kernel loops past them.
+  constexpr int64_t kMaxGridSide = 65535;
+  const dim3 grid(static_cast<unsigned>(ceil_div(k_stride, kColumnTileEntries)),
+                  static_cast<unsigned>(std::min(ceil_div(blocks.count, kColumnTileRows),
+                                                 kMaxGridSide)),
+                  static_cast<unsigned>(std::min(blocks.elements, kMaxGridSide)));
+  column_residues_kernel<N, T>
+      <<<grid, kColumnThreads, kBytes, stream>>>(b, k, layout, blocks, k_stride, scale, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // Entry (gi, gj) of the product (rows of the flattened a and bt) from the N INT32 residue sums of
 // its exact integer (any representatives, see crt_reconstruct), rounded once; rows or columns with
 // NaN/Inf get the IEEE answer.
@@ -471,7 +572,8 @@ template <int N, bool reduced, typename T>
 __device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi, int64_t gj,
                                            const int32_t (&residues)[N]) {
   if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
-    return static_cast<T>(nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k));
+    return static_cast<T>(nonfinite_dot(in.a + gi * in.k, in.bt + in.bt_layout.start(gj, in.k),
+                                        in.k, in.bt_layout.step()));
   }
   return static_cast<T>(crt_reconstruct<N, reduced>(residues, row_scale(in.scale_a[gi]),
                                                     row_scale(in.scale_b[gj]), format_of<T>()));
@@ -642,7 +744,10 @@ auto truncated_residues(const CrtOperands<T>& in) {
   const int64_t k_stride = round_up(in.k, kInnerAlign);
   return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
              cudaStream_t stream) {
-    if (weighted) {
+    if (weighted && in.bt_layout.columns()) {
+      launch_column_residues<N>(data, in.k, in.bt_layout, blocks, k_stride, in.scale_b, out,
+                                stream);
+    } else if (weighted) {
       launch_residues<N, true>(data, in.k, blocks, k_stride, in.scale_b, out, stream);
     } else {
       launch_residues<N, false>(data, in.k, blocks, k_stride, in.scale_a, out, stream);
@@ -818,9 +923,10 @@ at::Tensor crt_product(const at::Tensor& a, const at::Tensor& bt, const at::Tens
                        const at::Tensor& scale_b, const at::Tensor& nonfinite_a,
                        const at::Tensor& nonfinite_b, int64_t moduli,
                        const std::optional<at::Tensor>& residues_a, bool exact, const char* op,
-                       Run run) {
+                       Run run, bool bt_columns = false) {
   const CrtProductArguments args = check_crt_product_arguments(
-      a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, residues_a, exact, op);
+      a, bt, scale_a, scale_b, nonfinite_a, nonfinite_b, moduli, residues_a, exact, op,
+      bt_columns);
   check_same_device(a, {&bt, &scale_a, &scale_b, &nonfinite_a, &nonfinite_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
   const std::vector<int64_t> sizes = args.shape.out_sizes();
@@ -831,7 +937,7 @@ at::Tensor crt_product(const at::Tensor& a, const at::Tensor& bt, const at::Tens
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(),    bt.const_data_ptr<scalar_t>(),
                                    a.size(-1),                      scale_a.const_data_ptr<int>(),
                                    scale_b.const_data_ptr<int>(),   nonfinite_a.const_data_ptr<bool>(),
-                                   nonfinite_b.const_data_ptr<bool>()};
+                                   nonfinite_b.const_data_ptr<bool>(), bt_layout_of(bt)};
     run(call, in, out.mutable_data_ptr<scalar_t>());
   });
   return out;
@@ -866,7 +972,8 @@ at::Tensor gemm_crt(const at::Tensor& a, const at::Tensor& bt, const at::Tensor&
                                   path == CrtPath::reduced);
           }
         });
-      });
+      },
+      /*bt_columns=*/true);
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "../plan_reads.h"
 #include "../row_stats_output.h"
 #include "ops.h"
+#include "plan_columns.cuh"
 #include "plan_rows.cuh"
 #include "reduced_gemm.cuh"
 
@@ -94,6 +95,31 @@ OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t 
                         sweep);
   if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;
+}
+
+// read_operand for bt = B's columns read in place (column_plan_kernel), where the pass keeps its
+// columns in L2 (column_pass_keeps_columns): the same values.
+template <typename T>
+OperandReads read_columns(const at::Tensor& bt, int64_t rows, int64_t k, int64_t k_stride,
+                          int gain, int32_t* smallest, cudaStream_t stream) {
+  const RowStatsOutput stats(rows, bt.options());
+  OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
+                   at::empty({rows}, bt.options().dtype(at::kInt)),
+                   at::empty({rows}, bt.options().dtype(at::kBool)),
+                   at::empty({rows, k_stride}, bt.options().dtype(at::kChar))};
+  launch_column_plan(bt.const_data_ptr<T>(), k, bt_layout_of(bt), rows, k_stride, gain,
+                     stats.tau_data, stats.bit_span_data, stats.nonfinite_data,
+                     out.norm.mutable_data_ptr<int>(), out.usable.mutable_data_ptr<bool>(),
+                     out.digits.mutable_data_ptr<int8_t>(), smallest, stream);
+  return out;
+}
+
+// bt's rows as read_operand reads them: bt itself, or B's columns copied into rows where bt is a
+// column view whose columns the column pass would not keep in L2 (two sweeps from memory would
+// cost more than the copy).
+at::Tensor rows_for_read(const at::Tensor& bt) {
+  if (!is_column_view(bt) || column_pass_keeps_columns(bt.size(-1), bt.element_size())) return bt;
+  return transposed(bt.mT());
 }
 
 // The per-row vectors of one operand's rows, for plan_values_kernel.
@@ -181,15 +207,16 @@ __global__ void kept_plan_values_kernel(OperandRowsView b, KeptValuesInputs in, 
 
 }  // namespace
 
-PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
   constexpr const char* op = "ozaki::crt_plan_reads";
-  const ProductShape shape = check_operands(a, bt, op);
-  check_same_device(a, {&bt}, op);
+  const ProductShape shape = check_operands(a, given_bt, op, /*bt_columns=*/true);
+  check_same_device(a, {&given_bt}, op);
   check_crt_inner(shape.k, op);
   const int64_t rows_a = shape.batch * shape.m, rows_b = shape.batch * shape.n;
   if (!reduced_gemm_available() || rows_a == 0 || rows_b == 0 || shape.k == 0) {
-    return composed_crt_plan_reads(a, bt);
+    return composed_crt_plan_reads(a, given_bt.contiguous());
   }
+  const at::Tensor bt = rows_for_read(given_bt);
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t k_stride = (shape.k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
@@ -199,7 +226,9 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     ra = read_operand<scalar_t>(a, rows_a, shape.k, k_stride, gain,
                                 smallest.mutable_data_ptr<int32_t>(), stream);
-    rb = read_operand<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
+    rb = is_column_view(bt)
+             ? read_columns<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream)
+             : read_operand<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
   });
   magnitude_min_gemms(MagnitudeMinGemm{ra.digits.const_data_ptr<int8_t>(), shape.m * k_stride,
                                        rb.digits.const_data_ptr<int8_t>(), shape.n * k_stride,

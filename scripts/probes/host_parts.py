@@ -37,7 +37,7 @@ def per_call_us(call, device, calls=200, repeats=7):
 def parts(A, B):
     """(name, call) of the whole default call and of the steps it takes, on A @ B's operands."""
     options = Options()
-    a, bt = product.row_operands(A, B)
+    a, bt = product.row_operand(A), product.in_place_bt(B, options)
     est = product._estimates(a, bt, options)
     plan, inputs = product.plan_for(est, A.dtype, options)
     assert plan.backend == "crt" and not (plan.wide or plan.exact), plan
@@ -66,7 +66,7 @@ def parts(A, B):
         ("  checks (operands, options)",
          lambda: (product.check_operands("ozaki.dgemm", A, B, A.dtype),
                   Options.checked("ozaki.dgemm"))),
-        ("  row_operands (B's columns)", lambda: product.row_operands(A, B)),
+        ("  row_operands (B's columns as rows)", lambda: product.row_operands(A, B)),
         ("  crt_plan_reads", lambda: _ops.crt_plan_reads(a, bt)),
         ("  HostCopy of the values", lambda: HostCopy(values).values()),
         ("  crt_row_scales x 2", lambda: inputs.scales(plan.moduli, est.k)),

@@ -53,6 +53,18 @@ def row_operands(A, B):
     return row_operand(A), row_operand(B.mT)
 
 
+def in_place_bt(B, options):
+    """bt for the default plan's reads (ozaki::crt_plan_reads) and scheme II's truncated product
+    (ozaki::gemm_crt), which read a contiguous B's columns in place on CUDA (docs/algorithm.md,
+    "B's columns in place"): B.mT itself there, else B's columns as rows (row_operand)."""
+    bt = B.mT
+    if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
+            and options.moduli is None and options.rounding is None
+            and _scheme_two_considered(B.shape[-2], options)):
+        return bt
+    return row_operand(bt)
+
+
 def row_operand(x):
     """x itself when contiguous, else a contiguous copy: on CUDA by ozaki::transposed of x.mT, a
     tiled transpose with coalesced reads and writes (torch's strided copy is not coalesced on one
@@ -128,13 +140,23 @@ class Estimates:
     computed on the device (_ops.crt_plan_reads)."""
 
     def __init__(self, a, bt, stats_a, stats_b, norms=None, values=None):
-        self.a, self.bt, self.stats_a, self.stats_b = a, bt, stats_a, stats_b
+        self.a, self.stats_a, self.stats_b = a, stats_a, stats_b
+        self.bt_read = bt  # as the reads and scheme II's truncated product take it (in_place_bt)
+        self._bt = bt if bt.is_contiguous() else None
         self.k = a.shape[-1]
         self.norms = norms
         self._values = values
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
         self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
         self._entry_sum = None  # exact_entry_bound's sum, where read along with it (KeptEstimates)
+
+    @property
+    def bt(self):
+        """bt's rows: bt_read itself, or, where that is B's columns read in place, those columns
+        copied into rows once, for the reads and products that take rows only."""
+        if self._bt is None:
+            self._bt = row_operand(self.bt_read)
+        return self._bt
 
     def combine_max(self, values):
         """Element-wise maximum of a 1-D float64 tensor over everything that shares the plan (one
@@ -234,7 +256,7 @@ class Estimates:
 
     def _floor_exponent(self):
         """s + min_l w_l of entry_bound_floor, a 0-d int64 tensor."""
-        if self.bt.shape[0] <= self.a.shape[0]:
+        if self.bt_read.shape[-2] <= self.a.shape[-2]:
             exponents, other = self._column_exponents_b(), self.stats_a
         else:
             exponents, other = self._column_exponents_a(), self.stats_b
@@ -581,10 +603,10 @@ def _fastest_scheme_one(est, dtype):
     return min(plans, key=_int8_cost)
 
 
-def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
-    """(C, plan): a @ bt^T (rows of a, rows of bt; batched alike) with the plan est leads to.
-    kept: a's kept parts (ozaki.prepare), whose residues then serve scheme II. The product of a
-    guessed plan may be launched before the plan is read (ozaki/speculation.py)."""
+def planned_product(est, dtype, options, kept=None):
+    """(C, plan): est.a @ est.bt^T (rows of a, rows of bt; batched alike) with the plan est leads
+    to. kept: a's kept parts (ozaki.prepare), whose residues then serve scheme II. The product of
+    a guessed plan may be launched before the plan is read (ozaki/speculation.py)."""
     guessed = speculation.guess(est, dtype, options)
     early = None
     if guessed is not None:
@@ -592,8 +614,7 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
         early_inputs = _CrtInputs(est)
         est.start_crt_magnitude(early_inputs.norm_a, early_inputs.norm_b, floor=kind == "wide")
         try:
-            early = scheme_two_product(a, bt, stats_a, stats_b, early_inputs, kind, moduli,
-                                       est.k, kept)
+            early = scheme_two_product(est, early_inputs, kind, moduli, kept)
         except torch.OutOfMemoryError:
             # the guessed product did not fit: the plan's product alone may (the read above
             # serves the plan all the same)
@@ -609,32 +630,33 @@ def planned_product(a, bt, stats_a, stats_b, est, dtype, options, kept=None):
 def product_of_plan(est, dtype, plan, inputs, kept=None):
     """(C, plan): the product of a plan made from est (inputs: its scheme-II norm scales; kept:
     a's kept parts), launched now."""
-    a, bt, stats_a, stats_b = est.a, est.bt, est.stats_a, est.stats_b
     ready = _check_inputs_ready(plan, est)
     if plan.backend == "crt":
         kind, moduli = speculation.kind_and_moduli(plan)
-        C = scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, est.k, kept)
+        C = scheme_two_product(est, inputs, kind, moduli, kept)
     else:
-        C = _ops.gemm_slices(a, bt, stats_a, stats_b, plan.slices, plan.fast,
+        C = _ops.gemm_slices(est.a, est.bt, est.stats_a, est.stats_b, plan.slices, plan.fast,
                              plan.rounding == "nearest", _ops.workspace_bytes(),
                              int8=plan.backend == "int8")
     return C, finished_plan(fixed_count_check(plan, est, inputs, dtype, ready), plan)
 
 
-def scheme_two_product(a, bt, stats_a, stats_b, inputs, kind, moduli, k, kept):
-    """a @ bt^T by scheme II of `kind` ("crt": truncated, "wide" or "exact") with `moduli`
-    moduli (inputs: the rows' norm scales; kept: a's kept parts, whose residues then serve)."""
+def scheme_two_product(est, inputs, kind, moduli, kept):
+    """est.a @ est.bt^T by scheme II of `kind` ("crt": truncated, "wide" or "exact") with
+    `moduli` moduli (inputs: the rows' norm scales; kept: a's kept parts, whose residues then
+    serve). The truncated product reads bt as est.bt_read (B's columns in place)."""
+    a, stats_a, stats_b, k = est.a, est.stats_a, est.stats_b, est.k
     if kind == "crt":
         scale_a, scale_b = inputs.scales(moduli, k)
         residues = None if kept is None else kept.residues("crt", moduli, scale_a)
-        return _ops.gemm_crt(a, bt, scale_a, scale_b, stats_a, stats_b, moduli,
+        return _ops.gemm_crt(a, est.bt_read, scale_a, scale_b, stats_a, stats_b, moduli,
                              _ops.workspace_bytes(), residues)
     if kind == "wide":
         exponents = inputs.wide_exponents(moduli, k)
     else:
         exponents = _ops.integer_exponents(stats_a), _ops.integer_exponents(stats_b)
     residues = None if kept is None else kept.residues(kind, moduli, exponents[0])
-    return _ops.gemm_crt_exact(a, bt, stats_a, stats_b, moduli, _ops.workspace_bytes(),
+    return _ops.gemm_crt_exact(a, est.bt, stats_a, stats_b, moduli, _ops.workspace_bytes(),
                                exponents, residues)
 
 
@@ -662,15 +684,14 @@ def real_product(A, B, dtype, options=Options()):
         if replayed is not None:
             return replayed
     est = estimates_of(A, B, options, kept)
-    return planned_product(est.a, est.bt, est.stats_a, est.stats_b, est, dtype, options, kept)
+    return planned_product(est, dtype, options, kept)
 
 
 def estimates_of(A, B, options, kept=None):
     """The Estimates of validated operands A and B (kept: A's kept parts, ozaki.prepare), their
     rows as the product reads them (est.a, est.bt) included."""
     if kept is None:
-        a, bt = row_operands(A, B)
-        return _estimates(a, bt, options)
+        return _estimates(row_operand(A), in_place_bt(B, options), options)
     bt = row_operand(B.mT)
     if _scheme_two_considered(A.shape[-1], options):
         return _kept_estimates(kept, bt, options)

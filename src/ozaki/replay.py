@@ -211,14 +211,13 @@ def _capture(A, B, options, kept, kept_parts, guess):
             reads.capture_end()
         product_graph.capture_begin(pool=reads.pool(), capture_error_mode="thread_local")
         try:
-            result = product.scheme_two_product(est.a, est.bt, est.stats_a, est.stats_b, inputs,
-                                                kind, moduli, est.k, kept)
+            result = product.scheme_two_product(est, inputs, kind, moduli, kept)
         finally:
             product_graph.capture_end()
     current.wait_stream(side)
     size = torch.cuda.memory_reserved(device) - reserved
     a = None if est.a.data_ptr() == A.data_ptr() else est.a
-    bt = None if est.bt.data_ptr() == B.data_ptr() else est.bt
+    bt = None if est.bt_read.data_ptr() == B.data_ptr() else est.bt_read
     return _Entry(guess, reads, product_graph,
                   (a, bt, est.stats_a, est.stats_b, inputs.norm_a, inputs.norm_b, values),
                   result, kept_parts,

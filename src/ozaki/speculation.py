@@ -23,7 +23,7 @@ _lock = threading.Lock()  # products may be called from several threads
 
 def key(est, dtype, options):
     """What a guess is remembered by: the operands' shapes, dtype and device, and the options."""
-    return key_of(est.a.device, dtype, est.a.shape, est.bt.shape, options)
+    return key_of(est.a.device, dtype, est.a.shape, est.bt_read.shape, options)
 
 
 def key_of(device, dtype, a_shape, bt_shape, options):
@@ -45,7 +45,7 @@ def guess(est, dtype, options):
     of DEVICES); else None."""
     if est.shared or est.norms is None:
         return None
-    return guess_of(est.a.device, dtype, est.a.shape, est.bt.shape, options)
+    return guess_of(est.a.device, dtype, est.a.shape, est.bt_read.shape, options)
 
 
 def guess_of(device, dtype, a_shape, bt_shape, options):

@@ -29,4 +29,4 @@ def sharded_product(a_local, b_local, dtype, options, group):
     a, bt = row_operands(a_local, b_local)
     stats_a, stats_b = row_stats(a), row_stats(bt)
     est = ReducedEstimates(a, bt, stats_a, stats_b, group)
-    return planned_product(a, bt, stats_a, stats_b, est, dtype, options)
+    return planned_product(est, dtype, options)

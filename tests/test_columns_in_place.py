@@ -1,0 +1,176 @@
+"""B's columns read in place (docs/algorithm.md, "B's columns in place"): on CUDA the default plan's
+reads (ozaki::crt_plan_reads) and scheme II's truncated product (ozaki::gemm_crt) take bt = B.mT of
+a contiguous B without copying its columns into rows, and give the bits of the copied rows and of
+the CPU: on every path and moduli count, at the edges of the column tiles (32 columns by 64
+entries for the residues, groups of 4 columns and 1024-entry digit chunks for the reads), in
+batches whose elements' columns meet inside a group, with NaN/Inf columns, and where k is too long
+for the column pass to keep its columns in L2 (then the reads copy them)."""
+
+import pytest
+import torch
+
+import ozaki
+from ozaki import _ops, crt, product
+from ozaki.options import Options
+from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
+
+# (m, k, n): two columns (one column's B.mT is contiguous: rows already), columns around the
+# 4-column groups and 32-column tiles, k around the 64-entry tiles, the 16-byte row padding and
+# the 1024-entry digit chunks, long columns, and k past the length whose columns the column pass
+# keeps in L2 on a GPU of 132 multiprocessors (15888 in float64, 31776 in float32)
+SHAPES = [(1, 2, 3), (5, 7, 3), (9, 64, 8), (33, 65, 9), (70, 100, 31), (40, 513, 33),
+          (65, 1000, 63), (3, 520, 257), (129, 2000, 100), (17, 8200, 40), (9, 16000, 35),
+          (5, 32000, 6)]
+
+
+def scales(stats_a, norm_a, stats_b, norm_b, moduli, k):
+    """Truncated scheme II's row scale codes of a and bt for `moduli` moduli."""
+    t_a, t_b = crt.scale_bits(moduli, k)
+    return _ops.crt_row_scales(norm_a, stats_a, t_a), _ops.crt_row_scales(norm_b, stats_b, t_b)
+
+
+def operands(batch, m, k, n, dtype, seed, specials=True):
+    """phi = 1 operands on CUDA, B contiguous; one row of A and one column of B hold NaN and Inf
+    (and one column of B is zero) when specials."""
+    g = seeded(seed)
+    A = phi_tensor((*batch, m, k), dtype, g, 1.0)
+    B = phi_tensor((*batch, k, n), dtype, g, 1.0)
+    if specials and m > 1 and n > 2:
+        A[..., m // 2, k // 2] = float("nan")
+        B[..., k - 1, n - 1] = float("inf")
+        B[..., :, 0] = 0.0
+    return A.cuda(), B.cuda().contiguous()
+
+
+def as_column_view(B):
+    """bt = B.mT, B's columns in place (what product.in_place_bt hands the operators)."""
+    bt = B.mT
+    assert not bt.is_contiguous() and bt.data_ptr() == B.data_ptr()
+    return bt
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
+    """ozaki::crt_plan_reads of B's columns in place returns, bit for bit, what it returns for
+    the same columns copied into rows: statistics, norm scales, usable flags and the values
+    (whose estimate is the minimum over the digits each pass wrote)."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, dtype, seed=m + 3 * k + 5 * n)
+    in_place = _ops.crt_plan_reads(A, as_column_view(B))
+    copied = _ops.crt_plan_reads(A, B.mT.contiguous())
+    for got, expected in zip(in_place, copied):
+        for g, e in zip(got if isinstance(got, tuple) else (got,),
+                        expected if isinstance(expected, tuple) else (expected,)):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            if g.is_floating_point():
+                assert_bitwise_equal(g, e)
+            else:
+                assert torch.equal(g, e)
+    if m > 1 and n > 2:  # the zero column and the Inf column are not usable, the others are
+        stats_b = in_place[2]
+        usable = stats_b.usable.reshape(*batch, n)
+        assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("moduli", [1, 7, 15, 16])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_truncated_product_of_columns_is_that_of_rows(shape, moduli, dtype, monkeypatch):
+    """ozaki::gemm_crt of B's columns in place gives the bits of the copied rows on every path
+    (the residues of a column tile, transposed through shared memory; NaN/Inf entries of a column
+    read at its stride), and those bits are the CPU's."""
+    m, k, n = shape
+    moduli = max(moduli, crt.smallest_moduli(k))
+    A, B = operands((), m, k, n, dtype, seed=7 * m + k + n + moduli)
+    bt_rows = B.mT.contiguous()
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
+    stats_b, norm_b = _ops.row_stats_with_norm_scales(bt_rows)
+    scale_a, scale_b = scales(stats_a, norm_a, stats_b, norm_b, moduli, k)
+    expected = _ops.gemm_crt(A.cpu(), bt_rows.cpu(), scale_a.cpu(), scale_b.cpu(),
+                             tuple(t.cpu() for t in stats_a), tuple(t.cpu() for t in stats_b),
+                             moduli)
+    assert expected.isfinite().any()
+    for path in crt_paths():
+        monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, moduli)
+        columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
+        assert_bitwise_equal(columns, rows)
+        assert_bitwise_equal(columns, expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("batch,shape", [((3,), (70, 45, 13)), ((5,), (1, 300, 2)),
+                                         ((2,), (33, 600, 37))])
+def test_batches_of_columns_give_the_bits_of_rows(batch, shape, monkeypatch):
+    """Batched: elements whose columns share a group of 8 or a tile of 32 (n = 13, 37), and a
+    workspace small enough to split the columns into chunks."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, torch.float64, seed=sum(shape))
+    bt_rows = B.mT.contiguous()
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(A.reshape(-1, k))
+    stats_b, norm_b = _ops.row_stats_with_norm_scales(bt_rows.reshape(-1, k))
+    scale_a, scale_b = scales(stats_a, norm_a, stats_b, norm_b, 15, k)
+    for path in crt_paths():
+        monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        for workspace in (0, 64 << 10):
+            rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, 15, workspace)
+            columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, 15,
+                                    workspace)
+            assert_bitwise_equal(columns, rows)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", [(64, 300, 70), (1, 9000, 33), (3, 16000, 9), (200, 130, 2)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_default_call_reads_columns_in_place_and_gives_the_cpu_bits(shape, batch, dtype):
+    """The default dgemm/sgemm of a contiguous B reads its columns in place (in_place_bt is B's
+    own memory) and returns the CPU's bits, on its first call, its guessed and its replayed
+    calls; B given as the transpose of a contiguous matrix (its columns already rows) agrees."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, dtype, seed=m + k + n, specials=False)
+    bt = product.in_place_bt(B, Options())
+    assert bt.data_ptr() == B.data_ptr() and not bt.is_contiguous()
+    call = ozaki.matmul if batch else (ozaki.dgemm if dtype == torch.float64 else ozaki.sgemm)
+    expected = call(A.cpu(), B.cpu())
+    for _ in range(4):  # eager, then guessed, then replayed where the shape is small enough
+        assert_bitwise_equal(call(A, B), expected)
+    transposed = B.mT.contiguous().mT  # B's values, its columns as rows
+    assert_bitwise_equal(call(A, transposed), expected)
+
+
+def test_only_the_default_cuda_plan_takes_columns_in_place():
+    """in_place_bt copies B's columns into rows on the CPU, for fixed moduli and for rounding
+    (whose reads take rows), and leaves an already row-major B.mT as it is."""
+    B = torch.rand(50, 30, dtype=torch.float64)
+    for options in (Options(), Options(moduli=15), Options(rounding="nearest")):
+        bt = product.in_place_bt(B, options)
+        assert bt.is_contiguous() and torch.equal(bt, B.mT)
+    X = torch.rand(30, 50, dtype=torch.float64)
+    assert product.in_place_bt(X.mT, Options()).data_ptr() == X.data_ptr()
+    if torch.cuda.is_available():
+        Bc = B.cuda()
+        for options in (Options(moduli=15), Options(rounding="nearest")):
+            assert product.in_place_bt(Bc, options).is_contiguous()
+
+
+@pytest.mark.cuda
+def test_a_strided_bt_that_is_not_columns_is_named():
+    """gemm_crt and crt_plan_reads take B's columns in place, not any strided bt: a bt with a
+    column stride of its own raises an error that names bt and its strides."""
+    A, B = operands((), 8, 40, 12, torch.float64, seed=1, specials=False)
+    wide = torch.zeros(40, 24, dtype=torch.float64, device="cuda")
+    wide[:, ::2] = B
+    bt = wide[:, ::2].mT
+    with pytest.raises(RuntimeError, match=r"bt must be contiguous or the transpose"):
+        _ops.crt_plan_reads(A, bt)
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
+    stats_b, norm_b = _ops.row_stats_with_norm_scales(B.mT.contiguous())
+    scale_a, scale_b = scales(stats_a, norm_a, stats_b, norm_b, 15, 40)
+    with pytest.raises(RuntimeError, match=r"bt must be contiguous or the transpose"):
+        _ops.gemm_crt(A, bt, scale_a, scale_b, stats_a, stats_b, 15)
