@@ -471,7 +471,8 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
 // memory so that each modulus's bytes of a column leave as one 64-byte row segment. Shared memory
 // holds N planes of 32 rows of 64 bytes; 8-byte slot s of row r sits at slot s ^ ((r / 2) % 8),
 // so that the 4-byte stores of a warp (32 rows) meet at most two to a bank and its 16-byte loads
-// (8 rows) not at all. The same residues, in the same layout, as residues_kernel over the copied rows.
+// (8 rows) not at all. The same residues, in the same layout, as residues_kernel over the copied
+// rows.
 constexpr int kColumnTileRows = 32;     // bt rows (B's columns) per block
 constexpr int kColumnTileEntries = 64;  // entries of each, kResidueGroup per thread
 constexpr int kColumnThreads = kColumnTileRows * kColumnTileEntries / kResidueGroup;

@@ -19,30 +19,10 @@ import time
 import torch
 
 import ozaki
+from crt_paths import shape_value  # this folder is the script's own
+from plan_reads import median_ms
 
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384"]
-
-
-def shape_value(text):
-    try:
-        m, k, n = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a shape is m,k,n (three integers), got {text!r}")
-    if min(m, k, n) < 1:
-        raise argparse.ArgumentTypeError(f"shape sides must be >= 1, got {text!r}")
-    return m, k, n
-
-
-def call_ms(call, repeats):
-    """Median ms of a synchronized call (host clock)."""
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def sleep_cycles_for(ms):
@@ -106,7 +86,7 @@ def main(argv=None):
                 handles.append(ozaki.prepare(A))
             for _ in range(3):
                 call()
-            wall = call_ms(call, args.repeats)
+            wall = median_ms(call, args.repeats)
             gpu, host = gpu_ms(call, args.repeats, cycles)
             flag = "" if host < args.sleep_ms else " (host outlasted the sleep)"
             print(f"| {m} | {k} | {n} | {label} | {wall:.3f} | {gpu:.3f} | {wall - gpu:.3f} | "
