@@ -59,8 +59,7 @@ def in_place_bt(B, options):
     "B's columns in place"): B.mT itself there, else B's columns as rows (row_operand)."""
     bt = B.mT
     if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
-            and options.moduli is None and options.rounding is None
-            and _scheme_two_considered(B.shape[-2], options)):
+            and _default_scheme_two_plan(B.shape[-2], options)):
         return bt
     return row_operand(bt)
 
@@ -98,14 +97,21 @@ def _scheme_two_considered(k, options):
             and options.fast is None and k <= crt.MAX_INNER)
 
 
+def _default_scheme_two_plan(k, options):
+    """Whether plan_for makes scheme II's default plan (scheme II considered, no fixed moduli count
+    or rounding), whose reads run in one call (ozaki::crt_plan_reads, crt_kept_plan_reads)."""
+    return (options.moduli is None and options.rounding is None
+            and _scheme_two_considered(k, options))
+
+
 def _estimates(a, bt, options):
     """The Estimates of a and bt, with the rows' norm scales read together with their row_stats
     when scheme II may run, and all that scheme II's default plan reads (its estimate included)
     in one call when that plan will be made."""
+    if _default_scheme_two_plan(a.shape[-1], options):
+        stats_a, norm_a, stats_b, norm_b, values = _ops.crt_plan_reads(a, bt)
+        return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
     if _scheme_two_considered(a.shape[-1], options):
-        if options.moduli is None and options.rounding is None:
-            stats_a, norm_a, stats_b, norm_b, values = _ops.crt_plan_reads(a, bt)
-            return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
         (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
         return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
     return Estimates(a, bt, row_stats(a), row_stats(bt))
@@ -349,7 +355,7 @@ def _kept_estimates(kept, bt, options):
     """The KeptEstimates of a product with kept parts where scheme II may run: with all that
     scheme II's default plan reads in one call (ozaki::crt_kept_plan_reads) when that plan will be
     made."""
-    if options.moduli is not None or options.rounding is not None:
+    if not _default_scheme_two_plan(bt.shape[-1], options):
         return KeptEstimates(kept, bt, *_row_stats_and_norms(bt))
     stats_a, norm_a = kept.stats_and_norms()
     stats_b, norm_b, values = _ops.crt_kept_plan_reads(kept.rows(), stats_a, norm_a,

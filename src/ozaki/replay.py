@@ -72,11 +72,11 @@ def applies(A, B, options):
     plan (scheme II considered, no fixed count or rounding) on the current CUDA device (where the
     graphs are captured and replayed), small enough, outside graph capture, torch.compile,
     dispatch modes and the profiler (whose traces then show each kernel)."""
-    if not ENABLED or A.device.type != "cuda" or options.moduli is not None:
+    if not ENABLED or A.device.type != "cuda":
+        return False
+    if not product._default_scheme_two_plan(A.shape[-1], options):
         return False
     if A.device.index != torch.cuda.current_device():
-        return False
-    if options.rounding is not None or not product._scheme_two_considered(A.shape[-1], options):
         return False
     multiply_adds = A.numel() * B.shape[-1]
     if multiply_adds > MAX_MULTIPLY_ADDS:
