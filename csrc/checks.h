@@ -443,6 +443,12 @@ inline void check_transposed_argument(const at::Tensor& b, const char* op) {
               ": b must be float64 or float32, got ", b.scalar_type());
 }
 
+inline void check_fingerprint_argument(const at::Tensor& a, const char* op) {
+  TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D (m, k), got ", a.dim(), "-D of shape ", a.sizes());
+  TORCH_CHECK(a.scalar_type() == at::kDouble || a.scalar_type() == at::kFloat, op,
+              ": a must be float64 or float32, got ", a.scalar_type());
+}
+
 // Slices are stored with rows padded to a multiple of 8 halves (16 bytes) for the tensor cores;
 // the padding holds zeros, which add nothing to the exact products.
 inline int64_t padded_inner(int64_t k) { return (k + 7) / 8 * 8; }

@@ -161,6 +161,10 @@ TORCH_LIBRARY(ozaki, m) {
   // fresh tensor: B's columns as the contiguous rows bt that the product operators take. On CUDA a
   // tiled shared-memory transpose (coalesced reads and writes) instead of torch's strided copy.
   m.def("transposed(Tensor b) -> Tensor");
+  // A 64-bit digest of a float64/float32 (m, k) matrix of any strides, over its entries' bits and
+  // their positions (csrc/fingerprint.h), as a 0-d int64 tensor on a's device: how a kept left
+  // operand is found unchanged (ozaki/repeated.py). The same bits on every backend.
+  m.def("fingerprint(Tensor a) -> Tensor");
   // The public product, D = alpha * A @ B + beta * C with BLAS semantics (alpha = 0 reads neither
   // A nor B, beta = 0 never reads C) for float64/float32/complex128/complex64 (m, k) x (k, n)
   // matrices or (batch, m, k) x (batch, k, n) batches; the rest are ozaki.dgemm's options. Its

@@ -11,12 +11,15 @@ programs under ozaki.enable".
 - newton-schulz: X <- X (2I - A X) for A = I + 0.1 randn / sqrt(n), two products per iteration;
   sanity figure |I - A X|_F.
 
-Three modes: native; under ozaki.enable(); and under ozaki.enable() with the fixed left operand
-(K, A) prepared by ozaki.prepare at the start of each run (its cost included).
+Four modes: native; under ozaki.enable() with nothing kept between products ("unkept":
+ozaki.repeated off); under ozaki.enable() as it comes (the repeated left operand kept from its
+second product on, ozaki/repeated.py; nothing kept at the start of a run); and under
+ozaki.enable() with the fixed left operand (K, A) prepared by ozaki.prepare at the start of each
+run (its cost included).
 
 Fixed iteration counts, so every mode does the same work. Per case: the median time of --repeats
-runs after one warm-up per mode, the ratios to native, whether the prepared run gave the ozaki
-run's bits, the sanity figures (with correctly rounded products, so that neither mode's rounding
+runs after one warm-up per mode, the ratios to native, whether the unkept and prepared runs gave
+the ozaki run's bits, the sanity figures (with correctly rounded products, so that neither mode's rounding
 favours its own result) and the relative difference of the native and ozaki results.
 """
 import argparse
@@ -168,15 +171,24 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-MODES = ("native", "ozaki", "prepared")
+MODES = ("native", "unkept", "ozaki", "prepared")
 
 
 def timed(run, device, repeats, mode, fixed=None):
     """Median milliseconds of `repeats` runs after one untimed one, and the last run's result.
-    mode: native, ozaki (under ozaki.enable) or prepared (under ozaki.enable, with the program's
+    mode: native, unkept (under ozaki.enable, ozaki.repeated off), ozaki (under ozaki.enable,
+    nothing kept at the start of the run) or prepared (under ozaki.enable, with the program's
     fixed left operand prepared at the start of each run: ozaki.prepare's cost is timed too)."""
     def call():
+        if mode == "unkept":
+            ozaki.repeated.ENABLED = False
+            try:
+                with ozaki.enable():
+                    return run()
+            finally:
+                ozaki.repeated.ENABLED = True
         if mode == "ozaki":
+            ozaki.repeated.clear()
             with ozaki.enable():
                 return run()
         if mode == "prepared":
@@ -207,12 +219,16 @@ def short_plan(plan):
 
 def measure(program, label, inputs, run, sanity, products, args):
     """One row: every mode timed on the same inputs, the sanity figures (rounded_product), and
-    whether the prepared run gave the ozaki run's bits. inputs[0] is the fixed left operand."""
+    whether the unkept and prepared runs gave the ozaki run's bits. inputs[0] is the fixed left
+    operand."""
     native_ms, native = timed(run, args.device, args.repeats, "native")
+    unkept_ms, unkept = timed(run, args.device, args.repeats, "unkept")
     ozaki_ms, under = timed(run, args.device, args.repeats, "ozaki")
     prepared_ms, prepared = timed(run, args.device, args.repeats, "prepared", fixed=inputs[0])
     plan = ozaki.plan(*inputs)
     return dict(program=program, case=label, products=products, native_ms=native_ms,
+                unkept_ms=unkept_ms, unkept_ratio=unkept_ms / native_ms,
+                unkept_same_bits=bool(torch.equal(unkept, under)),
                 ozaki_ms=ozaki_ms, ratio=ozaki_ms / native_ms, prepared_ms=prepared_ms,
                 prepared_ratio=prepared_ms / native_ms,
                 prepared_same_bits=bool(torch.equal(prepared, under)),
@@ -248,7 +264,8 @@ def ns_case(args, A):
 
 
 SANITY = {"cg": "max_j |b_j - K x_j| / |b_j|", "newton-schulz": "|I - A X|_F"}
-COLUMNS = ("program", "case", "products", "native ms", "ozaki ms", "ozaki / native",
+COLUMNS = ("program", "case", "products", "native ms", "unkept ms", "unkept / native",
+           "unkept bits = ozaki", "ozaki ms", "ozaki / native",
            "prepared ms", "prepared / native", "prepared bits = ozaki", "sanity native",
            "sanity ozaki", "rel. difference", "ozaki plan")
 
@@ -265,7 +282,8 @@ def format_markdown(rows, meta):
                             for c in COLUMNS) + "|"]
     for r in rows:
         cells = (r["program"], r["case"], str(r["products"]), f"{r['native_ms']:.2f}",
-                 f"{r['ozaki_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['prepared_ms']:.2f}",
+                 f"{r['unkept_ms']:.2f}", f"{r['unkept_ratio']:.2f}",
+                 "yes" if r["unkept_same_bits"] else "**no**", f"{r['ozaki_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['prepared_ms']:.2f}",
                  f"{r['prepared_ratio']:.2f}", "yes" if r["prepared_same_bits"] else "**no**",
                  f"{r['native_sanity']:.3e}",
                  f"{r['ozaki_sanity']:.3e}", f"{r['difference']:.1e}", r["plan_short"])
@@ -291,6 +309,7 @@ def main(argv=None):
             rows.append(row)
             write_outputs(args, rows, meta, format_markdown)
             progress.step(f"{row['program']} {row['case']}: native {row['native_ms']:.2f} ms, "
+                          f"unkept {row['unkept_ms']:.2f} ms ({row['unkept_ratio']:.2f}x), "
                           f"ozaki {row['ozaki_ms']:.2f} ms ({row['ratio']:.2f}x), prepared "
                           f"{row['prepared_ms']:.2f} ms ({row['prepared_ratio']:.2f}x); sanity "
                           f"{row['native_sanity']:.3e} / {row['ozaki_sanity']:.3e}")

@@ -204,6 +204,9 @@ OPCHECK_CASES = {
                                    lambda d: tuple(operands([(2, 9, 5)], 5, d, torch.float32))),
     "transposed-strided": (OPS.transposed, lambda d: (operands([(12, 5)], 5, d)[0][::2, 1:],)),
     "transposed-of-transposed": (OPS.transposed, lambda d: (operands([(5, 9)], 5, d)[0].mT,)),
+    "fingerprint": (OPS.fingerprint, lambda d: tuple(operands([(7, 5)], 5, d))),
+    "fingerprint-strided-float32": (
+        OPS.fingerprint, lambda d: (operands([(12, 6)], 5, d, torch.float32)[0][::2, 1:],)),
     "gemm-2d": (OPS.gemm, lambda d: gemm_args(d, [(5, 9), (9, 4)])),
     "gemm-batched": (OPS.gemm, lambda d: gemm_args(d, [(2, 5, 9), (2, 9, 4)],
                                                    options=("int8", 3, False, None, None))),

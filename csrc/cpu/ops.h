@@ -80,4 +80,7 @@ at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt);
 // csrc/cpu/transpose.cpp: B's columns as rows.
 at::Tensor transposed(const at::Tensor& b);
 
+// csrc/cpu/fingerprint.cpp: the digest by which a kept operand is found unchanged.
+at::Tensor fingerprint(const at::Tensor& a);
+
 }  // namespace ozaki::cpu

@@ -30,6 +30,7 @@ TORCH_LIBRARY_IMPL(ozaki, CPU, m) {
   m.impl("crt_round", &crt_round);
   m.impl("int8_matmul", &int8_matmul);
   m.impl("transposed", &transposed);
+  m.impl("fingerprint", &fingerprint);
 }
 
 }  // namespace ozaki::cpu

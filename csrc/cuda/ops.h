@@ -83,6 +83,9 @@ at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& bt);
 // csrc/cuda/transpose.cu: B's columns as rows.
 at::Tensor transposed(const at::Tensor& b);
 
+// csrc/cuda/fingerprint.cu: the digest by which a kept operand is found unchanged.
+at::Tensor fingerprint(const at::Tensor& a);
+
 // csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused, also for a prepared
 // left operand.
 PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);

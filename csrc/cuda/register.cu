@@ -32,6 +32,7 @@ TORCH_LIBRARY_IMPL(ozaki, CUDA, m) {
   m.impl("crt_round", &crt_round);
   m.impl("int8_matmul", &int8_matmul);
   m.impl("transposed", &transposed);
+  m.impl("fingerprint", &fingerprint);
 }
 
 }  // namespace ozaki::cuda

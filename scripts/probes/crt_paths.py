@@ -2,9 +2,11 @@
 native DGEMM, then ozaki.dgemm with a fixed moduli count on each path of OZAKI_CRT_PATH (cuBLAS
 per modulus, the fused kernel, the reduced GEMMs, and the shape rule), the default plan, and the
 default plan with A prepared (ozaki.prepare, as for repeated products), and the default plan with
-its calls not replayed ("eager", ozaki.replay off), with the time, the ratio to native and the peak
-memory beyond A and B; every path's result is checked bit for bit against the first, the prepared
-and eager ones against the default.
+nothing reused from the calls before ("eager": ozaki.replay and ozaki.repeated off), with the
+time, the ratio to native and the peak memory beyond A and B (the memory that replayed graphs and
+A's automatically kept parts hold between calls is given apart); every path's result is checked
+bit for bit against the first, the prepared and eager ones against the default. The calls repeat
+on the same A and B, so outside "eager" A is kept from its second call on (ozaki/repeated.py).
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
         [--paths cublas fused reduced rule default prepared eager] [--json PATH]
@@ -24,7 +26,7 @@ import ozaki
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384",
                   "16384,16384,64", "8192,8192,8192", "16384,16384,16384"]
 PATHS = ["cublas", "fused", "reduced", "rule"]
-#: The default call, with A prepared, and with ozaki.replay off.
+#: The default call, with A prepared, and with ozaki.replay and ozaki.repeated off.
 DEFAULTS = ["default", "prepared", "eager"]
 
 
@@ -82,10 +84,11 @@ def main(argv=None):
         B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
         repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
         native, _, native_peak = timed(lambda: A @ B, repeats)
-        cases = [("native", None, native, native_peak, None, 0)]
+        cases = [("native", None, native, native_peak, None, 0, 0)]
         reference = default = kept = None
         for path in [p for p in PATHS + DEFAULTS if p in args.paths]:
-            ozaki.replay.ENABLED = path != "eager"
+            ozaki.replay.ENABLED = ozaki.repeated.ENABLED = path != "eager"
+            ozaki.repeated.clear()
             if path in DEFAULTS:
                 os.environ.pop("OZAKI_CRT_PATH", None)
                 call = lambda: ozaki.dgemm(A, B)  # noqa: E731
@@ -100,12 +103,13 @@ def main(argv=None):
             try:
                 seconds, result, peak = timed(call, repeats)
             except torch.OutOfMemoryError:
-                cases.append((path, None, None, None, "out of memory", 0))
+                cases.append((path, None, None, None, "out of memory", 0, 0))
                 if kept is not None:
                     kept.release()
                 continue
             same = None
             replay_bytes = ozaki.replay.nbytes()  # the graphs' memory of replayed default calls
+            kept_bytes = ozaki.repeated.nbytes()  # A's parts kept between calls
             if path == "default":
                 default = result
             elif path in ("prepared", "eager"):
@@ -117,23 +121,26 @@ def main(argv=None):
                 if reference is None:
                     reference = result
                 same = bool(torch.equal(result.view(torch.int64), reference.view(torch.int64)))
-            cases.append((path, same, seconds, peak, None, replay_bytes))
+            cases.append((path, same, seconds, peak, None, replay_bytes, kept_bytes))
             del result
         os.environ.pop("OZAKI_CRT_PATH", None)
-        ozaki.replay.ENABLED = True
+        ozaki.replay.ENABLED = ozaki.repeated.ENABLED = True
         ozaki.replay.clear()
-        for path, same, seconds, peak, note, replay_bytes in cases:
+        ozaki.repeated.clear()
+        for path, same, seconds, peak, note, replay_bytes, kept_bytes in cases:
             if note is not None:
                 print(f"| {m} | {k} | {n} | {path} | {note} | | |")
                 continue
             label = path if same is None else f"{path} (bits {'equal' if same else 'DIFFER'})"
             if replay_bytes:
                 label += f", replay entries {replay_bytes / 2 ** 20:.0f} MiB"
+            if kept_bytes:
+                label += f", A kept {kept_bytes / 2 ** 20:.0f} MiB"
             print(f"| {m} | {k} | {n} | {label} | {seconds * 1e3:.3f} | {native / seconds:.2f} | "
                   f"{peak / 2 ** 30:.2f} |")
             rows.append({"m": m, "k": k, "n": n, "what": path, "bits_equal": same,
                          "seconds": seconds, "native_seconds": native, "peak_bytes": peak,
-                         "replay_bytes": replay_bytes})
+                         "replay_bytes": replay_bytes, "kept_bytes": kept_bytes})
         sys.stdout.flush()
         del A, B, reference, default, kept
         torch.cuda.empty_cache()

@@ -12,6 +12,7 @@ import importlib
 
 from . import distributed  # noqa: F401  (ozaki.distributed.matmul; DTensor operands)
 from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and the fake kernels)
+from . import repeated  # noqa: F401  (ozaki.repeated.info() and clear(): operands kept unasked)
 from . import replay  # noqa: F401  (ozaki.replay.info() and clear(): the replayed calls' graphs)
 from .blas import dgemm, gemm, sgemm
 from .dropin import enable
@@ -22,7 +23,7 @@ from .slicing import SlicePlan
 
 __version__ = "0.1.0"
 __all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "prepare", "Prepared",
-           "SlicePlan", "accuracy", "distributed", "replay", "__version__"]
+           "SlicePlan", "accuracy", "distributed", "repeated", "replay", "__version__"]
 
 
 def __getattr__(name):

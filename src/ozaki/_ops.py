@@ -36,6 +36,12 @@ def transposed(b: torch.Tensor) -> torch.Tensor:
     return torch.ops.ozaki.transposed(b)
 
 
+def fingerprint(a: torch.Tensor) -> torch.Tensor:
+    """A 64-bit digest (0-d int64 tensor on a's device) of a float64/float32 (m, k) matrix's
+    entries and their positions: the same bits on every backend (csrc/fingerprint.h)."""
+    return torch.ops.ozaki.fingerprint(a)
+
+
 class RowStats(tuple):
     """(tau, bit_span, nonfinite) of a set of rows (row_stats); usable: the rows that constrain
     the plans, nonzero and without NaN/Inf, computed once."""

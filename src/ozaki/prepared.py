@@ -28,11 +28,15 @@ from .operands import FLOATS, check_tensor
 #: Residue sets a handle keeps: those of the last plans that ran.
 KEPT_PLANS = 2
 
+#: Prepared._rows where A's own rows are contiguous.
+_OWN_ROWS = "A's own rows"
+
 #: Handles by the identity of their operand; an entry leaves with its handle.
 _REGISTRY = weakref.WeakValueDictionary()
 
 
-def _identity(A):
+def identity(A):
+    """What a kept operand is found by: its device, dtype, address, shape and strides."""
     return (A.device, A.dtype, A.data_ptr(), tuple(A.shape), A.stride())
 
 
@@ -44,13 +48,13 @@ class Prepared:
     def __init__(self, A, max_bytes):
         self.A = A
         self.max_bytes = max_bytes
-        self._key = _identity(A)
+        self._key = identity(A)
         self._version = A._version
         self._clear()
         _REGISTRY[self._key] = self
 
     def _clear(self):
-        self._rows = None  # A with contiguous rows
+        self._rows = None  # A's rows copied contiguous, _OWN_ROWS where A's rows serve
         self._stats = None  # (row_stats, norm scale codes)
         self._row_bounds = None
         self._digits = None
@@ -60,10 +64,13 @@ class Prepared:
     # ---- what products read -------------------------------------------------------------------
 
     def rows(self):
+        """A with contiguous rows: A itself where its rows are (not held twice), else a kept
+        copy."""
         if self._rows is None:
             from .product import row_operand  # product imports this module
-            self._rows = row_operand(self.A)
-        return self._rows
+            rows = row_operand(self.A)
+            self._rows = _OWN_ROWS if rows is self.A else rows
+        return self.A if self._rows is _OWN_ROWS else self._rows
 
     def stats_and_norms(self):
         """(row_stats, norm scale codes) of A's rows."""
@@ -123,7 +130,8 @@ class Prepared:
         """The kept tensors that a product of a plan of `kind` with `moduli` reads (A's rows, row
         statistics and norm scales, digits, row bounds, the plan's residues, and the column
         exponents where kept), computing none of them: None where one is missing. They stay the
-        same objects until dropped (ozaki/replay.py compares them by identity)."""
+        same objects until dropped (ozaki/replay.py compares them by identity); the rows are
+        _OWN_ROWS where A's own rows serve."""
         residues = next((r for known, r in self._residues if known == (kind, moduli)), None)
         parts = (self._rows, self._stats, self._digits, self._row_bounds, residues)
         if any(part is None for part in parts):
@@ -140,7 +148,7 @@ class Prepared:
     @property
     def nbytes(self):
         parts = [self._digits, self._column_exponents, self._row_bounds]
-        if self._rows is not None and self._rows.data_ptr() != self.A.data_ptr():
+        if isinstance(self._rows, torch.Tensor):
             parts.append(self._rows)
         if self._stats is not None:
             parts += [*self._stats[0], self._stats[1]]
@@ -186,6 +194,8 @@ def prepare(A, *, max_bytes=None):
     if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
                                   or max_bytes < 0):
         raise ValueError(f"{name}: max_bytes must be None or an integer >= 0, got {max_bytes!r}")
+    from . import repeated  # repeated builds on this module
+    repeated.forget(A)  # the handle serves A from now on
     return Prepared(A, max_bytes)
 
 
@@ -193,5 +203,5 @@ def find(A):
     """The current Prepared handle of left operand A, or None."""
     if A.dim() != 2 or not _REGISTRY or A.is_inference():
         return None
-    kept = _REGISTRY.get(_identity(A))
+    kept = _REGISTRY.get(identity(A))
     return None if kept is None else kept.current()

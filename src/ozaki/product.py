@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import torch
 
-from . import _ops, fixed_counts, prepared, replay, speculation
+from . import _ops, fixed_counts, prepared, repeated, replay, speculation
 from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
@@ -685,11 +685,18 @@ def real_product(A, B, dtype, options=Options()):
     if 0 in shape or k == 0:
         return torch.zeros(shape, dtype=dtype, device=A.device), None
     kept = prepared.find(A)
+    if kept is None:
+        kept = repeated.find(A)  # its digest check started
     if replay.applies(A, B, options):
         replayed = replay.product_of(A, B, dtype, options, kept)
-        if replayed is not None:
+        if replayed is not None and repeated.confirmed(kept):
             return replayed
+        if replayed is not None:  # made from a repeated operand's stale parts
+            kept = None
     est = estimates_of(A, B, options, kept)
+    if kept is not None and not repeated.confirmed(kept):
+        kept = None
+        est = estimates_of(A, B, options)
     return planned_product(est, dtype, options, kept)
 
 

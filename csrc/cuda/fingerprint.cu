@@ -1,0 +1,103 @@
+// CUDA kernel of ozaki::fingerprint (csrc/fingerprint.h): a fixed grid of blocks each sums the
+// terms of its share of the entries (row-major positions, any strides), then one block adds the
+// blocks' sums. Addition modulo 2^64 is exact and order-free, so the digest is the CPU's.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../checks.h"
+#include "../fingerprint.h"
+#include "ops.h"
+
+namespace ozaki::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBlocks = 1024;  // blocks' sums, at most; a block per 2^13 entries below that
+constexpr int kAhead = 4;      // loads in flight per thread
+
+__device__ __forceinline__ uint64_t block_sum(uint64_t value) {
+  __shared__ uint64_t warps[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0;
+  if (threadIdx.x < 32) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  }
+  return value;  // in thread 0
+}
+
+// Thread t of the grid takes positions t, t + T, t + 2T, ... (T threads in all), carrying its row
+// and column from one to the next without a division.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    fingerprint_kernel(const T* __restrict__ a, int64_t m, int64_t k, int64_t row_step, int64_t step,
+                       uint64_t* __restrict__ sums) {
+  const int64_t total_threads = int64_t(gridDim.x) * kThreads;
+  const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t rows_on = total_threads / k, columns_on = total_threads % k;
+  int64_t r = first / k, c = first % k;
+  uint64_t sum = 0;
+  while (r < m) {
+    T x[kAhead];
+    int64_t rows[kAhead], columns[kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      rows[i] = r;
+      columns[i] = c;
+      x[i] = r < m ? a[r * row_step + c * step] : T(0);
+      c += columns_on;
+      r += rows_on;
+      if (c >= k) {
+        c -= k;
+        ++r;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      if (rows[i] < m) {
+        sum += fingerprint_term(entry_bits(x[i]), static_cast<uint64_t>(rows[i] * k + columns[i]));
+      }
+    }
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) sums[blockIdx.x] = sum;
+}
+
+__global__ void __launch_bounds__(kThreads) total_kernel(const uint64_t* sums, int count, uint64_t* out) {
+  uint64_t sum = 0;
+  for (int i = threadIdx.x; i < count; i += kThreads) sum += sums[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+}  // namespace
+
+at::Tensor fingerprint(const at::Tensor& a) {
+  constexpr const char* op = "ozaki::fingerprint";
+  check_fingerprint_argument(a, op);
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor out = at::zeros({}, a.options().dtype(at::kLong));
+  const int64_t m = a.size(0), k = a.size(1);
+  if (m == 0 || k == 0) return out;
+  const int blocks = static_cast<int>(
+      std::clamp<int64_t>((m * k + (int64_t(1) << 13) - 1) >> 13, 1, kBlocks));
+  at::Tensor sums = at::empty({blocks}, a.options().dtype(at::kLong));
+  auto* block_sums = reinterpret_cast<uint64_t*>(sums.mutable_data_ptr<int64_t>());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    fingerprint_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+        a.const_data_ptr<scalar_t>(), m, k, a.stride(0), a.stride(1), block_sums);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  total_kernel<<<1, kThreads, 0, stream>>>(block_sums, blocks,
+                                           reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace ozaki::cuda

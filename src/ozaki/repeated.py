@@ -1,0 +1,227 @@
+"""Repeated left operands, kept without being asked (docs/api.md, "Repeated left operands"):
+a program that multiplies the same matrix again and again (`K @ P` in conjugate gradients, `A @ X`
+in Newton-Schulz), run as it is, gets what ozaki.prepare would keep, within a memory budget.
+
+A left operand is kept from its second product on: when a tensor of the same storage, offset,
+shape, strides and dtype comes back unchanged (the same version counter) within the last SEEN
+products. Its kept parts are those of ozaki.prepare (ozaki/prepared.py), so the bits are the same.
+Unlike a prepared operand's, they serve a product only once its contents are found unchanged:
+each product digests the operand (ozaki::fingerprint, one read of it, on the device) and compares
+the digest with the one taken when the parts were made, so writes that the version counter does
+not see (a CUDA graph's replay, a NumPy or DLPack view) are caught too; a product that finds the
+operand changed drops the parts and runs as without them. The parts are also dropped when the
+tensor is changed in place, when its storage is freed, when clear() is called, or, least recently
+used first, when another operand needs the room. All the kept parts together take at most
+MAX_BYTES; an operand whose parts would not fit is not kept (residues that would not fit beside
+the others are computed per product). info() lists them.
+
+Not kept: an explicitly prepared operand (its handle serves), batches, inference tensors, tensor
+subclasses, and calls under graph capture, torch.compile or dispatch modes.
+"""
+
+import collections
+import math
+import threading
+import weakref
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import _ops, crt, prepared
+from .host_copy import HostCopy
+
+#: Whether repeated left operands are kept at all.
+ENABLED = True
+#: Memory all kept parts may take together (beyond the operands themselves).
+MAX_BYTES = 1 << 30
+#: Left operands remembered, most recent last: one that comes back among them is kept.
+SEEN = 4
+#: Residue planes an operand must fit beside its other parts to be kept (16 truncated moduli).
+PLANES_TO_KEEP = 16
+
+_seen = collections.deque(maxlen=SEEN)  # (storage's weak reference, identity, version)
+_kept = collections.OrderedDict()  # identity -> _Kept, least recently used first
+_lock = threading.RLock()  # RLock: an operand freed while the lock is held drops its entry
+
+
+def _identity(A):
+    """What a kept operand is found by: its storage (by address: a weak reference to it keeps
+    another from taking the address), offset, shape, strides, dtype and device."""
+    return (A.device, A.dtype, A.untyped_storage()._cdata, A.storage_offset(), tuple(A.shape),
+            A.stride())
+
+
+class _Kept(prepared.Prepared):
+    """A Prepared handle of an operand seen again. It holds the operand weakly: the parts go when
+    the program's tensor (the base of the views it multiplies) is freed. It is not ozaki.prepare's
+    (prepared.find does not return it), its residues share MAX_BYTES with every other kept
+    operand's parts, and its parts serve a product only after check() found the operand's digest
+    unchanged since they were made."""
+
+    def __init__(self, A):  # Prepared.__init__ holds A and registers the handle: neither here
+        self._view = weakref.ref(A)  # this call's view of the operand, which the parts read
+        self._storage = StorageWeakRef(A.untyped_storage())
+        self._base = weakref.ref(A if A._base is None else A._base, self._freed)
+        self.max_bytes = MAX_BYTES
+        self._key = _identity(A)
+        self._version = A._version
+        self._made = HostCopy(_ops.fingerprint(A))  # the digest of the contents the parts are of
+        self._checked = None
+        self.uses = 1
+        self._clear()
+
+    @property
+    def A(self):
+        return self._view()
+
+    def serves(self, A):
+        """Whether A may use these parts, pending check(): the same storage and layout, unchanged
+        by anything its version counter saw."""
+        return (not self._storage.expired() and _identity(A) == self._key
+                and A._version == self._version)
+
+    def start_check(self, A):
+        """Starts digesting A, this call's view of the operand (which the parts then read)."""
+        self._view = weakref.ref(A)
+        self._checked = HostCopy(_ops.fingerprint(A))
+        self.uses += 1
+
+    def check(self):
+        """Whether the digest started last equals the parts' (waits for that digest alone); True
+        where the parts were made in this call."""
+        checked, self._checked = self._checked, None
+        return checked is None or checked.values() == self._made.values()
+
+    def _over(self, size):
+        return nbytes() + size > MAX_BYTES
+
+    def _freed(self, _ref):
+        with _lock:
+            if _kept.get(self._key) is self:
+                del _kept[self._key]
+        self._clear()
+
+    def __repr__(self):
+        shape = "x".join(map(str, self._key[4]))
+        return (f"ozaki.repeated._Kept({shape} {self._key[1]} on {self._key[0]}, "
+                f"{self.nbytes / 2**20:.1f} MiB kept, {self.uses} uses)")
+
+
+def find(A):
+    """The kept parts of left operand A (a _Kept handle, its check started), kept from now on
+    where A has come back unchanged among the last SEEN products and fits MAX_BYTES; None where A
+    is not kept. The caller uses them only where confirmed(handle) says so."""
+    if not _applies(A):
+        return None
+    key = _identity(A)
+    with _lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            if kept.serves(A):
+                _kept.move_to_end(key)
+                kept.start_check(A)
+                return kept
+            _drop(key)  # changed in place, or freed
+        if not _seen_before(A, key):
+            _seen.append((StorageWeakRef(A.untyped_storage()), key, A._version))
+            return None
+        if not _make_room(_fixed_bytes(A) + PLANES_TO_KEEP * _plane_bytes(A)):
+            return None
+        kept = _kept[key] = _Kept(A)
+        return kept
+
+
+def confirmed(kept):
+    """Whether kept parts found for this call may serve its product: always for ozaki.prepare's
+    (or None), and for a repeated operand's where its digest is unchanged; parts found stale are
+    dropped (the call then runs as without them)."""
+    if not isinstance(kept, _Kept) or kept.check():
+        return True
+    with _lock:
+        if _kept.get(kept._key) is kept:
+            _drop(kept._key)
+    return False
+
+
+def forget(A):
+    """Drops A's kept parts, if any (ozaki.prepare(A) keeps them from now on)."""
+    with _lock:
+        key = _identity(A)
+        if key in _kept:
+            _drop(key)
+
+
+def info():
+    """The kept operands, most recently used last: dicts of their shape, dtype, device, the bytes
+    kept and the products that used them."""
+    with _lock:
+        _drop_freed()
+        return [{"shape": kept._key[4], "dtype": kept._key[1], "device": kept._key[0],
+                 "bytes": kept.nbytes, "uses": kept.uses} for kept in _kept.values()]
+
+
+def nbytes():
+    """The memory all kept parts take now."""
+    with _lock:
+        _drop_freed()
+        return sum(kept.nbytes for kept in _kept.values())
+
+
+def clear():
+    """Frees every kept operand's parts and forgets the operands seen."""
+    with _lock:
+        while _kept:
+            _drop(next(iter(_kept)))
+        _seen.clear()
+
+
+def _applies(A):
+    """Whether left operand A may be kept: a plain 2-D float matrix of an eager call."""
+    if not ENABLED or type(A) is not torch.Tensor or A.dim() != 2 or A.is_inference():
+        return False
+    if A.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return False
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0)
+
+
+def _seen_before(A, key):
+    """Whether A, unchanged, is among the operands seen (it then leaves them)."""
+    for index, (storage, seen_key, version) in enumerate(_seen):
+        if not storage.expired() and seen_key == key and version == A._version:
+            del _seen[index]
+            return True
+    return False
+
+
+def _plane_bytes(A):
+    """Bytes of one residue plane of A (one modulus), as ozaki.prepare keeps it."""
+    return math.prod(crt.left_residue_shape(A.shape, 1))
+
+
+def _fixed_bytes(A):
+    """Bytes of A's kept parts besides its residues: the magnitude digits (one plane), its rows'
+    copy where they are not contiguous, and a bound for the statistics and scales."""
+    m, k = A.shape
+    rows = 0 if A.is_contiguous() else A.numel() * A.element_size()
+    return _plane_bytes(A) + rows + 64 * m
+
+
+def _make_room(size):
+    """Drops the least recently used kept operands until `size` more bytes fit MAX_BYTES; False
+    where they cannot."""
+    if size > MAX_BYTES:
+        return False
+    _drop_freed()
+    while _kept and sum(kept.nbytes for kept in _kept.values()) + size > MAX_BYTES:
+        _drop(next(iter(_kept)))
+    return True
+
+
+def _drop_freed():
+    """Drops the parts of operands whose storage is gone (freed without their base's notice)."""
+    for key in [key for key, kept in _kept.items() if kept._storage.expired()]:
+        _drop(key)
+
+
+def _drop(key):
+    _kept.pop(key)._clear()

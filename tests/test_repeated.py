@@ -1,0 +1,237 @@
+"""Repeated left operands kept without being asked (ozaki/repeated.py): a matrix multiplied again
+and again is kept from its second product on, every product gives the bits of the same product
+run without keeping, writes its version counter did not see are caught by the digest, and the
+kept memory stays within its budget and visible."""
+
+import gc
+
+import pytest
+import torch
+
+import ozaki
+from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from ozaki import _ops, repeated, replay, speculation
+
+#: (id, dtype, phi): truncated scheme II in both dtypes, wide and exact scheme II.
+KINDS = [
+    ("truncated-float64", torch.float64, 0.5),
+    ("truncated-float32", torch.float32, 0.5),
+    ("wide", torch.float64, 2.0),
+    ("exact", torch.float64, 4.0),
+]
+#: Odd sizes and k not a multiple of 16 (the residue rows' padding).
+SHAPE = (70, 300, 9)
+CALLS = 5
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    for state in (repeated, replay, speculation):
+        (state.forget if state is speculation else state.clear)()
+    yield
+    repeated.clear()
+    replay.clear()
+    speculation.forget()
+
+
+def unkept(call, monkeypatch):
+    """call() with nothing kept or replayed: the plain product's bits."""
+    with monkeypatch.context() as patch:
+        patch.setattr(repeated, "ENABLED", False)
+        patch.setattr(replay, "ENABLED", False)
+        return call()
+
+
+def alias(A):
+    """A tensor over A's storage that is not a view of A: its writes leave A's version as it is."""
+    return torch.empty(0, dtype=A.dtype, device=A.device).set_(
+        A.untyped_storage(), A.storage_offset(), A.shape, A.stride())
+
+
+def rights(n, seed, dtype, device, phi=0.5):
+    k = SHAPE[1]
+    return [phi_pair(1, k, n, phi, seed=seed + i, dtype=dtype, device=device)[1]
+            for i in range(CALLS)]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+@pytest.mark.parametrize("backend", ["auto", "fp16"])
+def test_a_repeated_operand_is_kept_and_gives_the_same_bits(device, dtype, phi, backend,
+                                                            monkeypatch):
+    """K @ P over new right-hand sides, as an iterative solver multiplies: kept from the second
+    product on, through dgemm and under ozaki.enable (whose matmul multiplies views of K)."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, phi, seed=1, dtype=dtype, device=device)[0]
+    Ps = rights(n, 10, dtype, device, phi)
+    gemm = REAL_GEMMS[dtype]
+    expected = [unkept(lambda: gemm(K, P, backend=backend), monkeypatch) for P in Ps]
+    for i, P in enumerate(Ps):
+        assert_bitwise_equal(gemm(K, P, backend=backend), expected[i])
+        assert len(repeated.info()) == min(i, 1)
+    [entry] = repeated.info()
+    assert entry["shape"] == (m, k) and entry["dtype"] == dtype and entry["uses"] == CALLS - 1
+    assert 0 < entry["bytes"] == repeated.nbytes() <= repeated.MAX_BYTES
+    repeated.clear()
+    with ozaki.enable((dtype,), backend=backend):
+        for i, P in enumerate(Ps):
+            assert_bitwise_equal(K @ P, expected[i])
+    assert repeated.info()[0]["uses"] == CALLS - 1
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_writes_the_version_counter_misses_are_caught(device, monkeypatch):
+    """A write through another tensor over K's storage (as a CUDA graph's replay or a NumPy view
+    writes) leaves K's version as it was: the digest sees it, the product gives the new contents'
+    bits and K is kept again from the next product."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=2, device=device)[0]
+    P = rights(n, 20, torch.float64, device)[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    version = K._version
+    rows = torch.tensor([0, 1], device=device)
+    for change in (lambda X: X.mul_(-0.5), lambda X: X[3, 7].copy_(X[3, 7] * (1 + 2**-52)),
+                   lambda X: X.index_copy_(0, rows, X[[1, 0]])):
+        change(alias(K))
+        assert K._version == version
+        expected = unkept(lambda: ozaki.dgemm(K.clone(), P), monkeypatch)
+        assert_bitwise_equal(ozaki.dgemm(K, P), expected)
+        assert repeated.info() == []  # the stale parts were dropped
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(K, P), expected)
+        assert repeated.info()[0]["uses"] == 1  # kept again, made from the new contents
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+def test_replayed_products_of_a_repeated_operand_catch_unseen_writes(dtype, phi, monkeypatch):
+    """The replayed graphs read a kept operand's parts: a write the version counter missed
+    (here by a CUDA graph of our own) gives the new contents' bits all the same."""
+    m, k, n = SHAPE
+    K, P = phi_pair(m, k, n, phi, seed=3, dtype=dtype, device="cuda")
+    source = K.clone().mul_(-2.0)
+    gemm = REAL_GEMMS[dtype]
+    expected = unkept(lambda: gemm(K, P), monkeypatch)
+    for _ in range(CALLS):
+        assert_bitwise_equal(gemm(K, P), expected)
+    assert sum(e["replays"] for e in replay.info()) >= CALLS - 2, replay.last_failure
+    graph = torch.cuda.CUDAGraph()
+    writer = alias(K)
+    with torch.cuda.graph(graph):
+        writer.copy_(source)
+    graph.replay()
+    expected = unkept(lambda: gemm(source, P), monkeypatch)
+    for _ in range(CALLS):
+        assert_bitwise_equal(gemm(K, P), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_in_place_changes_and_freed_operands_drop_the_parts(device, monkeypatch):
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=4, device=device)[0]
+    P = rights(n, 30, torch.float64, device)[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    K.add_(0.125)  # seen by the version counter
+    expected = unkept(lambda: ozaki.dgemm(K.clone(), P), monkeypatch)
+    assert_bitwise_equal(ozaki.dgemm(K, P), expected)
+    assert repeated.info() == []
+    # An operand changed before every product is never kept.
+    for _ in range(CALLS):
+        K.mul_(1.0)
+        ozaki.dgemm(K, P)
+    assert repeated.info() == []
+    for _ in range(2):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    del K
+    gc.collect()
+    assert repeated.info() == [] and repeated.nbytes() == 0
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch):
+    """Two operands of a budget that holds one: the newer one is kept and the older dropped;
+    a budget below one operand's parts keeps nothing; the products' bits never change."""
+    m, k, n = SHAPE
+    K1 = phi_pair(m, k, 1, 0.5, seed=5, device=device)[0]
+    K2 = phi_pair(m, k, 1, 0.5, seed=6, device=device)[0]
+    P = rights(n, 40, torch.float64, device)[0]
+    expected = {id(K): unkept(lambda: ozaki.dgemm(K, P), monkeypatch) for K in (K1, K2)}
+    for K in (K1, K1):
+        ozaki.dgemm(K, P)
+    one = repeated.nbytes()
+    monkeypatch.setattr(repeated, "MAX_BYTES", one + one // 2)
+    for K in (K2, K2, K1, K2):
+        assert_bitwise_equal(ozaki.dgemm(K, P), expected[id(K)])
+        assert len(repeated.info()) == 1 and repeated.nbytes() <= repeated.MAX_BYTES
+    monkeypatch.setattr(repeated, "MAX_BYTES", one // 4)
+    repeated.clear()
+    for _ in range(3):
+        assert_bitwise_equal(ozaki.dgemm(K1, P), expected[id(K1)])
+    assert repeated.info() == []
+
+
+def test_what_is_not_kept(monkeypatch):
+    """Switched off, an explicitly prepared operand (its handle serves, and takes the operand
+    over), batches and inference tensors: nothing is kept unasked."""
+    m, k, n = SHAPE
+    K, P = phi_pair(m, k, n, 0.5, seed=7)
+    with monkeypatch.context() as patch:
+        patch.setattr(repeated, "ENABLED", False)
+        for _ in range(3):
+            ozaki.dgemm(K, P)
+        assert repeated.info() == []
+    for _ in range(2):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    with ozaki.prepare(K) as kept:
+        assert repeated.info() == []
+        for _ in range(3):
+            ozaki.dgemm(K, P)
+        assert kept._residues and repeated.info() == []
+    batch = torch.stack([K, K])
+    for _ in range(3):
+        ozaki.matmul(batch, torch.stack([P, P]))
+    with torch.inference_mode():
+        frozen = K.clone()
+    for _ in range(3):
+        ozaki.dgemm(frozen, P)
+    assert repeated.info() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (64, 130), (300, 1)])
+def test_fingerprint_is_the_same_everywhere_and_sees_every_change(dtype, shape):
+    """The digest does not depend on the strides or the device; a change of one bit anywhere, or
+    two entries trading places, changes it; an empty matrix's digest is 0."""
+    A = torch.randn(shape, generator=seeded(8), dtype=torch.float64).to(dtype)
+    digest = int(_ops.fingerprint(A))
+    assert int(_ops.fingerprint(A.t().contiguous().t())) == digest
+    padded = torch.zeros(shape[0], shape[1] + 3, dtype=dtype)
+    padded[:, 1:-2] = A
+    assert int(_ops.fingerprint(padded[:, 1:-2])) == digest
+    if torch.cuda.is_available():
+        assert int(_ops.fingerprint(A.cuda())) == digest
+        assert int(_ops.fingerprint(A.t().contiguous().cuda().t())) == digest
+    bits = A.view(torch.int64 if dtype == torch.float64 else torch.int32)
+    width = bits.element_size() * 8
+    for index in range(0, A.numel(), max(1, A.numel() // 7)):
+        for bit in (0, 17, width - 1):
+            flipped = bits.clone()
+            mask = 1 << bit if bit < width - 1 else -(1 << bit)  # the sign bit as a signed integer
+            flipped.view(-1)[index] ^= mask
+            assert int(_ops.fingerprint(flipped.view(dtype))) != digest
+    if A.numel() > 1:
+        swapped = A.flatten().roll(1).reshape(shape)
+        assert int(_ops.fingerprint(swapped)) != digest
+    assert int(_ops.fingerprint(torch.empty(0, 4, dtype=dtype))) == 0
+
+
+def test_fingerprint_names_a_bad_argument():
+    with pytest.raises(RuntimeError, match=r"ozaki::fingerprint: a must be 2-D \(m, k\), got 3-D"):
+        _ops.fingerprint(torch.ones(2, 2, 2, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="ozaki::fingerprint: a must be float64 or float32"):
+        _ops.fingerprint(torch.ones(2, 2, dtype=torch.int32))
