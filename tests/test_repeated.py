@@ -25,7 +25,9 @@ CALLS = 5
 
 
 @pytest.fixture(autouse=True)
-def fresh():
+def fresh(monkeypatch):
+    """Nothing kept or replayed before a test; small operands kept (MIN_ENTRIES is a speed rule)."""
+    monkeypatch.setattr(repeated, "MIN_ENTRIES", 0)
     for state in (repeated, replay, speculation):
         (state.forget if state is speculation else state.clear)()
     yield
@@ -175,15 +177,16 @@ def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch)
 
 
 def test_what_is_not_kept(monkeypatch):
-    """Switched off, an explicitly prepared operand (its handle serves, and takes the operand
-    over), batches and inference tensors: nothing is kept unasked."""
+    """Switched off, below MIN_ENTRIES, an explicitly prepared operand (its handle serves, and
+    takes the operand over), batches and inference tensors: nothing is kept unasked."""
     m, k, n = SHAPE
     K, P = phi_pair(m, k, n, 0.5, seed=7)
-    with monkeypatch.context() as patch:
-        patch.setattr(repeated, "ENABLED", False)
-        for _ in range(3):
-            ozaki.dgemm(K, P)
-        assert repeated.info() == []
+    for name, value in [("ENABLED", False), ("MIN_ENTRIES", m * k + 1)]:
+        with monkeypatch.context() as patch:
+            patch.setattr(repeated, name, value)
+            for _ in range(3):
+                ozaki.dgemm(K, P)
+            assert repeated.info() == []
     for _ in range(2):
         ozaki.dgemm(K, P)
     assert len(repeated.info()) == 1

@@ -15,7 +15,8 @@ used first, when another operand needs the room. All the kept parts together tak
 MAX_BYTES; an operand whose parts would not fit is not kept (residues that would not fit beside
 the others are computed per product). info() lists them.
 
-Not kept: an explicitly prepared operand (its handle serves), batches, inference tensors, tensor
+Not kept: operands of fewer than MIN_ENTRIES entries (where the check costs more than keeping
+saves), an explicitly prepared operand (its handle serves), batches, inference tensors, tensor
 subclasses, and calls under graph capture, torch.compile or dispatch modes.
 """
 
@@ -38,6 +39,11 @@ MAX_BYTES = 1 << 30
 SEEN = 4
 #: Residue planes an operand must fit beside its other parts to be kept (16 truncated moduli).
 PLANES_TO_KEEP = 16
+#: Fewest entries of a kept operand. Each product of a kept operand reads it once for the digest
+#: and spends the host about 0.08 ms on the check, where keeping saves its statistics and residue
+#: passes (about 23 bytes of traffic per entry): below about 2^23 entries the check costs more than
+#: it saves (H100; docs/benchmarks.md, "Repeated left operands").
+MIN_ENTRIES = 1 << 23
 
 _seen = collections.deque(maxlen=SEEN)  # (storage's weak reference, identity, version)
 _kept = collections.OrderedDict()  # identity -> _Kept, least recently used first
@@ -65,8 +71,13 @@ class _Kept(prepared.Prepared):
         self.max_bytes = MAX_BYTES
         self._key = _identity(A)
         self._version = A._version
-        self._made = HostCopy(_ops.fingerprint(A))  # the digest of the contents the parts are of
-        self._checked = None
+        # The digest's pinned host buffer and event, reused by every check (one at a time).
+        self._host = self._copied = None
+        if A.device.type == "cuda":
+            self._host = torch.empty((), dtype=torch.int64, pin_memory=True)
+            self._copied = torch.cuda.Event()
+        self._made = HostCopy(_ops.fingerprint(A)).values()  # of the contents the parts are of
+        self._checks = {}  # thread -> the HostCopy of the digest it started
         self.uses = 1
         self._clear()
 
@@ -75,22 +86,24 @@ class _Kept(prepared.Prepared):
         return self._view()
 
     def serves(self, A):
-        """Whether A may use these parts, pending check(): the same storage and layout, unchanged
-        by anything its version counter saw."""
-        return (not self._storage.expired() and _identity(A) == self._key
-                and A._version == self._version)
+        """Whether A (found by its identity) may use these parts, pending check(): its storage is
+        still this one, unchanged by anything its version counter saw."""
+        return not self._storage.expired() and A._version == self._version
 
     def start_check(self, A):
-        """Starts digesting A, this call's view of the operand (which the parts then read)."""
+        """Starts digesting A, this call's view of the operand (which the parts then read), for
+        this thread's check()."""
         self._view = weakref.ref(A)
-        self._checked = HostCopy(_ops.fingerprint(A))
+        shared = () if self._checks else (self._host, self._copied)  # else another thread's
+        self._checks[threading.get_ident()] = HostCopy(_ops.fingerprint(A), *shared)
         self.uses += 1
 
     def check(self):
-        """Whether the digest started last equals the parts' (waits for that digest alone); True
-        where the parts were made in this call."""
-        checked, self._checked = self._checked, None
-        return checked is None or checked.values() == self._made.values()
+        """Whether the digest this thread started last equals the parts' (waits for that digest
+        alone); True where the parts were made in this call."""
+        with _lock:
+            checked = self._checks.pop(threading.get_ident(), None)
+        return checked is None or checked.values() == self._made
 
     def _over(self, size):
         return nbytes() + size > MAX_BYTES
@@ -178,6 +191,8 @@ def clear():
 def _applies(A):
     """Whether left operand A may be kept: a plain 2-D float matrix of an eager call."""
     if not ENABLED or type(A) is not torch.Tensor or A.dim() != 2 or A.is_inference():
+        return False
+    if A.numel() < MIN_ENTRIES:
         return False
     if A.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return False
