@@ -1,5 +1,5 @@
-// CUDA kernel of ozaki::fingerprint (csrc/fingerprint.h): one wave of blocks each sums the terms
-// of its share of the entries (row-major positions, any strides), then one block adds the
+// CUDA kernel of ozaki::fingerprint (csrc/fingerprint.h): a fixed grid of blocks each sums the
+// terms of its share of the entries (row-major positions, any strides), then one block adds the
 // blocks' sums. Addition modulo 2^64 is exact and order-free, so the digest is the CPU's.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -16,8 +16,8 @@ namespace ozaki::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlocksPerSm = 4;  // resident at once (kAhead loads each keep HBM busy); one wave
-constexpr int kAhead = 8;        // loads in flight per thread
+constexpr int kBlocks = 1024;  // blocks' sums, at most; a block per 2^13 entries below that
+constexpr int kAhead = 4;      // loads in flight per thread
 
 __device__ __forceinline__ uint64_t block_sum(uint64_t value) {
   __shared__ uint64_t warps[kThreads / 32];
@@ -34,19 +34,22 @@ __device__ __forceinline__ uint64_t block_sum(uint64_t value) {
 // Thread t of the grid takes positions t, t + T, t + 2T, ... (T threads in all), carrying its row
 // and column from one to the next without a division.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads)
     fingerprint_kernel(const T* __restrict__ a, int64_t m, int64_t k, int64_t row_step, int64_t step,
                        uint64_t* __restrict__ sums) {
-  const int64_t total_threads = int64_t(gridDim.x) * kThreads, entries = m * k;
+  const int64_t total_threads = int64_t(gridDim.x) * kThreads;
+  const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t rows_on = total_threads / k, columns_on = total_threads % k;
-  int64_t index = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  int64_t r = index / k, c = index % k;
+  int64_t r = first / k, c = first % k;
   uint64_t sum = 0;
-  while (index < entries) {
+  while (r < m) {
     T x[kAhead];
+    int64_t rows[kAhead], columns[kAhead];
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
-      x[i] = index + i * total_threads < entries ? a[r * row_step + c * step] : T(0);
+      rows[i] = r;
+      columns[i] = c;
+      x[i] = r < m ? a[r * row_step + c * step] : T(0);
       c += columns_on;
       r += rows_on;
       if (c >= k) {
@@ -55,8 +58,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     }
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i, index += total_threads) {
-      if (index < entries) sum += fingerprint_term(entry_bits(x[i]), static_cast<uint64_t>(index));
+    for (int i = 0; i < kAhead; ++i) {
+      if (rows[i] < m) {
+        sum += fingerprint_term(entry_bits(x[i]), static_cast<uint64_t>(rows[i] * k + columns[i]));
+      }
     }
   }
   sum = block_sum(sum);
@@ -79,11 +84,8 @@ at::Tensor fingerprint(const at::Tensor& a) {
   const int64_t m = a.size(0), k = a.size(1);
   if (m == 0 || k == 0) return at::zeros({}, a.options().dtype(at::kLong));
   at::Tensor out = at::empty({}, a.options().dtype(at::kLong));  // total_kernel writes it
-  // One wave of resident blocks, fewer for small matrices (a block per 2^13 entries).
-  const int64_t resident =
-      int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * kBlocksPerSm;
-  const int blocks =
-      static_cast<int>(std::clamp<int64_t>((m * k + (int64_t(1) << 13) - 1) >> 13, 1, resident));
+  const int blocks = static_cast<int>(
+      std::clamp<int64_t>((m * k + (int64_t(1) << 13) - 1) >> 13, 1, kBlocks));
   at::Tensor sums = at::empty({blocks}, a.options().dtype(at::kLong));
   auto* block_sums = reinterpret_cast<uint64_t*>(sums.mutable_data_ptr<int64_t>());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
