@@ -94,7 +94,9 @@ def test_prepared_residues_serve_every_cuda_path(shape, monkeypatch):
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_residues_are_computed_once_per_plan(device, monkeypatch):
     """Products alternating between two moduli counts compute A's residues once for each; a
-    third count replaces the older; max_bytes keeps only what fits."""
+    third count replaces the older; max_bytes keeps only what fits, and does not give up the last
+    product's residues for another count's (that count's are computed in its product alone) until
+    a product no longer uses them."""
     A = phi_pair(50, 120, 6, 0.5, seed=3, device=device)[0]
     calls = []
     original = _ops.crt_left_residues
@@ -106,10 +108,14 @@ def test_residues_are_computed_once_per_plan(device, monkeypatch):
     assert calls == [15, 14, 13, 14]
     calls.clear()
     with ozaki.prepare(A, max_bytes=15 * 50 * 128) as kept:
-        for seed, moduli in enumerate([15, 14, 15]):
+        for seed, moduli in enumerate([15, 14, 15, 14, 15]):
             ozaki.dgemm(A, fresh_right(120, 6, seed, torch.float64, device), moduli=moduli)
         assert [key for key, _ in kept._residues] == [("crt", 15)]
-    assert calls == [15, 14, 15]
+        assert calls == [15]
+        for seed, moduli in enumerate([14, 14, 14]):
+            ozaki.dgemm(A, fresh_right(120, 6, seed, torch.float64, device), moduli=moduli)
+        assert [key for key, _ in kept._residues] == [("crt", 14)]
+    assert calls == [15, 14]
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -60,6 +60,7 @@ class Prepared:
         self._digits = None
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
+        self._last_plan = None  # the key of the last product's residues, kept or not
 
     # ---- what products read -------------------------------------------------------------------
 
@@ -110,18 +111,23 @@ class Prepared:
     def residues(self, kind, moduli, scale):
         """A's INT8 residues for a plan of `kind` ("crt", "wide" or "exact") and `moduli`, whose
         row scales (codes, or exponents for wide and exact) are `scale`; None when they would not
-        fit max_bytes. The last KEPT_PLANS plans' are kept (plans of successive products may
-        alternate between two moduli counts)."""
+        fit max_bytes beside the last product's. The last KEPT_PLANS plans' are kept (plans of
+        successive products may alternate between two moduli counts)."""
         key = (kind, moduli)
+        last, self._last_plan = self._last_plan, key
         for index, (known, residues) in enumerate(self._residues):
             if known == key:
                 self._residues.append(self._residues.pop(index))
                 return residues
         size = math.prod(crt.left_residue_shape(self.A.shape, moduli))
-        while self._residues and (len(self._residues) >= KEPT_PLANS or self._over(size)):
-            self._residues.pop(0)
-        if self._over(size):
-            return None
+        # The oldest sets make room, except the last product's: where only it stands in the way,
+        # this plan's residues are computed for this product alone (plans that alternate under a
+        # cap that holds one set then keep one, instead of computing each set again every time).
+        while len(self._residues) >= KEPT_PLANS or self._over(size):
+            index = next((i for i, (known, _) in enumerate(self._residues) if known != last), None)
+            if index is None:
+                return None
+            self._residues.pop(index)
         residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
         self._residues.append((key, residues))
         return residues
