@@ -19,8 +19,8 @@ run (its cost included).
 
 Fixed iteration counts, so every mode does the same work. Per case: the median time of --repeats
 runs after one warm-up per mode, the ratios to native, whether the unkept and prepared runs gave
-the ozaki run's bits, the sanity figures (with correctly rounded products, so that neither mode's rounding
-favours its own result) and the relative difference of the native and ozaki results.
+the ozaki run's bits, the sanity figures (with correctly rounded products, so that neither mode's
+rounding favours its own result) and the relative difference of the native and ozaki results.
 """
 import argparse
 import datetime
@@ -283,7 +283,8 @@ def format_markdown(rows, meta):
     for r in rows:
         cells = (r["program"], r["case"], str(r["products"]), f"{r['native_ms']:.2f}",
                  f"{r['unkept_ms']:.2f}", f"{r['unkept_ratio']:.2f}",
-                 "yes" if r["unkept_same_bits"] else "**no**", f"{r['ozaki_ms']:.2f}", f"{r['ratio']:.2f}", f"{r['prepared_ms']:.2f}",
+                 "yes" if r["unkept_same_bits"] else "**no**", f"{r['ozaki_ms']:.2f}",
+                 f"{r['ratio']:.2f}", f"{r['prepared_ms']:.2f}",
                  f"{r['prepared_ratio']:.2f}", "yes" if r["prepared_same_bits"] else "**no**",
                  f"{r['native_sanity']:.3e}",
                  f"{r['ozaki_sanity']:.3e}", f"{r['difference']:.1e}", r["plan_short"])

@@ -21,12 +21,16 @@ constexpr int kAhead = 4;      // loads in flight per thread
 
 __device__ __forceinline__ uint64_t block_sum(uint64_t value) {
   __shared__ uint64_t warps[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_down_sync(0xffffffffu, value, offset);
+  }
   if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = value;
   __syncthreads();
   value = threadIdx.x < kThreads / 32 ? warps[threadIdx.x] : 0;
   if (threadIdx.x < 32) {
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      value += __shfl_down_sync(0xffffffffu, value, offset);
+    }
   }
   return value;  // in thread 0
 }
@@ -35,8 +39,8 @@ __device__ __forceinline__ uint64_t block_sum(uint64_t value) {
 // and column from one to the next without a division.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    fingerprint_kernel(const T* __restrict__ a, int64_t m, int64_t k, int64_t row_step, int64_t step,
-                       uint64_t* __restrict__ sums) {
+    fingerprint_kernel(const T* __restrict__ a, int64_t m, int64_t k, int64_t row_step,
+                       int64_t step, uint64_t* __restrict__ sums) {
   const int64_t total_threads = int64_t(gridDim.x) * kThreads;
   const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t rows_on = total_threads / k, columns_on = total_threads % k;
@@ -68,7 +72,8 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) sums[blockIdx.x] = sum;
 }
 
-__global__ void __launch_bounds__(kThreads) total_kernel(const uint64_t* sums, int count, uint64_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    total_kernel(const uint64_t* sums, int count, uint64_t* out) {
   uint64_t sum = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) sum += sums[i];
   sum = block_sum(sum);
@@ -94,8 +99,8 @@ at::Tensor fingerprint(const at::Tensor& a) {
         a.const_data_ptr<scalar_t>(), m, k, a.stride(0), a.stride(1), block_sums);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  total_kernel<<<1, kThreads, 0, stream>>>(block_sums, blocks,
-                                           reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>()));
+  auto* total = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
+  total_kernel<<<1, kThreads, 0, stream>>>(block_sums, blocks, total);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

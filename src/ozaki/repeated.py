@@ -1,4 +1,4 @@
-"""Repeated left operands, kept without being asked (docs/api.md, "Repeated left operands"):
+"""Repeated left operands, kept without being asked (docs/api.md, "Kept without being asked"):
 a program that multiplies the same matrix again and again (`K @ P` in conjugate gradients, `A @ X`
 in Newton-Schulz), run as it is, gets what ozaki.prepare would keep, within a memory budget.
 
@@ -68,7 +68,6 @@ class _Kept(prepared.Prepared):
         self._view = weakref.ref(A)  # this call's view of the operand, which the parts read
         self._storage = StorageWeakRef(A.untyped_storage())
         self._base = weakref.ref(A if A._base is None else A._base, self._freed)
-        self.max_bytes = MAX_BYTES
         self._key = _identity(A)
         self._version = A._version
         # The digest's pinned host buffer and event, reused by every check (one at a time).
