@@ -11,17 +11,9 @@ import torch
 import ozaki
 from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
 from ozaki import _ops, repeated, replay, speculation
-
-#: (id, dtype, phi): truncated scheme II in both dtypes, wide and exact scheme II.
-KINDS = [
-    ("truncated-float64", torch.float64, 0.5),
-    ("truncated-float32", torch.float32, 0.5),
-    ("wide", torch.float64, 2.0),
-    ("exact", torch.float64, 4.0),
-]
-#: Odd sizes and k not a multiple of 16 (the residue rows' padding).
-SHAPE = (70, 300, 9)
-CALLS = 5
+# Plan kinds (truncated scheme II in both dtypes, wide and exact), odd sizes with k not a multiple
+# of 16, and calls per case: the replay tests'.
+from test_replay import CALLS, KINDS, SHAPE
 
 
 @pytest.fixture(autouse=True)
