@@ -40,9 +40,10 @@ SEEN = 4
 #: Residue planes an operand must fit beside its other parts to be kept (16 truncated moduli).
 PLANES_TO_KEEP = 16
 #: Fewest entries of a kept operand. Each product of a kept operand reads it once for the digest
-#: and spends the host about 0.08 ms on the check, where keeping saves its statistics and residue
-#: passes (about 23 bytes of traffic per entry): below about 2^23 entries the check costs more than
-#: it saves (H100; docs/benchmarks.md, "Repeated left operands").
+#: and spends 0.08-0.16 ms more on the check (at 1024^3), where keeping saves its statistics and
+#: residue passes (about 23 bytes of traffic per entry): below about 2^23 entries the check costs
+#: more than it saves (H100; docs/benchmarks.md, "Repeated left operands kept without being
+#: asked").
 MIN_ENTRIES = 1 << 23
 
 _seen = collections.deque(maxlen=SEEN)  # (storage's weak reference, identity, version)
