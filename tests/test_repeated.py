@@ -4,6 +4,7 @@ run without keeping, writes its version counter did not see are caught by the di
 kept memory stays within its budget and visible."""
 
 import gc
+import threading
 
 import pytest
 import torch
@@ -119,6 +120,30 @@ def test_replayed_products_of_a_repeated_operand_catch_unseen_writes(dtype, phi,
     expected = unkept(lambda: gemm(source, P), monkeypatch)
     for _ in range(CALLS):
         assert_bitwise_equal(gemm(K, P), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_threads_sharing_a_kept_operand_get_its_bits(device, monkeypatch):
+    """Two threads multiplying the same K at once: each product checks its own digest and gives
+    the bits of the product without keeping."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=11, device=device)[0]
+    Ps = rights(n, 60, torch.float64, device)
+    expected = [unkept(lambda: ozaki.dgemm(K, P), monkeypatch) for P in Ps]
+    results = {}
+
+    def work(name):
+        results[name] = [ozaki.dgemm(K, Ps[i % CALLS]) for i in range(4 * CALLS)]
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in ("a", "b"):
+        for i, C in enumerate(results[name]):
+            assert_bitwise_equal(C, expected[i % CALLS])
+    assert repeated.info()[0]["uses"] >= 4 * CALLS
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
