@@ -12,7 +12,8 @@ import torch
 import ozaki
 from ozaki import _ops, crt, product
 from ozaki.options import Options
-from helpers import assert_bitwise_equal, crt_paths, phi_tensor, seeded
+from helpers import assert_bitwise_equal, crt_paths
+from test_crt_paths import operands as crt_path_operands
 
 # (m, k, n): two columns (one column's B.mT is contiguous: rows already), columns around the
 # 4-column groups and 32-column tiles, k around the 64-entry tiles, the 16-byte row padding and
@@ -32,12 +33,9 @@ def scales(stats_a, norm_a, stats_b, norm_b, moduli, k):
 def operands(batch, m, k, n, dtype, seed, specials=True):
     """phi = 1 operands on CUDA, B contiguous; one row of A and one column of B hold NaN and Inf
     (and one column of B is zero) when specials."""
-    g = seeded(seed)
-    A = phi_tensor((*batch, m, k), dtype, g, 1.0)
-    B = phi_tensor((*batch, k, n), dtype, g, 1.0)
-    if specials and m > 1 and n > 2:
-        A[..., m // 2, k // 2] = float("nan")
-        B[..., k - 1, n - 1] = float("inf")
+    specials = specials and m > 1 and n > 2
+    A, B = crt_path_operands(batch, m, k, n, dtype, seed, specials)
+    if specials:
         B[..., :, 0] = 0.0
     return A.cuda(), B.cuda().contiguous()
 

@@ -11,10 +11,11 @@ import torch
 
 import ozaki
 from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
-from ozaki import _ops, repeated, replay, speculation
+from ozaki import _ops, accuracy, repeated, replay, speculation
 # Plan kinds (truncated scheme II in both dtypes, wide and exact), odd sizes with k not a multiple
 # of 16, and calls per case: the replay tests'.
 from test_replay import CALLS, KINDS, SHAPE
+from test_wide_spans import AUTOMATIC_BACKENDS, CASES, assert_no_worse_than_twice_native
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +73,26 @@ def test_a_repeated_operand_is_kept_and_gives_the_same_bits(device, dtype, phi, 
         for i, P in enumerate(Ps):
             assert_bitwise_equal(K @ P, expected[i])
     assert repeated.info()[0]["uses"] == CALLS - 1
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("backend", AUTOMATIC_BACKENDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_rows_of_wide_span_keep_the_promise_when_kept(device, backend, case, monkeypatch):
+    """tests/test_wide_spans.py's rows (units rescaled by 1e20, powers of two to 2^+-90,
+    Vandermonde rows, one huge entry meeting one tiny), multiplied again and again: the products
+    that keep A, and those that reuse its parts, are no worse than twice native against the exact
+    product and give the bits of the call without keeping."""
+    A, B = CASES[case]()
+    gemm = REAL_GEMMS[A.dtype]
+    exact = accuracy.exact_matmul(A, B)
+    A, B = A.to(device), B.to(device)
+    expected = unkept(lambda: gemm(A, B, backend=backend), monkeypatch)
+    for _ in range(3):
+        C = gemm(A, B, backend=backend)
+        assert_bitwise_equal(C, expected)
+        assert_no_worse_than_twice_native(C, A.cpu(), B.cpu(), exact)
+    assert repeated.info()[0]["uses"] == 2
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

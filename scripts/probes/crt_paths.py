@@ -40,6 +40,14 @@ def shape_value(text):
     return m, k, n
 
 
+def phi_operands(m, k, n, seed=None):
+    """phi = 0.5 float64 A (m, k) and B (k, n) on CUDA, drawn from seed (default m + k + n)."""
+    g = torch.Generator(device="cuda").manual_seed(m + k + n if seed is None else seed)
+    A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
+    B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+    return A, B
+
+
 def timed(call, repeats):
     """(median seconds, last result, peak bytes allocated during the calls)."""
     result = call()
@@ -79,9 +87,7 @@ def main(argv=None):
     print("| m | k | n | what | ms | x native | peak GiB beyond A, B (result included) |")
     print("|---|---|---|---|---|---|---|")
     for m, k, n in args.shapes:
-        g = torch.Generator(device="cuda").manual_seed(m + k + n)
-        A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
-        B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+        A, B = phi_operands(m, k, n)
         repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
         native, _, native_peak = timed(lambda: A @ B, repeats)
         cases = [("native", None, native, native_peak, None, 0, 0)]

@@ -19,7 +19,7 @@ import time
 import torch
 
 import ozaki
-from crt_paths import shape_value  # this folder is the script's own
+from crt_paths import phi_operands, shape_value  # this folder is the script's own
 from plan_reads import median_ms
 
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384"]
@@ -71,9 +71,7 @@ def main(argv=None):
     print("| m | k | n | what | call ms | gpu ms | call - gpu ms | host ms (behind sleep) |")
     print("|---|---|---|---|---|---|---|---|")
     for m, k, n in args.shapes:
-        g = torch.Generator(device="cuda").manual_seed(m + k + n)
-        A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
-        B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+        A, B = phi_operands(m, k, n)
         handles = []
         calls = [("native", lambda: A @ B),
                  ("moduli=15", lambda: ozaki.dgemm(A, B, moduli=15)),

@@ -18,7 +18,7 @@ import time
 import torch
 
 import ozaki
-from crt_paths import shape_value  # this folder is the script's own
+from crt_paths import phi_operands, shape_value  # this folder is the script's own
 from ozaki import repeated, replay, speculation
 
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "6000,6000,16", "4096,4096,4096"]
@@ -79,9 +79,7 @@ def main(argv=None):
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, phi 0.5; "
           f"steady: median of calls {WARM_UP + 1}-{args.calls}; MIN_ENTRIES {repeated.MIN_ENTRIES}")
     for m, k, n in args.shapes:
-        g = torch.Generator(device="cuda").manual_seed(1)
-        A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
-        B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+        A, B = phi_operands(m, k, n, seed=1)
         native = native_ms(A, B)
         for mode in MODES:
             times, replays = call_times(mode, A, B, args.calls)
@@ -89,9 +87,7 @@ def main(argv=None):
                   f"{statistics.median(times[WARM_UP:]):.3f} ms; calls "
                   + " ".join(f"{t:.3f}" for t in times) + f"; replays {replays}", flush=True)
     m, k, n = args.shapes[0]
-    g = torch.Generator(device="cuda").manual_seed(1)
-    A = ozaki.accuracy.phi_matrix(m, k, 0.5, generator=g, device="cuda")
-    B = ozaki.accuracy.phi_matrix(k, n, 0.5, generator=g, device="cuda")
+    A, B = phi_operands(m, k, n, seed=1)
     for mode in ("on", "prepared"):
         fresh_state()
         kept = ozaki.prepare(A) if mode == "prepared" else None

@@ -689,10 +689,10 @@ def real_product(A, B, dtype, options=Options()):
         kept = repeated.find(A)  # its digest check started
     if replay.applies(A, B, options):
         replayed = replay.product_of(A, B, dtype, options, kept)
-        if replayed is not None and repeated.confirmed(kept):
-            return replayed
-        if replayed is not None:  # made from a repeated operand's stale parts
-            kept = None
+        if replayed is not None:
+            if repeated.confirmed(kept):
+                return replayed
+            kept = None  # the replay read a repeated operand's stale parts
     est = estimates_of(A, B, options, kept)
     if kept is not None and not repeated.confirmed(kept):
         kept = None
