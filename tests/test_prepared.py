@@ -3,13 +3,15 @@
 products without it, on every plan that keeps something: truncated scheme II on both CUDA paths,
 wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
 
+import contextlib
+
 import pytest
 import torch
 
 import ozaki
 from helpers import (REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, crt_paths, error_test, ones,
                      phi_pair, seeded)
-from ozaki import _ops, accuracy, crt, prepared
+from ozaki import _ops, accuracy, crt, prepared, repeated, replay
 from ozaki.options import Options
 from ozaki.product import Estimates, KeptEstimates, _kept_estimates, row_operand
 from test_wide_spans import AUTOMATIC_BACKENDS, CASES, assert_no_worse_than_twice_native
@@ -229,6 +231,58 @@ def test_kept_estimate_without_usable_pairs_is_infinite(device, unusable):
                                        kept.magnitude_digits(), kept.row_bounds(), None, bt)[2][0]
     expected = Estimates(A, bt, stats_a, stats_b)._crt_magnitude_bound(norm_a, norm_b)
     assert -got.item() == expected.item() == float("inf")
+
+
+@contextlib.contextmanager
+def held_back(monkeypatch, op):
+    """Makes _ops.<op> queue a sleep of about 10 ms on its stream before its own work."""
+    original = getattr(_ops, op)
+
+    def sleeping_first(*args, **kwargs):
+        torch.cuda._sleep(20_000_000)
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_ops, op, sleeping_first)
+        yield
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("keep", ["prepare", "repeated"])
+def test_parts_made_on_one_stream_serve_products_on_another(keep, monkeypatch):
+    """Parts made on one CUDA stream and read on another: the reading stream waits for their
+    making, and their memory is not reused while it may still read them. Each side is held back
+    by a sleep on the device, so that without that order the products would read residues not
+    made yet, or memory another allocation has taken and filled."""
+    monkeypatch.setattr(replay, "ENABLED", False)
+    monkeypatch.setattr(repeated, "MIN_ENTRIES", 0)
+    repeated.clear()
+    m, k, n = 257, 1000, 65
+    A, B = phi_pair(m, k, n, 0.5, seed=31, device="cuda")
+    with monkeypatch.context() as patch:
+        patch.setattr(repeated, "ENABLED", False)
+        expected = ozaki.dgemm(A, B)
+    handle = ozaki.prepare(A) if keep == "prepare" else None
+    if keep == "repeated":
+        ozaki.dgemm(A, B)  # seen once: kept from the next product on
+    first, second = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(first):
+        with held_back(monkeypatch, "crt_left_residues"):
+            made = ozaki.dgemm(A, B)  # A's residues made on `first`, late
+    with torch.cuda.stream(second):
+        read = ozaki.dgemm(A, B)  # ... and read on `second`
+        with held_back(monkeypatch, "gemm_crt"):
+            read_late = ozaki.dgemm(A, B)  # read on `second`, late
+    kept = handle if keep == "prepare" else next(iter(repeated._kept.values()))
+    sizes = [part.numel() * part.element_size() for part in kept._parts()]
+    assert kept._residues, "the products kept A's residues"
+    with torch.cuda.stream(first):
+        handle.release() if keep == "prepare" else repeated.clear()
+        taken = [torch.full((size,), 0x55, dtype=torch.uint8, device="cuda") for size in sizes]
+    torch.cuda.synchronize()
+    del taken
+    for C in (made, read, read_late):
+        assert_bitwise_equal(C, expected)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -5,8 +5,10 @@ default plan with A prepared (ozaki.prepare, as for repeated products), and the 
 nothing reused from the calls before ("eager": ozaki.replay and ozaki.repeated off), with the
 time, the ratio to native and the peak memory beyond A and B (the memory that replayed graphs and
 A's automatically kept parts hold between calls is given apart); every path's result is checked
-bit for bit against the first, the prepared and eager ones against the default. The calls repeat
-on the same A and B, so outside "eager" A is kept from its second call on (ozaki/repeated.py).
+bit for bit against the first, the default, prepared and eager ones against the first of them.
+The calls repeat on the same A and B, so outside "eager" A is kept from its second call on
+(ozaki/repeated.py). --paths runs the paths in the order given, a path named twice twice (the
+card's clock moves with what ran before: "eager default eager" shows how much).
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
         [--paths cublas fused reduced rule default prepared eager] [--json PATH]
@@ -72,13 +74,9 @@ def main(argv=None):
     parser.add_argument("--moduli", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--paths", nargs="+", choices=PATHS + DEFAULTS, default=PATHS + DEFAULTS,
-                        help="which of them to run (prepared and eager need default; default: "
-                        "all)")
+                        help="which of them to run, in this order (default: all)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
-    for path in ("prepared", "eager"):
-        if path in args.paths and "default" not in args.paths:
-            parser.error(f"--paths: {path} is checked against default, which is not among them")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     rows = []
@@ -92,7 +90,7 @@ def main(argv=None):
         native, _, native_peak = timed(lambda: A @ B, repeats)
         cases = [("native", None, native, native_peak, None, 0, 0)]
         reference = default = kept = None
-        for path in [p for p in PATHS + DEFAULTS if p in args.paths]:
+        for path in args.paths:
             ozaki.replay.ENABLED = ozaki.repeated.ENABLED = path != "eager"
             ozaki.repeated.clear()
             if path in DEFAULTS:
@@ -116,11 +114,11 @@ def main(argv=None):
             same = None
             replay_bytes = ozaki.replay.nbytes()  # the graphs' memory of replayed default calls
             kept_bytes = ozaki.repeated.nbytes()  # A's parts kept between calls
-            if path == "default":
-                default = result
-            elif path in ("prepared", "eager"):
-                same = default is not None and bool(torch.equal(result.view(torch.int64),
-                                                                default.view(torch.int64)))
+            if path in DEFAULTS:
+                if default is None:
+                    default = result
+                else:
+                    same = bool(torch.equal(result.view(torch.int64), default.view(torch.int64)))
                 if path == "prepared":
                     kept.release()
             else:

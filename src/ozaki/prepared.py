@@ -61,6 +61,32 @@ class Prepared:
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
         self._last_plan = None  # the key of the last product's residues, kept or not
+        self._stream = None  # the CUDA stream that last made or read the parts
+
+    def _parts(self):
+        """The kept tensors."""
+        parts = [self._digits, self._column_exponents, self._row_bounds]
+        if isinstance(self._rows, torch.Tensor):
+            parts.append(self._rows)
+        if self._stats is not None:
+            parts += [*self._stats[0], self._stats[1]]
+        parts += [residues for _, residues in self._residues]
+        return [part for part in parts if part is not None]
+
+    def on_current_stream(self):
+        """Orders this call's use of the parts on the current CUDA stream: where another stream
+        made or read them last, the current one waits for that stream's work so far (the parts'
+        making included), and the parts' memory is not reused before the current stream's work
+        on it is done (record_stream). Nothing to do on the CPU or under graph capture."""
+        device = self._key[0]
+        if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            return
+        stream = torch.cuda.current_stream(device)
+        if self._stream is not None and stream != self._stream:
+            stream.wait_stream(self._stream)
+            for part in self._parts():
+                part.record_stream(stream)
+        self._stream = stream
 
     # ---- what products read -------------------------------------------------------------------
 
@@ -153,13 +179,7 @@ class Prepared:
 
     @property
     def nbytes(self):
-        parts = [self._digits, self._column_exponents, self._row_bounds]
-        if isinstance(self._rows, torch.Tensor):
-            parts.append(self._rows)
-        if self._stats is not None:
-            parts += [*self._stats[0], self._stats[1]]
-        parts += [residues for _, residues in self._residues]
-        return sum(t.numel() * t.element_size() for t in parts if t is not None)
+        return sum(t.numel() * t.element_size() for t in self._parts())
 
     def current(self):
         """self, after dropping the kept parts if A changed in place since they were made."""
