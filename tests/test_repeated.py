@@ -144,9 +144,13 @@ def test_replayed_products_of_a_repeated_operand_catch_unseen_writes(dtype, phi,
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-def test_threads_sharing_a_kept_operand_get_its_bits(device, monkeypatch):
-    """Two threads multiplying the same K at once: each product checks its own digest and gives
-    the bits of the product without keeping."""
+@pytest.mark.parametrize("streams", ["shared", "own"])
+def test_threads_sharing_a_kept_operand_get_its_bits(device, streams, monkeypatch):
+    """Two threads multiplying the same K at once, on the same CUDA stream or each on its own:
+    each product checks its own digest, reads parts the other thread may have made on its
+    stream, and gives the bits of the product without keeping."""
+    if streams == "own" and device == "cpu":
+        pytest.skip("streams are CUDA's")
     m, k, n = SHAPE
     K = phi_pair(m, k, 1, 0.5, seed=11, device=device)[0]
     Ps = rights(n, 60, torch.float64, device)
@@ -154,7 +158,11 @@ def test_threads_sharing_a_kept_operand_get_its_bits(device, monkeypatch):
     results = {}
 
     def work(name):
-        results[name] = [ozaki.dgemm(K, Ps[i % CALLS]) for i in range(4 * CALLS)]
+        stream = torch.cuda.Stream() if streams == "own" else None
+        with torch.cuda.stream(stream):
+            results[name] = [ozaki.dgemm(K, Ps[i % CALLS]) for i in range(4 * CALLS)]
+            if stream is not None:
+                stream.synchronize()
 
     threads = [threading.Thread(target=work, args=(name,)) for name in ("a", "b")]
     for thread in threads:

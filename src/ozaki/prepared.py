@@ -35,6 +35,15 @@ _OWN_ROWS = "A's own rows"
 _REGISTRY = weakref.WeakValueDictionary()
 
 
+def _tensors(part):
+    """The tensors of a kept part (a tensor, or nested tuples of them)."""
+    if isinstance(part, torch.Tensor):
+        return [part]
+    if isinstance(part, (tuple, list)):
+        return [t for item in part for t in _tensors(item)]
+    return []
+
+
 def identity(A):
     """What a kept operand is found by: its device, dtype, address, shape and strides."""
     return (A.device, A.dtype, A.data_ptr(), tuple(A.shape), A.stride())
@@ -61,32 +70,39 @@ class Prepared:
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
         self._last_plan = None  # the key of the last product's residues, kept or not
-        self._stream = None  # the CUDA stream that last made or read the parts
+        self._origins = {}  # part name -> (CUDA stream, event recorded after its making)
 
     def _parts(self):
         """The kept tensors."""
-        parts = [self._digits, self._column_exponents, self._row_bounds]
-        if isinstance(self._rows, torch.Tensor):
-            parts.append(self._rows)
-        if self._stats is not None:
-            parts += [*self._stats[0], self._stats[1]]
-        parts += [residues for _, residues in self._residues]
-        return [part for part in parts if part is not None]
+        return _tensors((self._rows, self._stats, self._row_bounds, self._digits,
+                         self._column_exponents, [residues for _, residues in self._residues]))
 
-    def on_current_stream(self):
-        """Orders this call's use of the parts on the current CUDA stream: where another stream
-        made or read them last, the current one waits for that stream's work so far (the parts'
-        making included), and the parts' memory is not reused before the current stream's work
-        on it is done (record_stream). Nothing to do on the CPU or under graph capture."""
+    def _keep(self, name, part):
+        """part, just made on the current CUDA stream and kept as `name`: where it was made is
+        noted for _ready."""
         device = self._key[0]
-        if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-            return
-        stream = torch.cuda.current_stream(device)
-        if self._stream is not None and stream != self._stream:
-            stream.wait_stream(self._stream)
-            for part in self._parts():
-                part.record_stream(stream)
-        self._stream = stream
+        if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            stream = torch.cuda.current_stream(device)
+            event = torch.cuda.Event()
+            event.record(stream)
+            self._origins[name] = (stream, event)
+        return part
+
+    def _ready(self, name, part):
+        """Kept part `name`, ready for the current CUDA stream: where another stream made it, the
+        current one waits for its making, and its memory is not reused before the current
+        stream's work on it is done (record_stream). Under graph capture the capturing stream
+        was ordered before the capture began (ozaki/replay.py reads kept_parts first)."""
+        origin = self._origins.get(name)
+        if origin is None or torch.cuda.is_current_stream_capturing():
+            return part
+        made_on, event = origin
+        stream = torch.cuda.current_stream(made_on.device)
+        if stream != made_on:
+            stream.wait_event(event)
+            for tensor in _tensors(part):
+                tensor.record_stream(stream)
+        return part
 
     # ---- what products read -------------------------------------------------------------------
 
@@ -96,20 +112,21 @@ class Prepared:
         if self._rows is None:
             from .product import row_operand  # product imports this module
             rows = row_operand(self.A)
-            self._rows = _OWN_ROWS if rows is self.A else rows
-        return self.A if self._rows is _OWN_ROWS else self._rows
+            self._rows = _OWN_ROWS if rows is self.A else self._keep("rows", rows)
+        return self.A if self._rows is _OWN_ROWS else self._ready("rows", self._rows)
 
     def stats_and_norms(self):
         """(row_stats, norm scale codes) of A's rows."""
         if self._stats is None:
-            self._stats = _ops.row_stats_with_norm_scales(self.rows())
-        return self._stats
+            self._stats = self._keep("stats", _ops.row_stats_with_norm_scales(self.rows()))
+        return self._ready("stats", self._stats)
 
     def row_bounds(self):
         """ozaki::crt_row_bounds of A's rows."""
         if self._row_bounds is None:
-            self._row_bounds = _ops.crt_row_bounds(*self.stats_and_norms())
-        return self._row_bounds
+            self._row_bounds = self._keep("row_bounds",
+                                          _ops.crt_row_bounds(*self.stats_and_norms()))
+        return self._ready("row_bounds", self._row_bounds)
 
     def magnitude_digits(self):
         """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits), their rows
@@ -117,8 +134,9 @@ class Prepared:
         if self._digits is None:
             stats, norms = self.stats_and_norms()
             digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
-            self._digits = torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16))
-        return self._digits
+            self._digits = self._keep("digits",
+                                      torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16)))
+        return self._ready("digits", self._digits)
 
     def has_column_exponents(self):
         """Whether exact scheme II's column exponents of A are kept (a product needed them)."""
@@ -126,13 +144,13 @@ class Prepared:
 
     def known_column_exponents(self):
         """Exact scheme II's column exponents of A where kept, else None."""
-        return self._column_exponents
+        return self._ready("column_exponents", self._column_exponents)
 
     def column_exponents(self, compute):
         """Exact scheme II's column exponents of A (compute() makes them)."""
         if self._column_exponents is None:
-            self._column_exponents = compute()
-        return self._column_exponents
+            self._column_exponents = self._keep("column_exponents", compute())
+        return self._ready("column_exponents", self._column_exponents)
 
     def residues(self, kind, moduli, scale):
         """A's INT8 residues for a plan of `kind` ("crt", "wide" or "exact") and `moduli`, whose
@@ -144,7 +162,7 @@ class Prepared:
         for index, (known, residues) in enumerate(self._residues):
             if known == key:
                 self._residues.append(self._residues.pop(index))
-                return residues
+                return self._ready(key, residues)
         size = math.prod(crt.left_residue_shape(self.A.shape, moduli))
         # The oldest sets make room, except the last product's: where only it stands in the way,
         # this plan's residues are computed for this product alone (plans that alternate under a
@@ -153,8 +171,9 @@ class Prepared:
             index = next((i for i, (known, _) in enumerate(self._residues) if known != last), None)
             if index is None:
                 return None
-            self._residues.pop(index)
-        residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
+            self._origins.pop(self._residues.pop(index)[0], None)
+        residues = self._keep(key, _ops.crt_left_residues(self.rows(), scale, moduli,
+                                                          kind != "crt"))
         self._residues.append((key, residues))
         return residues
 
@@ -163,12 +182,15 @@ class Prepared:
         statistics and norm scales, digits, row bounds, the plan's residues, and the column
         exponents where kept), computing none of them: None where one is missing. They stay the
         same objects until dropped (ozaki/replay.py compares them by identity); the rows are
-        _OWN_ROWS where A's own rows serve."""
-        residues = next((r for known, r in self._residues if known == (kind, moduli)), None)
-        parts = (self._rows, self._stats, self._digits, self._row_bounds, residues)
-        if any(part is None for part in parts):
+        _OWN_ROWS where A's own rows serve. Each is ready for the current stream (_ready)."""
+        key = (kind, moduli)
+        residues = next((r for known, r in self._residues if known == key), None)
+        names = ("rows", "stats", "digits", "row_bounds", key, "column_exponents")
+        parts = (self._rows, self._stats, self._digits, self._row_bounds, residues,
+                 self._column_exponents)
+        if any(part is None for part in parts[:5]):
             return None
-        return (*parts, self._column_exponents)
+        return tuple(self._ready(name, part) for name, part in zip(names, parts))
 
     def _over(self, size):
         """Whether residues of `size` bytes would take the kept ones past max_bytes."""

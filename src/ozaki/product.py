@@ -687,8 +687,6 @@ def real_product(A, B, dtype, options=Options()):
     kept = prepared.find(A)
     if kept is None:
         kept = repeated.find(A)  # its digest check started
-    if kept is not None:
-        kept.on_current_stream()
     if replay.applies(A, B, options):
         replayed = replay.product_of(A, B, dtype, options, kept)
         if replayed is not None:
