@@ -275,7 +275,10 @@ inline void check_kept_plan_reads_arguments(
     const at::Tensor& digits_a, const at::Tensor& bounds_a,
     const std::optional<at::Tensor>& column_exponents_a, const at::Tensor& bt, const char* op) {
   check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
+  TORCH_CHECK(bt.dim() == 2, op, ": bt must be 2-D, got ", bt.dim(), "-D");
+  TORCH_CHECK(bt.is_contiguous() || is_column_view(bt), op,
+              ": bt must be contiguous or the transpose of a contiguous (k, n) matrix, got strides ",
+              bt.strides());
   TORCH_CHECK(a.size(1) == bt.size(1) && a.scalar_type() == bt.scalar_type(), op,
               ": a and bt must have the same number of columns and dtype, got ", a.sizes(), " ",
               a.scalar_type(), " and ", bt.sizes(), " ", bt.scalar_type());

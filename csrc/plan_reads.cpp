@@ -139,9 +139,11 @@ KeptPlanReads composed_crt_kept_plan_reads(
     const at::Tensor& a, const at::Tensor& tau_a, const at::Tensor& bit_span_a,
     const at::Tensor& nonfinite_a, const at::Tensor& usable_a, const at::Tensor& norm_a,
     const at::Tensor& digits_a, const at::Tensor& bounds_a,
-    const std::optional<at::Tensor>& column_exponents_a, const at::Tensor& bt) {
+    const std::optional<at::Tensor>& column_exponents_a, const at::Tensor& given_bt) {
   check_kept_plan_reads_arguments(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a, digits_a,
-                                  bounds_a, column_exponents_a, bt, "ozaki::crt_kept_plan_reads");
+                                  bounds_a, column_exponents_a, given_bt,
+                                  "ozaki::crt_kept_plan_reads");
+  const at::Tensor bt = given_bt.contiguous();  // B's columns as rows, where they came in place
   auto [tau_b, span_b, nonfinite_b, norm_b] = row_stats_operator().call(bt);
   at::Tensor usable_b = usable_rows(span_b, nonfinite_b);
   // For n > 2k/3 the operator's single pass over the m x n products costs less than the two

@@ -142,6 +142,35 @@ def test_the_default_call_reads_columns_in_place_and_gives_the_cpu_bits(shape, b
     assert_bitwise_equal(call(A, transposed), expected)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("keep", ["prepare", "repeated"])
+@pytest.mark.parametrize("shape", [(64, 300, 70), (9, 16000, 35), (200, 130, 2)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_kept_operands_read_columns_in_place_and_give_the_cpu_bits(shape, keep, monkeypatch):
+    """With A prepared or kept unasked, the default call reads a contiguous B's columns in place
+    too (crt_kept_plan_reads and gemm_crt take B.mT; nothing copies them into rows from Python)
+    and returns the CPU's bits, on eager, guessed and replayed calls alike."""
+    from ozaki import repeated
+    monkeypatch.setattr(repeated, "MIN_ENTRIES", 0)
+    repeated.clear()
+    m, k, n = shape
+    A, B = operands((), m, k, n, torch.float64, seed=m + k + n, specials=False)
+    expected = ozaki.dgemm(A.cpu(), B.cpu())
+    copies = []
+    transposed = _ops.transposed
+    monkeypatch.setattr(_ops, "transposed", lambda x: copies.append(x.shape) or transposed(x))
+    handle = ozaki.prepare(A) if keep == "prepare" else None
+    for _ in range(5):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert copies == [], "B's columns were copied into rows"
+    if keep == "prepare":
+        assert handle._residues, "A's residues were kept"
+        handle.release()
+    else:
+        assert repeated.info()[0]["uses"] >= 3
+    repeated.clear()
+
+
 def test_only_the_default_cuda_plan_takes_columns_in_place():
     """in_place_bt copies B's columns into rows on the CPU, for fixed moduli and for rounding
     (whose reads take rows), and leaves an already row-major B.mT as it is."""

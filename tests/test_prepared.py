@@ -167,11 +167,13 @@ def test_left_residues_are_the_same_on_cpu_and_cuda(exact, moduli, dtype):
 @pytest.mark.parametrize("n", [30, 61, 600])
 @pytest.mark.parametrize("with_exponents", [False, True], ids=["first", "exponents-kept"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, dtype):
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, dtype, layout):
     """ozaki::crt_kept_plan_reads, from A's kept parts, returns, bit for bit, what the plan reads
     from A itself (Estimates): bt's statistics, norm scales and usable rows, -crt_magnitude (from
     the kept digits, or the operator past 2k/3), both operands' row bounds and, once A's column
-    exponents are kept, the entry bound's sum; zero and NaN rows and columns included."""
+    exponents are kept, the entry bound's sum; zero and NaN rows and columns included; bt as rows
+    or as B's columns in place (B.mT)."""
     A, B = phi_pair(40, 90, n, 2.0, seed=n, dtype=dtype, device=device)
     A[5] = 0.0
     A[7, 3] = float("nan")
@@ -189,7 +191,7 @@ def test_kept_plan_reads_in_one_call_are_their_parts(device, n, with_exponents, 
             KeptEstimates(kept, bt, expected_stats, expected_norm).exact_entry_bound()
         stats_b, norm_b, values = _ops.crt_kept_plan_reads(
             kept.rows(), *kept.stats_and_norms(), kept.magnitude_digits(), kept.row_bounds(),
-            kept.known_column_exponents(), bt)
+            kept.known_column_exponents(), bt if layout == "rows" else B.mT)
     for got, want in zip((*stats_b, norm_b, stats_b.usable),
                          (*expected_stats, expected_norm, expected_stats.usable)):
         assert got.dtype == want.dtype and torch.equal(got, want)
@@ -213,6 +215,10 @@ def test_kept_plan_reads_name_a_bad_argument():
     with pytest.raises(RuntimeError, match=r"digits_a must be contiguous int8 \(4, 16\), got Char "
                                            r"\[4, 6\]"):
         _ops.crt_kept_plan_reads(a, stats, norm, digits[:, :6].contiguous(), bounds, None, bt)
+    with pytest.raises(RuntimeError, match=r"bt must be contiguous or the transpose of a "
+                                           r"contiguous \(k, n\) matrix, got strides \[12, 2\]"):
+        _ops.crt_kept_plan_reads(a, stats, norm, digits, bounds, None,
+                                 torch.rand(3, 12, dtype=torch.float64)[:, ::2])
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -256,18 +256,18 @@ KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
                                   const at::Tensor& usable_a, const at::Tensor& norm_a,
                                   const at::Tensor& digits_a, const at::Tensor& bounds_a,
                                   const std::optional<at::Tensor>& column_exponents_a,
-                                  const at::Tensor& bt) {
+                                  const at::Tensor& given_bt) {
   constexpr const char* op = "ozaki::crt_kept_plan_reads";
   check_kept_plan_reads_arguments(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a, digits_a,
-                                  bounds_a, column_exponents_a, bt, op);
+                                  bounds_a, column_exponents_a, given_bt, op);
   check_same_device(a, {&tau_a, &bit_span_a, &nonfinite_a, &usable_a, &norm_a, &digits_a,
-                        &bounds_a, &bt}, op);
+                        &bounds_a, &given_bt}, op);
   if (column_exponents_a.has_value()) check_same_device(a, {&*column_exponents_a}, op);
-  const int64_t m = a.size(0), n = bt.size(0), k = a.size(1);
+  const int64_t m = a.size(0), n = given_bt.size(0), k = a.size(1);
   check_crt_inner(k, op);
   if (!reduced_gemm_available() || m == 0 || n == 0 || k == 0) {
     return composed_crt_kept_plan_reads(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a,
-                                        digits_a, bounds_a, column_exponents_a, bt);
+                                        digits_a, bounds_a, column_exponents_a, given_bt);
   }
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -275,14 +275,19 @@ KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
   const int gain = crt_magnitude_gain(k);
   at::Tensor smallest = at::empty({1}, a.options().dtype(at::kInt));
   const bool entry_bound = column_exponents_a.has_value();
+  // B's columns in place as crt_plan_reads reads them; as rows where the entry bound's column
+  // exponents are asked for too (exact scheme II's rows of wide span, whose kernel reads rows).
+  const at::Tensor bt = entry_bound && is_column_view(given_bt) ? transposed(given_bt.mT())
+                                                                 : rows_for_read(given_bt);
   const int64_t parts =
       std::min(kMostColumnParts, (n + kColumnRowsPerPart - 1) / kColumnRowsPerPart);
   at::Tensor partial_exponents =
       at::empty({entry_bound ? parts * k : 0}, a.options().dtype(at::kLong));
   OperandReads rb;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    rb = read_operand<scalar_t>(bt, n, k, k_stride, gain, smallest.mutable_data_ptr<int32_t>(),
-                                stream);
+    int32_t* least = smallest.mutable_data_ptr<int32_t>();
+    rb = is_column_view(bt) ? read_columns<scalar_t>(bt, n, k, k_stride, gain, least, stream)
+                            : read_operand<scalar_t>(bt, n, k, k_stride, gain, least, stream);
     if (entry_bound) {
       const dim3 grid(static_cast<unsigned>((k + kColumnThreads - 1) / kColumnThreads),
                       static_cast<unsigned>(parts));

@@ -54,8 +54,9 @@ def row_operands(A, B):
 
 
 def in_place_bt(B, options):
-    """bt for the default plan's reads (ozaki::crt_plan_reads) and scheme II's truncated product
-    (ozaki::gemm_crt), which read a contiguous B's columns in place on CUDA (docs/algorithm.md,
+    """bt for the default plan's reads (ozaki::crt_plan_reads, crt_kept_plan_reads) and scheme
+    II's truncated product (ozaki::gemm_crt), which read a contiguous B's columns in place on
+    CUDA (docs/algorithm.md,
     "B's columns in place"): B.mT itself there, else B's columns as rows (row_operand)."""
     bt = B.mT
     if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
@@ -715,9 +716,9 @@ def real_product(A, B, dtype, options=Options()):
 def estimates_of(A, B, options, kept=None):
     """The Estimates of validated operands A and B (kept: A's kept parts, ozaki.prepare), their
     rows as the product reads them (est.a, est.bt) included."""
+    bt = in_place_bt(B, options)
     if kept is None:
-        return _estimates(row_operand(A), in_place_bt(B, options), options)
-    bt = row_operand(B.mT)
+        return _estimates(row_operand(A), bt, options)
     if _scheme_two_considered(A.shape[-1], options):
         return _kept_estimates(kept, bt, options)
     return KeptEstimates(kept, bt, row_stats(bt))
