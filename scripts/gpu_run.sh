@@ -23,7 +23,7 @@
 # Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
 # (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
-# PATHS_WHICH its paths);
+# PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
 # ncu (not in all) writes ncu.log: Nsight Compute's sections for the reduced GEMM and reconstruction
 # kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n);
 # tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
@@ -113,7 +113,7 @@ if [[ ,$what, == *,programs,* ]]; then
 fi
 if [[ ,$what, == *,paths,* ]]; then
   echo "== scheme II paths"
-  python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} ${PATHS_WHICH:+--paths $PATHS_WHICH} 2>&1 | tee "$OUT/crt_paths.log"
+  python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} ${PATHS_WHICH:+--paths $PATHS_WHICH} ${PATHS_TIMING:+--timing $PATHS_TIMING} 2>&1 | tee "$OUT/crt_paths.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,tiles,* ]]; then

@@ -8,10 +8,15 @@ A's automatically kept parts hold between calls is given apart); every path's re
 bit for bit against the first, the default, prepared and eager ones against the first of them.
 The calls repeat on the same A and B, so outside "eager" A is kept from its second call on
 (ozaki/repeated.py). --paths runs the paths in the order given, a path named twice twice (the
-card's clock moves with what ran before: "eager default eager" shows how much).
+card's clock moves with what ran before: "eager default eager" shows how much). --timing
+synchronized (the default) times each call alone, from a synchronized device to its result;
+back-to-back times the repeats issued one after another with one synchronization at the end (as
+a loop in a program issues them: the host's time of a call then overlaps the device's work of
+the one before), per call; native is timed the same way.
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
-        [--paths cublas fused reduced rule default prepared eager] [--json PATH]
+        [--paths cublas fused reduced rule default prepared eager] [--timing back-to-back]
+        [--json PATH]
 """
 
 import argparse
@@ -50,20 +55,23 @@ def phi_operands(m, k, n, seed=None):
     return A, B
 
 
-def timed(call, repeats):
-    """(median seconds, last result, peak bytes allocated during the calls)."""
+def timed(call, repeats, back_to_back=False):
+    """(seconds per call, last result, peak bytes allocated during the calls): the median of
+    synchronized calls, or back_to_back, of three rows of `repeats` calls issued one after
+    another, each row's time divided by `repeats`."""
     result = call()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     times = []
-    for _ in range(repeats):
+    for _ in range(3 if back_to_back else repeats):
         del result
         torch.cuda.synchronize()
         start = time.perf_counter()
-        result = call()
+        for _ in range(repeats if back_to_back else 1):
+            result = call()
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start) / (repeats if back_to_back else 1))
     return statistics.median(times), result, torch.cuda.max_memory_allocated() - base
 
 
@@ -75,19 +83,23 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--paths", nargs="+", choices=PATHS + DEFAULTS, default=PATHS + DEFAULTS,
                         help="which of them to run, in this order (default: all)")
+    parser.add_argument("--timing", choices=["synchronized", "back-to-back"],
+                        default="synchronized")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     rows = []
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, moduli {args.moduli}, "
-          f"phi 0.5, median of {args.repeats}")
+          f"phi 0.5, {args.timing}: " + (f"median of {args.repeats}" if args.timing ==
+                                          "synchronized" else f"median of 3 rows of {args.repeats}"))
     print("| m | k | n | what | ms | x native | peak GiB beyond A, B (result included) |")
     print("|---|---|---|---|---|---|---|")
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
         repeats = args.repeats if m * k * n < 8192 ** 3 else max(2, args.repeats // 2)
-        native, _, native_peak = timed(lambda: A @ B, repeats)
+        back_to_back = args.timing == "back-to-back"
+        native, _, native_peak = timed(lambda: A @ B, repeats, back_to_back)
         cases = [("native", None, native, native_peak, None, 0, 0)]
         reference = default = kept = None
         for path in args.paths:
@@ -105,7 +117,7 @@ def main(argv=None):
                     os.environ["OZAKI_CRT_PATH"] = path
                 call = lambda: ozaki.dgemm(A, B, moduli=args.moduli)  # noqa: E731
             try:
-                seconds, result, peak = timed(call, repeats)
+                seconds, result, peak = timed(call, repeats, back_to_back)
             except torch.OutOfMemoryError:
                 cases.append((path, None, None, None, "out of memory", 0, 0))
                 if kept is not None:
@@ -151,7 +163,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "moduli": args.moduli, "rows": rows}, f, indent=1)
+                       "moduli": args.moduli, "timing": args.timing, "rows": rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":
