@@ -120,6 +120,40 @@ def test_writes_the_version_counter_misses_are_caught(device, monkeypatch):
         assert repeated.info()[0]["uses"] == 1  # kept again, made from the new contents
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("written", [True, False], ids=["stale", "unchanged"])
+def test_an_error_of_the_kept_product_stands_only_where_the_parts_are_current(device, written,
+                                                                             monkeypatch):
+    """The product of kept parts runs before their digest is compared: what it raises is
+    discarded with it where the operand was written behind its version counter (the call then
+    runs without the parts), and raised where the parts are current."""
+    from ozaki import product
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=4, device=device)[0]
+    P = rights(n, 30, torch.float64, device)[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    if written:
+        alias(K).mul_(-0.5)
+    expected = unkept(lambda: ozaki.dgemm(K.clone(), P), monkeypatch)
+    planned = product.planned_product
+
+    def failing_with_kept_parts(est, dtype, options, kept=None):
+        if kept is not None:
+            raise RuntimeError("a product of kept parts failed")
+        return planned(est, dtype, options, kept)
+
+    monkeypatch.setattr(product, "planned_product", failing_with_kept_parts)
+    monkeypatch.setattr(replay, "ENABLED", False)
+    if written:
+        assert_bitwise_equal(ozaki.dgemm(K, P), expected)
+        assert repeated.info() == []  # the stale parts were dropped
+    else:
+        with pytest.raises(RuntimeError, match="a product of kept parts failed"):
+            ozaki.dgemm(K, P)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
 def test_replayed_products_of_a_repeated_operand_catch_unseen_writes(dtype, phi, monkeypatch):
