@@ -114,6 +114,14 @@ OperandReads read_columns(const at::Tensor& bt, int64_t rows, int64_t k, int64_t
   return out;
 }
 
+// The reads of bt: read_columns where bt is B's columns in place, else read_operand.
+template <typename T>
+OperandReads read_bt(const at::Tensor& bt, int64_t rows, int64_t k, int64_t k_stride, int gain,
+                     int32_t* smallest, cudaStream_t stream) {
+  return is_column_view(bt) ? read_columns<T>(bt, rows, k, k_stride, gain, smallest, stream)
+                            : read_operand<T>(bt, rows, k, k_stride, gain, smallest, stream);
+}
+
 // bt's rows as read_operand reads them: bt itself, or B's columns copied into rows where bt is a
 // column view whose columns the column pass would not keep in L2 (two sweeps from memory would
 // cost more than the copy).
@@ -226,9 +234,7 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     ra = read_operand<scalar_t>(a, rows_a, shape.k, k_stride, gain,
                                 smallest.mutable_data_ptr<int32_t>(), stream);
-    rb = is_column_view(bt)
-             ? read_columns<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream)
-             : read_operand<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
+    rb = read_bt<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
   });
   magnitude_min_gemms(MagnitudeMinGemm{ra.digits.const_data_ptr<int8_t>(), shape.m * k_stride,
                                        rb.digits.const_data_ptr<int8_t>(), shape.n * k_stride,
@@ -285,9 +291,7 @@ KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
       at::empty({entry_bound ? parts * k : 0}, a.options().dtype(at::kLong));
   OperandReads rb;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    int32_t* least = smallest.mutable_data_ptr<int32_t>();
-    rb = is_column_view(bt) ? read_columns<scalar_t>(bt, n, k, k_stride, gain, least, stream)
-                            : read_operand<scalar_t>(bt, n, k, k_stride, gain, least, stream);
+    rb = read_bt<scalar_t>(bt, n, k, k_stride, gain, smallest.mutable_data_ptr<int32_t>(), stream);
     if (entry_bound) {
       const dim3 grid(static_cast<unsigned>((k + kColumnThreads - 1) / kColumnThreads),
                       static_cast<unsigned>(parts));

@@ -287,3 +287,55 @@ def plot_error_vs_n(meta, rows, dtype="float64", metric="max_rel_err"):
                  f"{meta['device_name']}", fontsize=10)
     figure.tight_layout()
     return figure
+
+
+def load_paths_json(path):
+    """(meta, rows) of a scripts/probes/crt_paths.py --json file: rows of m, k, n, what (native,
+    a path, default, prepared, eager), seconds and native_seconds."""
+    with open(path) as f:
+        data = json.load(f)
+    return {key: value for key, value in data.items() if key != "rows"}, data["rows"]
+
+
+def plot_ratio_by_shape(meta, rows, modes=("eager", "default", "prepared"), targets=None):
+    """Speed against native per product shape (native's time over the mode's, both measured in
+    the same run): one horizontal bar per mode of `modes` found in the rows, where a mode measured
+    twice for a shape shows its first measurement; targets: {(m, k, n): ratio} drawn as a tick
+    per shape. Returns the figure."""
+    plt = _pyplot()
+    shapes = list(dict.fromkeys((row["m"], row["k"], row["n"]) for row in rows))
+    first = {}
+    for row in rows:
+        first.setdefault((row["m"], row["k"], row["n"], row["what"]), row)
+    shown = [mode for mode in modes if any((*shape, mode) in first for shape in shapes)]
+    if not shown:
+        raise ValueError(f"plot_ratio_by_shape: none of the modes {list(modes)} is in the rows")
+    figure, ax = plt.subplots(figsize=(7.5, 0.55 * len(shapes) * len(shown) + 1.4))
+    height = 0.8 / len(shown)
+    for index, mode in enumerate(shown):
+        where, ratios = [], []
+        for y, shape in enumerate(shapes):
+            row = first.get((*shape, mode))
+            if row is not None and row.get("seconds"):
+                where.append(y + (index - (len(shown) - 1) / 2) * height)
+                ratios.append(row["native_seconds"] / row["seconds"])
+        bars = ax.barh(where, ratios, height=height, color=f"C{index}", label=mode)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+    for y, shape in enumerate(shapes):
+        if targets and shape in targets:
+            ax.plot([targets[shape]] * 2, [y - 0.45, y + 0.45], color="black", lw=1.5, ls="--",
+                    label="target" if y == min(i for i, s in enumerate(shapes) if s in targets)
+                    else None)
+    ax.axvline(1.0, color="grey", lw=1)
+    ax.set_yticks(range(len(shapes)))
+    ax.set_yticklabels([f"{m} x {k} x {n}" for m, k, n in shapes], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("x native (native time / ozaki time); right of the grey line: faster")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    title = meta.get("device", "")
+    if meta.get("timing"):
+        title += f", {meta['timing']} calls"
+    ax.set_title(title, fontsize=10)
+    figure.tight_layout()
+    return figure
