@@ -236,7 +236,8 @@ def test_in_place_changes_and_freed_operands_drop_the_parts(device, monkeypatch)
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch):
     """Two operands of a budget that holds one: the newer one is kept and the older dropped;
-    a budget below one operand's parts keeps nothing; the products' bits never change."""
+    a budget below one operand's residues keeps its statistics and digits alone, one below
+    those keeps nothing; the products' bits never change."""
     m, k, n = SHAPE
     K1 = phi_pair(m, k, 1, 0.5, seed=5, device=device)[0]
     K2 = phi_pair(m, k, 1, 0.5, seed=6, device=device)[0]
@@ -249,7 +250,14 @@ def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch)
     for K in (K2, K2, K1, K2):
         assert_bitwise_equal(ozaki.dgemm(K, P), expected[id(K)])
         assert len(repeated.info()) == 1 and repeated.nbytes() <= repeated.MAX_BYTES
-    monkeypatch.setattr(repeated, "MAX_BYTES", one // 4)
+    fixed = repeated._fixed_bytes(K1)
+    monkeypatch.setattr(repeated, "MAX_BYTES", fixed + repeated._plane_bytes(K1))
+    repeated.clear()
+    for _ in range(3):
+        assert_bitwise_equal(ozaki.dgemm(K1, P), expected[id(K1)])
+    [entry] = repeated.info()
+    assert entry["uses"] == 2 and 0 < entry["bytes"] <= fixed  # no residue set fits
+    monkeypatch.setattr(repeated, "MAX_BYTES", fixed // 2)
     repeated.clear()
     for _ in range(3):
         assert_bitwise_equal(ozaki.dgemm(K1, P), expected[id(K1)])

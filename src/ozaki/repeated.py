@@ -12,8 +12,9 @@ not see (a CUDA graph's replay, a NumPy or DLPack view) are caught too; a produc
 operand changed drops the parts and runs as without them. The parts are also dropped when the
 tensor is changed in place, when its storage is freed, when clear() is called, or, least recently
 used first, when another operand needs the room. All the kept parts together take at most
-MAX_BYTES; an operand whose parts would not fit is not kept (residues that would not fit beside
-the others are computed per product). info() lists them.
+MAX_BYTES; an operand whose residues would not fit is kept without them (its statistics and
+digits), one whose statistics and digits would not fit is not kept, and residues that would not
+fit beside the others are computed per product. info() lists them.
 
 Not kept: operands of fewer than MIN_ENTRIES entries (where the check costs more than keeping
 saves), an explicitly prepared operand (its handle serves), batches, inference tensors, tensor
@@ -37,7 +38,8 @@ ENABLED = True
 MAX_BYTES = 1 << 30
 #: Left operands remembered, most recent last: one that comes back among them is kept.
 SEEN = 4
-#: Residue planes an operand must fit beside its other parts to be kept (16 truncated moduli).
+#: Residue planes an operand's kept room holds beside its other parts (16 truncated moduli),
+#: where they fit MAX_BYTES (else it is kept without residues).
 PLANES_TO_KEEP = 16
 #: Fewest entries of a kept operand. Each product of a kept operand reads it once for the digest
 #: and spends 0.08-0.16 ms more on the check (at 1024^3), where keeping saves its statistics and
@@ -138,7 +140,7 @@ def find(A):
         if not _seen_before(A, key):
             _seen.append((StorageWeakRef(A.untyped_storage()), key, A._version))
             return None
-        if not _make_room(_fixed_bytes(A) + PLANES_TO_KEEP * _plane_bytes(A)):
+        if not _make_room(_bytes_to_keep(A)):
             return None
         kept = _kept[key] = _Kept(A)
         return kept
@@ -219,6 +221,15 @@ def _fixed_bytes(A):
     m, k = A.shape
     rows = 0 if A.is_contiguous() else A.numel() * A.element_size()
     return _plane_bytes(A) + rows + 64 * m
+
+
+def _bytes_to_keep(A):
+    """The room A needs to be kept: its fixed parts and PLANES_TO_KEEP residue planes, or, where
+    those planes would not fit MAX_BYTES beside them, the fixed parts alone (A's residues are then
+    computed per product: what keeping saves is the pass over A that its statistics and digits
+    take, against the digest's read of A)."""
+    fixed, residues = _fixed_bytes(A), PLANES_TO_KEEP * _plane_bytes(A)
+    return fixed + residues if fixed + residues <= MAX_BYTES else fixed
 
 
 def _make_room(size):
