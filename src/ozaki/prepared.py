@@ -70,7 +70,7 @@ class Prepared:
         self._column_exponents = None
         self._residues = []  # (key, tensor) of the last plans, most recent last
         self._last_plan = None  # the key of the last product's residues, kept or not
-        self._origins = {}  # part name -> (CUDA stream, event recorded after its making)
+        self._origins = {}  # part name -> (device index, raw CUDA stream, event after its making)
 
     def _parts(self):
         """The kept tensors."""
@@ -85,7 +85,7 @@ class Prepared:
             stream = torch.cuda.current_stream(device)
             event = torch.cuda.Event()
             event.record(stream)
-            self._origins[name] = (stream, event)
+            self._origins[name] = (stream.device_index, stream.cuda_stream, event)
         return part
 
     def _ready(self, name, part):
@@ -94,14 +94,17 @@ class Prepared:
         stream's work on it is done (record_stream). Under graph capture the capturing stream
         was ordered before the capture began (ozaki/replay.py reads kept_parts first)."""
         origin = self._origins.get(name)
-        if origin is None or torch.cuda.is_current_stream_capturing():
+        if origin is None:
             return part
-        made_on, event = origin
-        stream = torch.cuda.current_stream(made_on.device)
-        if stream != made_on:
-            stream.wait_event(event)
-            for tensor in _tensors(part):
-                tensor.record_stream(stream)
+        index, made_on, event = origin
+        # the raw handle: a product reads several parts, and this check is on every read
+        if (torch._C._cuda_getCurrentRawStream(index) == made_on
+                or torch.cuda.is_current_stream_capturing()):
+            return part
+        stream = torch.cuda.current_stream(index)
+        stream.wait_event(event)
+        for tensor in _tensors(part):
+            tensor.record_stream(stream)
         return part
 
     # ---- what products read -------------------------------------------------------------------
