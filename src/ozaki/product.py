@@ -56,8 +56,8 @@ def row_operands(A, B):
 def in_place_bt(B, options):
     """bt for the default plan's reads (ozaki::crt_plan_reads, crt_kept_plan_reads) and scheme
     II's truncated product (ozaki::gemm_crt), which read a contiguous B's columns in place on
-    CUDA (docs/algorithm.md,
-    "B's columns in place"): B.mT itself there, else B's columns as rows (row_operand)."""
+    CUDA (docs/algorithm.md, "B's columns in place"): B.mT itself there, else B's columns as rows
+    (row_operand)."""
     bt = B.mT
     if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
             and _default_scheme_two_plan(B.shape[-2], options)):
