@@ -1,6 +1,8 @@
 """Draw the figures in docs/img from the committed H100 data (docs/results/h100/bench-fp16-2026-11-22.json,
 docs/results/h100/bench-int8-2026-11-22.json, the scheme-II bench
-docs/results/h100/bench-crt-2026-11-22.json and docs/results/h100/study-fp16-2026-11-22.csv) with ozaki.plots: the README's figures and the benchmarks page's.
+docs/results/h100/bench-crt-2026-11-22.json, docs/results/h100/study-fp16-2026-11-22.csv and the
+scheme-II paths run docs/results/h100/crt-paths-present-2026-11-27.json) with ozaki.plots: the
+README's figures and the benchmarks page's.
 
     python scripts/make_figures.py
 """
@@ -32,7 +34,16 @@ def main():
     for dtype in ("float64", "float32"):
         figure = plots.plot_throughput(meta, rows, dtype, legend_loc="upper left")
         figure.savefig(images / f"throughput-crt-{dtype}-h100.png", dpi=110)
+    meta, rows = plots.load_paths_json(DOCS / "results" / "h100" / "crt-paths-present-2026-11-27.json")
+    figure = plots.plot_ratio_by_shape(meta, rows, targets=SPEED_TARGETS)
+    figure.savefig(images / "paths-x-native-h100.png", dpi=110)
     print(f"wrote the figures in {images}")
+
+
+#: The default call's speed the project aims at per shape, x native DGEMM (docs/limitations.md,
+#: "Small products and planning overhead").
+SPEED_TARGETS = {(1024, 1024, 1024): 0.35, (2048, 2048, 2048): 0.7, (4096, 4096, 4096): 1.0,
+                 (16384, 1024, 16384): 1.0, (16384, 16384, 64): 0.5}
 
 
 def _shown_in_int8_figure(row):

@@ -310,7 +310,7 @@ def plot_ratio_by_shape(meta, rows, modes=("eager", "default", "prepared"), targ
     shown = [mode for mode in modes if any((*shape, mode) in first for shape in shapes)]
     if not shown:
         raise ValueError(f"plot_ratio_by_shape: none of the modes {list(modes)} is in the rows")
-    figure, ax = plt.subplots(figsize=(7.5, 0.55 * len(shapes) * len(shown) + 1.4))
+    figure, ax = plt.subplots(figsize=(7.5, 0.32 * len(shapes) * len(shown) + 1.6))
     height = 0.8 / len(shown)
     for index, mode in enumerate(shown):
         where, ratios = [], []
@@ -323,16 +323,18 @@ def plot_ratio_by_shape(meta, rows, modes=("eager", "default", "prepared"), targ
         ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
     for y, shape in enumerate(shapes):
         if targets and shape in targets:
-            ax.plot([targets[shape]] * 2, [y - 0.45, y + 0.45], color="black", lw=1.5, ls="--",
+            ax.plot([targets[shape]] * 2, [y - 0.45, y + 0.45], color="crimson", lw=1.2,
+                    ls="--", zorder=0,
                     label="target" if y == min(i for i, s in enumerate(shapes) if s in targets)
                     else None)
-    ax.axvline(1.0, color="grey", lw=1)
+    ax.axvline(1.0, color="grey", lw=1, zorder=0)
+    ax.set_xlim(0, 1.15 * max(ax.get_xlim()[1], 1.0))
     ax.set_yticks(range(len(shapes)))
     ax.set_yticklabels([f"{m} x {k} x {n}" for m, k, n in shapes], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("x native (native time / ozaki time); right of the grey line: faster")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     title = meta.get("device", "")
     if meta.get("timing"):
         title += f", {meta['timing']} calls"
