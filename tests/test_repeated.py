@@ -95,17 +95,23 @@ def test_rows_of_wide_span_keep_the_promise_when_kept(device, backend, case, mon
     assert repeated.info()[0]["uses"] == 2
 
 
+def kept_operand(device, seed, rights_seed):
+    """(K, P): a phi = 0.5 K of SHAPE, kept after three products K @ P."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=seed, device=device)[0]
+    P = rights(n, rights_seed, torch.float64, device)[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    return K, P
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_writes_the_version_counter_misses_are_caught(device, monkeypatch):
     """A write through another tensor over K's storage (as a CUDA graph's replay or a NumPy view
     writes) leaves K's version as it was: the digest sees it, the product gives the new contents'
     bits and K is kept again from the next product."""
-    m, k, n = SHAPE
-    K = phi_pair(m, k, 1, 0.5, seed=2, device=device)[0]
-    P = rights(n, 20, torch.float64, device)[0]
-    for _ in range(3):
-        ozaki.dgemm(K, P)
-    assert len(repeated.info()) == 1
+    K, P = kept_operand(device, seed=2, rights_seed=20)
     version = K._version
     rows = torch.tensor([0, 1], device=device)
     for change in (lambda X: X.mul_(-0.5), lambda X: X[3, 7].copy_(X[3, 7] * (1 + 2**-52)),
@@ -128,12 +134,7 @@ def test_an_error_of_the_kept_product_stands_only_where_the_parts_are_current(de
     discarded with it where the operand was written behind its version counter (the call then
     runs without the parts), and raised where the parts are current."""
     from ozaki import product
-    m, k, n = SHAPE
-    K = phi_pair(m, k, 1, 0.5, seed=4, device=device)[0]
-    P = rights(n, 30, torch.float64, device)[0]
-    for _ in range(3):
-        ozaki.dgemm(K, P)
-    assert len(repeated.info()) == 1
+    K, P = kept_operand(device, seed=4, rights_seed=30)
     if written:
         alias(K).mul_(-0.5)
     expected = unkept(lambda: ozaki.dgemm(K.clone(), P), monkeypatch)
