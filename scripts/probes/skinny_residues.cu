@@ -1,7 +1,8 @@
 // Probe: A's residues made inside the residue-product kernel from A's float64 entries, for skinny
 // products (docs/limitations.md, "Skinny products"): what that costs on the GPU against the two
 // passes of the library (A's residues written by the residue pass, read again by the reduced GEMM)
-// and against the memory floor of one read of A.
+// and against the memory floor of one read of A; and the residue arithmetic alone at full
+// occupancy (residues_only_kernel), the bar for producer warps that would make them once.
 //
 // A warp owns 16 rows of A, 16 columns of B and all N = 15 moduli. Per 32 entries of k it loads its
 // 16 entries of A, and per 16 of them scales each entry to an integer and cuts it once
@@ -135,6 +136,31 @@ __global__ void __launch_bounds__(kWarps * 32)
   });
 }
 
+// The residue arithmetic alone at full occupancy: every entry of A scaled, cut and reduced for
+// all N moduli as the kernel above does, the residues folded into one word per thread (so that
+// none is dropped) instead of multiplied: what a set of producer warps making each entry's
+// residues once would cost.
+__global__ void residues_only_kernel(const double2* __restrict__ a, const int* __restrict__ codes,
+                                     int64_t m, int64_t k, uint32_t* __restrict__ sink) {
+  uint32_t folded = 0;
+  for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
+    const RowScaler scale = row_scaler<double>(codes[row]);
+    for (int64_t l = threadIdx.x; l < k / 2; l += blockDim.x) {
+      const double2 v = a[row * (k / 2) + l];
+      const ResidueParts x[2] = {residue_parts(scale(v.x)), residue_parts(scale(v.y))};
+      for_each_modulus<kN>([&](auto index) {
+        constexpr int i = decltype(index)::value;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          folded = (folded << 3 | folded >> 29) ^
+                   static_cast<uint32_t>(symmetric_residue<kModuli[i], 1>(x[e]));
+        }
+      });
+    }
+  }
+  sink[blockIdx.x * int64_t(blockDim.x) + threadIdx.x] = folded;
+}
+
 // One read of A, summed (the memory floor of the kernel above).
 __global__ void read_kernel(const double2* a, int64_t count, double* sink) {
   double s = 0;
@@ -241,6 +267,13 @@ void run(int64_t m, int64_t k, int64_t n, int splits) {
   const float read_ms = timed([&] {
     read_kernel<<<132 * 8, 256>>>(reinterpret_cast<const double2*>(a), m * k / 2, sink);
   });
+  uint32_t* folded;
+  CHECK(cudaMalloc(&folded, 132 * 8 * 256 * sizeof(uint32_t)));
+  const float residues_ms = timed([&] {
+    residues_only_kernel<<<132 * 8, 256>>>(reinterpret_cast<const double2*>(a), codes, m, k,
+                                           folded);
+  });
+  CHECK(cudaFree(folded));
   // sampled entries against the host
   std::vector<uint8_t> host_out(int64_t(splits) * kN * m * n);
   CHECK(cudaMemcpy(host_out.data(), out, host_out.size(), cudaMemcpyDeviceToHost));
@@ -265,9 +298,9 @@ void run(int64_t m, int64_t k, int64_t n, int splits) {
   }
   const double bytes = double(m) * k * 8;
   std::printf("%6lld x %6lld x %3lld, %d splits, %d moduli: product %.3f ms, one read of A %.3f ms "
-              "(%.2f TB/s); sampled sums mod p: %d of %d differ\n",
+              "(%.2f TB/s), A's residues alone %.3f ms; sampled sums mod p: %d of %d differ\n",
               (long long)m, (long long)k, (long long)n, splits, kN, product_ms, read_ms,
-              bytes / read_ms / 1e9, wrong, checked);
+              bytes / read_ms / 1e9, residues_ms, wrong, checked);
   CHECK(cudaFree(a));
   CHECK(cudaFree(codes));
   CHECK(cudaFree(b));
