@@ -78,21 +78,29 @@ def test_a_repeated_operand_is_kept_and_gives_the_same_bits(device, dtype, phi, 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("backend", AUTOMATIC_BACKENDS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_rows_of_wide_span_keep_the_promise_when_kept(device, backend, case, monkeypatch):
+@pytest.mark.parametrize("residues", ["kept", "not-kept"])
+def test_rows_of_wide_span_keep_the_promise_when_kept(device, backend, case, residues,
+                                                      monkeypatch):
     """tests/test_wide_spans.py's rows (units rescaled by 1e20, powers of two to 2^+-90,
     Vandermonde rows, one huge entry meeting one tiny), multiplied again and again: the products
     that keep A, and those that reuse its parts, are no worse than twice native against the exact
-    product and give the bits of the call without keeping."""
+    product and give the bits of the call without keeping; also where a budget below A's residues
+    keeps its statistics and digits alone."""
     A, B = CASES[case]()
     gemm = REAL_GEMMS[A.dtype]
     exact = accuracy.exact_matmul(A, B)
     A, B = A.to(device), B.to(device)
     expected = unkept(lambda: gemm(A, B, backend=backend), monkeypatch)
+    if residues == "not-kept":
+        monkeypatch.setattr(repeated, "MAX_BYTES", repeated._fixed_bytes(A))
     for _ in range(3):
         C = gemm(A, B, backend=backend)
         assert_bitwise_equal(C, expected)
         assert_no_worse_than_twice_native(C, A.cpu(), B.cpu(), exact)
-    assert repeated.info()[0]["uses"] == 2
+    [entry] = repeated.info()
+    assert entry["uses"] == 2
+    if residues == "not-kept":
+        assert entry["bytes"] <= repeated._fixed_bytes(A)
 
 
 def kept_operand(device, seed, rights_seed):
