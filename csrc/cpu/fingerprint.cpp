@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
