@@ -242,17 +242,6 @@ inline void check_crt_row_scales_arguments(const at::Tensor& norm_scales, const 
               "], got ", t);
 }
 
-// crt_plan_reads' request for a's residues: residue_moduli 0 (none), or a truncated moduli count
-// with a scale budget residue_bits as crt_row_scales takes it.
-inline void check_plan_read_residues(int64_t residue_moduli, int64_t residue_bits,
-                                     const char* op) {
-  TORCH_CHECK(residue_moduli >= 0 && residue_moduli <= kMaxModuli, op,
-              ": residue_moduli must be in [0, ", kMaxModuli, "] (0: no residues), got ",
-              residue_moduli);
-  TORCH_CHECK(residue_moduli == 0 || (residue_bits >= 0 && residue_bits <= kCrtMaxScaleBits), op,
-              ": residue_bits must be in [0, ", kCrtMaxScaleBits, "], got ", residue_bits);
-}
-
 // The arguments of ozaki::crt_wide_exponents: crt_row_scales' vectors, the rows' bool usable
 // flags, and a budget t in [0, 2^12].
 inline void check_crt_wide_exponents_arguments(const at::Tensor& norm_scales, const at::Tensor& tau,

@@ -79,15 +79,11 @@ TORCH_LIBRARY(ozaki, m) {
   // The default plan's device reads in one call (csrc/plan_reads.cpp; fused on CUDA,
   // csrc/cuda/plan_reads.cu): row_stats_with_norm_scales of a's rows and of bt's (flattened when
   // batched), their usable rows (bit_span > 0, no NaN/Inf), and float64 (5,) values:
-  // -crt_magnitude, then crt_row_bounds of a's rows and of bt's. Where residue_moduli > 0, also
-  // residues_a: crt_left_residues of a for that many moduli with the scales crt_row_scales makes
-  // for budget 2^residue_bits (a guessed truncated plan's), made in the same pass on CUDA where the
-  // pass keeps the rows in L2 (by a pass of their own elsewhere); else an empty tensor.
+  // -crt_magnitude, then crt_row_bounds of a's rows and of bt's.
   m.def(
-      "crt_plan_reads(Tensor a, Tensor bt, int residue_moduli=0, int residue_bits=0) -> "
-      "(Tensor tau_a, Tensor bit_span_a, Tensor nonfinite_a, Tensor norm_a, Tensor usable_a, "
-      "Tensor tau_b, Tensor bit_span_b, Tensor nonfinite_b, Tensor norm_b, Tensor usable_b, "
-      "Tensor values, Tensor residues_a)");
+      "crt_plan_reads(Tensor a, Tensor bt) -> (Tensor tau_a, Tensor bit_span_a, "
+      "Tensor nonfinite_a, Tensor norm_a, Tensor usable_a, Tensor tau_b, Tensor bit_span_b, "
+      "Tensor nonfinite_b, Tensor norm_b, Tensor usable_b, Tensor values)");
   // The same reads for a product whose left operand a (a matrix) is prepared (ozaki.prepare;
   // csrc/plan_reads.cpp, fused on CUDA): from a's kept parts (row_stats_with_norm_scales of its
   // rows and their usable flags, the magnitude digits of its rows, int8 (m, k rounded up to

@@ -162,22 +162,7 @@ KeptPlanReads composed_crt_kept_plan_reads(
   return {tau_b, span_b, nonfinite_b, norm_b, usable_b, at::cat(values)};
 }
 
-// crt_left_residues of a for `moduli` moduli, scaled as crt_row_scales scales its rows for budget
-// 2^bits (norm: their norm scale codes).
-at::Tensor guessed_left_residues(const at::Tensor& a, const at::Tensor& norm, const at::Tensor& tau,
-                                 const at::Tensor& span, int64_t moduli, int64_t bits) {
-  static const auto scales_op = find_operator<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                                         const at::Tensor&, int64_t)>(
-      "ozaki::crt_row_scales");
-  static const auto residues_op =
-      find_operator<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t, bool)>(
-          "ozaki::crt_left_residues");
-  return residues_op.call(a.contiguous(), scales_op.call(norm, tau, span, bits), moduli, false);
-}
-
-PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt,
-                                  int64_t residue_moduli, int64_t residue_bits) {
-  check_plan_read_residues(residue_moduli, residue_bits, "ozaki::crt_plan_reads");
+PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
   const auto& stats_op = row_stats_operator();
   const auto& bounds_op = row_bounds_operator();
   const auto& magnitude_op = magnitude_operator();
@@ -190,12 +175,8 @@ PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt,
   at::Tensor values = at::cat({magnitude.neg().reshape({1}),
                                bounds_op.call(tau_a, span_a, nonfinite_a, norm_a),
                                bounds_op.call(tau_b, span_b, nonfinite_b, norm_b)});
-  at::Tensor residues_a =
-      residue_moduli > 0
-          ? guessed_left_residues(a, norm_a, tau_a, span_a, residue_moduli, residue_bits)
-          : at::empty({0}, a.options().dtype(at::kChar));
   return {tau_a, span_a, nonfinite_a, norm_a, usable_a,
-          tau_b, span_b, nonfinite_b, norm_b, usable_b, values, residues_a};
+          tau_b, span_b, nonfinite_b, norm_b, usable_b, values};
 }
 
 TORCH_LIBRARY_IMPL(ozaki, CompositeExplicitAutograd, m) {

@@ -12,10 +12,9 @@ namespace ozaki {
 
 using PlanReads = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                              at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                             at::Tensor, at::Tensor>;
+                             at::Tensor>;
 
-PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt,
-                                  int64_t residue_moduli, int64_t residue_bits);
+PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
 
 using KeptPlanReads =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;

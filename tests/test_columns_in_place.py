@@ -57,8 +57,8 @@ def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
     (whose estimate is the minimum over the digits each pass wrote)."""
     m, k, n = shape
     A, B = operands(batch, m, k, n, dtype, seed=m + 3 * k + 5 * n)
-    in_place = _ops.crt_plan_reads(A, as_column_view(B))[:5]
-    copied = _ops.crt_plan_reads(A, B.mT.contiguous())[:5]
+    in_place = _ops.crt_plan_reads(A, as_column_view(B))
+    copied = _ops.crt_plan_reads(A, B.mT.contiguous())
     for got, expected in zip(in_place, copied):
         for g, e in zip(got if isinstance(got, tuple) else (got,),
                         expected if isinstance(expected, tuple) else (expected,)):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import ozaki
-from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, phi_tensor, seeded
-from ozaki import _ops, product, replay, speculation
+from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair
+from ozaki import _ops, replay, speculation
 
 #: (id, phi of each successive call's operands): the plans they lead to (ozaki.plan, checked).
 SEQUENCES = [
@@ -135,68 +135,6 @@ def test_a_guessed_product_that_does_not_fit_leaves_the_plans_product(device, pr
     products.clear()
     assert_bitwise_equal(ozaki.dgemm(A, B), expected)
     assert failed == [ozaki.plan(A, B).moduli] and products == [("crt", failed[0])]
-
-
-@pytest.fixture
-def residues_given(monkeypatch):
-    """Per ozaki::gemm_crt call since the last reset, whether a's residues were passed to it."""
-    given = []
-    truncated = _ops.gemm_crt
-
-    def recorded(*args, **kwargs):
-        residues = args[8] if len(args) > 8 else kwargs.get("residues_a")
-        given.append(residues is not None)
-        return truncated(*args, **kwargs)
-
-    monkeypatch.setattr(replay, "ENABLED", False)
-    monkeypatch.setattr(_ops, "gemm_crt", recorded)
-    return given
-
-
-@pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("batch", [(), (2,)], ids=["matrix", "batch"])
-def test_a_guessed_truncated_product_reads_the_residues_its_plan_reads_made(
-        batch, dtype, device, residues_given, monkeypatch):
-    """Where the guess is a truncated plan, the plan's reads make a's residues for it
-    (product._guessed_residues) and the guessed product reads them: the same bits as without a
-    guess, and as with the residues made by the product itself; a wrong guess drops them, and a
-    workspace budget they would not fit beside the product's asks for none."""
-    monkeypatch.setattr(speculation, "DEVICES", (device,))
-    speculation.forget()
-    m, k, n = SHAPE
-    gemm = ozaki.matmul if batch else REAL_GEMMS[dtype]
-
-    def pair(phi, seed):
-        g = seeded(seed)
-        return (phi_tensor((*batch, m, k), dtype, g, phi).to(device),
-                phi_tensor((*batch, k, n), dtype, g, phi).to(device))
-
-    more = 1.0 if dtype == torch.float64 else 2.0  # a truncated plan of more moduli
-    pairs = [pair(phi, 20 + i) for i, phi in enumerate((0.5, 0.5, 0.5, more))]
-    expected = [without_guess(lambda: gemm(A, B), monkeypatch) for A, B in pairs]
-    plans = [speculation.kind_and_moduli(ozaki.plan(A, B)) for A, B in pairs]
-    assert plans[0] == plans[1] == plans[2] != plans[3] and plans[0][0] == plans[3][0] == "crt"
-    residues_given.clear()
-    for (A, B), e in zip(pairs, expected):
-        assert_bitwise_equal(gemm(A, B), e)
-    # calls 1 and 2 plan alone; 3 is guessed and reads the reads' residues; so is 4's guessed
-    # product, which its plan drops: the plan's product makes its own
-    assert residues_given == [False, False, True, True, False]
-    with monkeypatch.context() as patch:
-        patch.setattr(product, "GUESSED_RESIDUES", False)
-        residues_given.clear()
-        assert_bitwise_equal(gemm(*pairs[0]), expected[0])
-        assert_bitwise_equal(gemm(*pairs[0]), expected[0])
-        assert residues_given == [False, False]
-    with monkeypatch.context() as patch:
-        patch.setenv("OZAKI_WORKSPACE_MB", "1")  # a's residues alone take more than 1 MiB
-        A, B = phi_pair(2000, 300, 3, 0.5, seed=30, dtype=dtype, device=device)
-        wanted = without_guess(lambda: gemm(A, B), monkeypatch)
-        residues_given.clear()
-        for _ in range(3):
-            assert_bitwise_equal(gemm(A, B), wanted)
-        assert residues_given == [False, False, False]
 
 
 def test_remembered_keys_are_bounded(monkeypatch):

@@ -88,8 +88,7 @@ at::Tensor fingerprint(const at::Tensor& a);
 
 // csrc/cuda/plan_reads.cu: the default scheme-II plan's device reads, fused, also for a prepared
 // left operand.
-PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt, int64_t residue_moduli,
-                         int64_t residue_bits);
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& bt);
 KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
                                   const at::Tensor& bit_span_a, const at::Tensor& nonfinite_a,
                                   const at::Tensor& usable_a, const at::Tensor& norm_a,

@@ -1,6 +1,6 @@
 // ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
 // operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
-// digits (and, where asked, a's residues for a guessed truncated plan) in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
+// digits in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
 // have brought into L2: long rows a few at a time per multiprocessor, row_pass_launch; rows too
 // long for L2 to keep one per multiprocessor get their digits from a pass of their own instead),
 // the digits meet in the reduced GEMM's minimum epilogue, and one kernel turns the least digit
@@ -37,23 +37,10 @@ constexpr int kDigitGroup = 8;  // digits per thread and 8-byte store
 // "Scheme II paths").
 constexpr int64_t kDigitSweepRowBytes = int64_t(48) << 10;
 
-// The magnitude digits (magnitude_digit, as crt_magnitude_digits) of the kDigitGroup entries
-// x[0..], one 8-byte word; entries at l0 + c >= k are zeros.
-template <typename T>
-__device__ __forceinline__ uint2 digit_group(const T* x, int64_t l0, int64_t k, int tau, int norm,
-                                             int gain) {
-  __align__(8) int8_t group[kDigitGroup];
-#pragma unroll
-  for (int c = 0; c < kDigitGroup; ++c) {
-    group[c] = static_cast<int8_t>(
-        l0 + c < k ? magnitude_digit(static_cast<double>(x[c]), tau, norm, gain) : 0);
-  }
-  return *reinterpret_cast<const uint2*>(group);
-}
-
 // row_stats_norm_kernel's third step: the row's usable flag, and, where digits is not nullptr,
-// its magnitude digits written to digits + row * k_stride, zeros past k. The block of row 0 also
-// sets *smallest to INT_MAX for the minimum epilogue (nullptr: not).
+// its magnitude digits (magnitude_digit, as crt_magnitude_digits) written to digits + row *
+// k_stride, zeros past k. The block of row 0 also sets *smallest to INT_MAX for the minimum
+// epilogue (nullptr: not).
 template <typename T>
 struct WriteDigits {
   static constexpr bool kRuns = true;
@@ -63,73 +50,24 @@ struct WriteDigits {
   bool* usable;
   int32_t* smallest;
 
-  __device__ void flags(int64_t row, bool row_usable) const {
+  __device__ void operator()(int64_t row, const T* entries, int64_t k, int tau, int norm,
+                             bool row_usable) const {
     if (threadIdx.x == 0) {
       usable[row] = row_usable;
       if (row == 0 && smallest != nullptr) *smallest = INT_MAX;
     }
-  }
-
-  __device__ void operator()(int64_t row, const T* entries, int64_t k, int tau, int, int norm,
-                             bool row_usable) const {
-    flags(row, row_usable);
     if (digits == nullptr) return;
     int8_t* out = digits + row * k_stride;
     for (int64_t l0 = threadIdx.x * int64_t(kDigitGroup); l0 < k_stride;
          l0 += int64_t(blockDim.x) * kDigitGroup) {
-      T x[kDigitGroup];
+      __align__(8) int8_t group[kDigitGroup];
 #pragma unroll
-      for (int c = 0; c < kDigitGroup; ++c) x[c] = l0 + c < k ? entries[l0 + c] : T(0);
-      *reinterpret_cast<uint2*>(out + l0) = digit_group(x, l0, k, tau, norm, gain);
-    }
-  }
-};
-
-// WriteDigits (with digits), and in the same sweep the row's N INT8 residues of truncated scheme
-// II for the scale budget 2^bits: the row's scale code is crt_row_scale_code, as crt_row_scales
-// makes it, and the residues are residues_of's, as crt_left_residues makes them, in its layout
-// (row r = e * element_rows + i at residues + ((e * N + modulus) * element_rows + i) * k_stride,
-// zeros past k). A product of N moduli then reads them instead of computing them.
-template <typename T, int N>
-struct WriteDigitsAndResidues {
-  static constexpr bool kRuns = true;
-  WriteDigits<T> digits;
-  int8_t* residues;
-  int64_t element_rows;
-  int bits;
-
-  __device__ void operator()(int64_t row, const T* entries, int64_t k, int tau, int span,
-                             int norm, bool row_usable) const {
-    digits.flags(row, row_usable);
-    const int64_t k_stride = digits.k_stride;
-    const RowScaler scaler = row_scaler<T>(crt_row_scale_code(norm, tau, span, bits));
-    const int64_t e = row / element_rows, i = row - e * element_rows;
-    const int64_t plane = element_rows * k_stride;
-    int8_t* row_residues = residues + (e * N * element_rows + i) * k_stride;
-    int8_t* row_digits = digits.digits + row * k_stride;
-    for (int64_t l0 = threadIdx.x * int64_t(kDigitGroup); l0 < k_stride;
-         l0 += int64_t(blockDim.x) * kDigitGroup) {
-      T x[kDigitGroup];
-#pragma unroll
-      for (int c = 0; c < kDigitGroup; ++c) x[c] = l0 + c < k ? entries[l0 + c] : T(0);
-      *reinterpret_cast<uint2*>(row_digits + l0) = digit_group(x, l0, k, tau, norm, digits.gain);
-      // four entries at a time (a 4-byte store per modulus), which keeps the registers few
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        __align__(4) int8_t four[N][4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          residues_of<N, false>(static_cast<double>(x[4 * half + c]), scaler,
-                                [&](int m, int residue) {
-                                  four[m][c] = static_cast<int8_t>(residue);
-                                });
-        }
-#pragma unroll
-        for (int m = 0; m < N; ++m) {
-          *reinterpret_cast<uint32_t*>(row_residues + m * plane + l0 + 4 * half) =
-              *reinterpret_cast<const uint32_t*>(four[m]);
-        }
+      for (int c = 0; c < kDigitGroup; ++c) {
+        const int64_t l = l0 + c;
+        group[c] = static_cast<int8_t>(
+            l < k ? magnitude_digit(static_cast<double>(entries[l]), tau, norm, gain) : 0);
       }
+      *reinterpret_cast<uint2*>(out + l0) = *reinterpret_cast<const uint2*>(group);
     }
   }
 };
@@ -140,19 +78,9 @@ struct OperandReads {
   at::Tensor tau, bit_span, nonfinite, norm, usable, digits;
 };
 
-// A's residues that read_operand makes in its pass where asked: N moduli, scale budget 2^bits,
-// rows of element_rows per batch element (WriteDigitsAndResidues).
-struct ResidueRequest {
-  int moduli;
-  int bits;
-  int64_t element_rows;
-};
-
 template <typename T>
 OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
-                          int gain, int32_t* smallest, cudaStream_t stream,
-                          const ResidueRequest* request = nullptr,
-                          at::Tensor* residues = nullptr) {
+                          int gain, int32_t* smallest, cudaStream_t stream) {
   const RowStatsOutput stats(rows, x.options());
   const int64_t row_bytes = k * int64_t(sizeof(T));
   const bool sweep = row_bytes <= kDigitSweepRowBytes || row_pass_keeps_rows(row_bytes);
@@ -162,21 +90,9 @@ OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t 
                    sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
   const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
                               gain, out.usable.mutable_data_ptr<bool>(), smallest};
-  const auto pass = [&](const auto& after) {
-    launch_row_stats_norm(x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
-                          stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), stream, after,
-                          sweep);
-  };
-  if (request != nullptr && sweep) {
-    // crt_left_residues' shape: (N, m, k_stride), or (batch, N, m, k_stride)
-    *residues = at::empty({rows * request->moduli * k_stride}, x.options().dtype(at::kChar));
-    with_moduli_count(request->moduli, [&](auto count) {
-      pass(WriteDigitsAndResidues<T, decltype(count)::value>{
-          digits, residues->mutable_data_ptr<int8_t>(), request->element_rows, request->bits});
-    });
-  } else {
-    pass(digits);
-  }
+  launch_row_stats_norm(x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,
+                        stats.nonfinite_data, out.norm.mutable_data_ptr<int>(), stream, digits,
+                        sweep);
   if (!sweep) out.digits = crt_magnitude_digit_rows<T>(x, out.tau, out.norm, gain, k_stride);
   return out;
 }
@@ -299,16 +215,14 @@ __global__ void kept_plan_values_kernel(OperandRowsView b, KeptValuesInputs in, 
 
 }  // namespace
 
-PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt, int64_t residue_moduli,
-                         int64_t residue_bits) {
+PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
   constexpr const char* op = "ozaki::crt_plan_reads";
   const ProductShape shape = check_operands(a, given_bt, op, /*bt_columns=*/true);
   check_same_device(a, {&given_bt}, op);
   check_crt_inner(shape.k, op);
-  check_plan_read_residues(residue_moduli, residue_bits, op);
   const int64_t rows_a = shape.batch * shape.m, rows_b = shape.batch * shape.n;
   if (!reduced_gemm_available() || rows_a == 0 || rows_b == 0 || shape.k == 0) {
-    return composed_crt_plan_reads(a, given_bt.contiguous(), residue_moduli, residue_bits);
+    return composed_crt_plan_reads(a, given_bt.contiguous());
   }
   const at::Tensor bt = rows_for_read(given_bt);
   const c10::cuda::CUDAGuard guard(a.device());
@@ -317,13 +231,9 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt, int64_
   const int gain = crt_magnitude_gain(shape.k);
   at::Tensor smallest = at::empty({1}, a.options().dtype(at::kInt));
   OperandReads ra, rb;
-  const ResidueRequest request{static_cast<int>(residue_moduli), static_cast<int>(residue_bits),
-                               shape.m};
-  at::Tensor residues_a;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     ra = read_operand<scalar_t>(a, rows_a, shape.k, k_stride, gain,
-                                smallest.mutable_data_ptr<int32_t>(), stream,
-                                residue_moduli > 0 ? &request : nullptr, &residues_a);
+                                smallest.mutable_data_ptr<int32_t>(), stream);
     rb = read_bt<scalar_t>(bt, rows_b, shape.k, k_stride, gain, nullptr, stream);
   });
   magnitude_min_gemms(MagnitudeMinGemm{ra.digits.const_data_ptr<int8_t>(), shape.m * k_stride,
@@ -343,16 +253,8 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt, int64_
       view(ra, rows_a), view(rb, rows_b), smallest.const_data_ptr<int32_t>(),
       pow2(-2 * gain), values.mutable_data_ptr<double>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (residue_moduli == 0) {
-    residues_a = at::empty({0}, a.options().dtype(at::kChar));
-  } else if (residues_a.defined()) {
-    residues_a = residues_a.view(left_residue_sizes(a, residue_moduli));
-  } else {  // rows too long for the pass to keep in L2: a residue pass of their own
-    residues_a = crt_left_residues(
-        a, crt_row_scales(ra.norm, ra.tau, ra.bit_span, residue_bits), residue_moduli, false);
-  }
   return {ra.tau, ra.bit_span, ra.nonfinite, ra.norm, ra.usable,
-          rb.tau, rb.bit_span, rb.nonfinite, rb.norm, rb.usable, values, residues_a};
+          rb.tau, rb.bit_span, rb.nonfinite, rb.norm, rb.usable, values};
 }
 
 KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,

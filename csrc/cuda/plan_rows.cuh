@@ -23,7 +23,7 @@ constexpr int kNormThreads = 256;
 struct NothingAfter {
   static constexpr bool kRuns = false;
   template <typename T>
-  __device__ void operator()(int64_t, const T*, int64_t, int, int, int, bool) const {}
+  __device__ void operator()(int64_t, const T*, int64_t, int, int, bool) const {}
 };
 
 // Threads per block where row_stats_norm_kernel holds few rows at a time (row_pass_launch).
@@ -84,13 +84,13 @@ inline bool row_pass_keeps_rows(int64_t row_bytes) {
 // fit there: then one read of the operand from memory instead of two. Several blocks per
 // multiprocessor overlap their sweeps (one block per row and multiprocessor would leave memory
 // idle during the reductions). Both reductions are exact and order-free (max/min, integer sums).
-// Where After::kRuns, every thread then calls after(row, entries, k, tau, bit_span, norm_code,
-// usable) with the row's values (usable: a nonzero span and no NaN/Inf).
+// Where After::kRuns, every thread then calls after(row, entries, k, tau, norm_code, usable) with
+// the row's values (usable: a nonzero span and no NaN/Inf).
 template <typename T, typename After, int Threads>
 __global__ void __launch_bounds__(Threads)
     row_stats_norm_kernel(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
                           bool* nonfinite, int* norm_scale, After after) {
-  __shared__ int row_tau, row_span, row_norm;
+  __shared__ int row_tau, row_norm;
   __shared__ bool row_usable;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* entries = a + row * k;
@@ -102,7 +102,6 @@ __global__ void __launch_bounds__(Threads)
       bit_span[row] = total.bit_span();
       nonfinite[row] = total.nonfinite;
       row_tau = total.tau();
-      row_span = total.bit_span();
       row_usable = usable_row(total.bit_span(), total.nonfinite);
     }
     __syncthreads();
@@ -116,7 +115,7 @@ __global__ void __launch_bounds__(Threads)
     }
     if constexpr (After::kRuns) {
       __syncthreads();
-      after(row, entries, k, t, row_span, row_norm, row_usable);
+      after(row, entries, k, t, row_norm, row_usable);
     }
     __syncthreads();  // the next row rewrites the shared values
   }

@@ -12,9 +12,7 @@ card's clock moves with what ran before: "eager default eager" shows how much). 
 synchronized (the default) times each call alone, from a synchronized device to its result;
 back-to-back times the repeats issued one after another with one synchronization at the end (as
 a loop in a program issues them: the host's time of a call then overlaps the device's work of
-the one before), per call; native is timed the same way. "default-own" and "eager-own" are
-"default" and "eager" with the product making A's residues in a pass of its own, as before the
-plan's reads made them for a guessed truncated plan (ozaki.product.GUESSED_RESIDUES off).
+the one before), per call; native is timed the same way.
 
     python scripts/probes/crt_paths.py [--shapes 1024,1024,1024 ...] [--moduli 15]
         [--paths cublas fused reduced rule default prepared eager] [--timing back-to-back]
@@ -35,9 +33,8 @@ import ozaki
 DEFAULT_SHAPES = ["1024,1024,1024", "2048,2048,2048", "4096,4096,4096", "16384,1024,16384",
                   "16384,16384,64", "8192,8192,8192", "16384,16384,16384"]
 PATHS = ["cublas", "fused", "reduced", "rule"]
-#: The default call, with A prepared, and with ozaki.replay and ozaki.repeated off; "-own": A's
-#: residues made by the product, not by the plan's reads.
-DEFAULTS = ["default", "prepared", "eager", "default-own", "eager-own"]
+#: The default call, with A prepared, and with ozaki.replay and ozaki.repeated off.
+DEFAULTS = ["default", "prepared", "eager"]
 
 
 def shape_value(text):
@@ -84,8 +81,7 @@ def main(argv=None):
                         default=[shape_value(s) for s in DEFAULT_SHAPES])
     parser.add_argument("--moduli", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--paths", nargs="+", choices=PATHS + DEFAULTS,
-                        default=PATHS + DEFAULTS[:3],
+    parser.add_argument("--paths", nargs="+", choices=PATHS + DEFAULTS, default=PATHS + DEFAULTS,
                         help="which of them to run, in this order (default: all)")
     parser.add_argument("--timing", choices=["synchronized", "back-to-back"],
                         default="synchronized")
@@ -107,9 +103,7 @@ def main(argv=None):
         cases = [("native", None, native, native_peak, None, 0, 0)]
         reference = default = kept = None
         for path in args.paths:
-            ozaki.replay.ENABLED = ozaki.repeated.ENABLED = not path.startswith("eager")
-            ozaki.product.GUESSED_RESIDUES = not path.endswith("-own")
-            ozaki.replay.clear()  # graphs captured with or without the reads' residues
+            ozaki.replay.ENABLED = ozaki.repeated.ENABLED = path != "eager"
             ozaki.repeated.clear()
             if path in DEFAULTS:
                 os.environ.pop("OZAKI_CRT_PATH", None)
@@ -146,7 +140,7 @@ def main(argv=None):
             cases.append((path, same, seconds, peak, None, replay_bytes, kept_bytes))
             del result
         os.environ.pop("OZAKI_CRT_PATH", None)
-        ozaki.replay.ENABLED = ozaki.repeated.ENABLED = ozaki.product.GUESSED_RESIDUES = True
+        ozaki.replay.ENABLED = ozaki.repeated.ENABLED = True
         ozaki.replay.clear()
         ozaki.repeated.clear()
         for path, same, seconds, peak, note, replay_bytes, kept_bytes in cases:

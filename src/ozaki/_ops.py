@@ -136,17 +136,14 @@ def crt_row_scales(norm_scales: torch.Tensor, stats, t: int) -> torch.Tensor:
     return torch.ops.ozaki.crt_row_scales(norm_scales, stats[0], stats[1], t)
 
 
-def crt_plan_reads(a, bt, residue_moduli=0, residue_bits=0):
-    """(stats_a, norm_a, stats_b, norm_b, values, residues_a) in one call:
-    row_stats_with_norm_scales of a's rows and of bt's (flattened when batched; RowStats with
-    their usable rows set), float64 (5,) values -crt_magnitude, crt_row_bounds of a's rows,
-    crt_row_bounds of bt's, and, where residue_moduli > 0, a's crt_left_residues for that many
-    moduli scaled by crt_row_scales(norm_a, stats_a, residue_bits) (else None)."""
-    (tau_a, span_a, nonfinite_a, norm_a, usable_a, tau_b, span_b, nonfinite_b, norm_b, usable_b,
-     values, residues_a) = torch.ops.ozaki.crt_plan_reads(a, bt, residue_moduli, residue_bits)
+def crt_plan_reads(a, bt):
+    """(stats_a, norm_a, stats_b, norm_b, values) in one call: row_stats_with_norm_scales of a's
+    rows and of bt's (flattened when batched; RowStats with their usable rows set), and float64
+    (5,) values -crt_magnitude, crt_row_bounds of a's rows, crt_row_bounds of bt's."""
+    (tau_a, span_a, nonfinite_a, norm_a, usable_a,
+     tau_b, span_b, nonfinite_b, norm_b, usable_b, values) = torch.ops.ozaki.crt_plan_reads(a, bt)
     return (RowStats.with_usable((tau_a, span_a, nonfinite_a), usable_a), norm_a,
-            RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values,
-            residues_a if residues_a.numel() else None)
+            RowStats.with_usable((tau_b, span_b, nonfinite_b), usable_b), norm_b, values)
 
 
 def crt_kept_plan_reads(a, stats_a, norm_a, digits_a, bounds_a, column_exponents_a, bt):

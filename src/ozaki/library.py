@@ -119,15 +119,13 @@ def _crt_magnitude_fake(a, bt, tau_a, tau_b, norm_a, norm_b, usable_a, usable_b)
 
 
 @torch.library.register_fake("ozaki::crt_plan_reads")
-def _crt_plan_reads_fake(a, bt, residue_moduli=0, residue_bits=0):
+def _crt_plan_reads_fake(a, bt):
     def rows(x):  # (tau, bit_span, nonfinite, norm_scales, usable) of the flattened rows
         count = math.prod(x.shape[:-1])
         return (x.new_empty(count, dtype=torch.int32), x.new_empty(count, dtype=torch.int32),
                 x.new_empty(count, dtype=torch.bool), x.new_empty(count, dtype=torch.int32),
                 x.new_empty(count, dtype=torch.bool))
-    residues = a.new_empty(crt.left_residue_shape(a.shape, residue_moduli) if residue_moduli
-                           else (0,), dtype=torch.int8)
-    return (*rows(a), *rows(bt), a.new_empty((5,), dtype=torch.float64), residues)
+    return (*rows(a), *rows(bt), a.new_empty((5,), dtype=torch.float64))
 
 
 @torch.library.register_fake("ozaki::crt_kept_plan_reads")

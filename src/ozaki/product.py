@@ -105,57 +105,17 @@ def _default_scheme_two_plan(k, options):
             and _scheme_two_considered(k, options))
 
 
-def _estimates(a, bt, options, dtype=None):
+def _estimates(a, bt, options):
     """The Estimates of a and bt, with the rows' norm scales read together with their row_stats
     when scheme II may run, and all that scheme II's default plan reads (its estimate included)
-    in one call when that plan will be made; with it, a's residues for the guessed truncated plan
-    where _guessed_residues asks for them (dtype: the product's, which the guess is kept by)."""
+    in one call when that plan will be made."""
     if _default_scheme_two_plan(a.shape[-1], options):
-        request = _guessed_residues(a, bt, dtype, options)
-        stats_a, norm_a, stats_b, norm_b, values, residues = _ops.crt_plan_reads(
-            a, bt, *(request or (0, 0)))
-        est = Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
-        if residues is not None:
-            est.guessed_residues = (request[0], residues)
-        return est
+        stats_a, norm_a, stats_b, norm_b, values = _ops.crt_plan_reads(a, bt)
+        return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
     if _scheme_two_considered(a.shape[-1], options):
         (stats_a, norm_a), (stats_b, norm_b) = _row_stats_and_norms(a), _row_stats_and_norms(bt)
         return Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b))
     return Estimates(a, bt, row_stats(a), row_stats(bt))
-
-
-#: Whether the default plan's reads make a's residues for a guessed truncated plan
-#: (_guessed_residues); False makes them in the product's own pass, as without a guess.
-GUESSED_RESIDUES = True
-#: The workspace budget of scheme II's reduced path where OZAKI_WORKSPACE_MB is not set
-#: (csrc/cuda/crt.cu, kDefaultReducedWorkspaceBytes).
-_REDUCED_WORKSPACE_BYTES = 4 << 30
-#: The narrowest column chunk of the reduced path (one 256-column tile).
-_REDUCED_CHUNK_COLUMNS = 256
-
-
-def _guessed_residues(a, bt, dtype, options):
-    """(moduli, t_a) where the default plan's reads should make a's residues for the plan guessed
-    for this product (ozaki/speculation.py), a truncated plan with `moduli` moduli and a's scale
-    budget 2^t_a (guesses are made on CUDA, whose pass over a's rows makes them at the price of
-    their stores, and the product then skips its own pass over a), where a's residues and one
-    narrowest column chunk of the product fit the workspace budget, as the product would hold them
-    anyway. None elsewhere (the product makes them, as without a guess)."""
-    if not GUESSED_RESIDUES or dtype is None:
-        return None
-    guessed = speculation.guess_of(a.device, dtype, a.shape, bt.shape, options)
-    if guessed is None or guessed[0] != "crt":
-        return None
-    moduli, k = guessed[1], a.shape[-1]
-    bits = crt.scale_bits(moduli, k)
-    if bits is None:
-        return None
-    rows, cols = math.prod(a.shape[:-1]), min(bt.shape[-2], _REDUCED_CHUNK_COLUMNS)
-    k16 = crt.left_residue_shape((1, k), moduli)[-1]
-    budget = _ops.workspace_bytes() or _REDUCED_WORKSPACE_BYTES
-    if moduli * ((rows + cols) * k16 + rows * cols) > budget:
-        return None
-    return moduli, bits[0]
 
 
 def masked_min(bound, stats_a, stats_b):
@@ -196,8 +156,6 @@ class Estimates:
         self._max_span = None  # read along with scheme II's estimate (crt_magnitude)
         self._norm_bounds = None  # (norm_a, norm_b, bound_a, bound_b): read along with it too
         self._entry_sum = None  # exact_entry_bound's sum, where read along with it (KeptEstimates)
-        # (moduli, residues): a's residues for a guessed truncated plan, made by the plan's reads
-        self.guessed_residues = None
 
     @property
     def bt(self):
@@ -673,7 +631,6 @@ def planned_product(est, dtype, options, kept=None):
     if early is not None and speculation.kind_and_moduli(plan) == guessed:
         return early, plan
     del early  # a wrong guess: its memory goes back before the plan's product runs
-    est.guessed_residues = None
     return product_of_plan(est, dtype, plan, inputs, kept)
 
 
@@ -698,11 +655,7 @@ def scheme_two_product(est, inputs, kind, moduli, kept):
     a, stats_a, stats_b, k = est.a, est.stats_a, est.stats_b, est.k
     if kind == "crt":
         scale_a, scale_b = inputs.scales(moduli, k)
-        if kept is not None:
-            residues = kept.residues("crt", moduli, scale_a)
-        else:
-            made = est.guessed_residues
-            residues = made[1] if made is not None and made[0] == moduli else None
+        residues = None if kept is None else kept.residues("crt", moduli, scale_a)
         return _ops.gemm_crt(a, est.bt_read, scale_a, scale_b, stats_a, stats_b, moduli,
                              _ops.workspace_bytes(), residues)
     if kind == "wide":
@@ -742,7 +695,7 @@ def real_product(A, B, dtype, options=Options()):
                 return replayed
             kept = None  # the replay read a repeated operand's stale parts
     if kept is None:
-        return planned_product(estimates_of(A, B, options, dtype=dtype), dtype, options)
+        return planned_product(estimates_of(A, B, options), dtype, options)
     # The product is launched before the digest is compared, as the replay's: waiting for the
     # digest first would wait for the previous call's work too, leaving the GPU idle while this
     # call's product is launched. A product of stale parts (or what they raised) is discarded.
@@ -756,17 +709,16 @@ def real_product(A, B, dtype, options=Options()):
         if not repeated.confirmed(kept):
             served = None
     if served is None:
-        return planned_product(estimates_of(A, B, options, dtype=dtype), dtype, options)
+        return planned_product(estimates_of(A, B, options), dtype, options)
     return served
 
 
-def estimates_of(A, B, options, kept=None, dtype=None):
+def estimates_of(A, B, options, kept=None):
     """The Estimates of validated operands A and B (kept: A's kept parts, ozaki.prepare), their
-    rows as the product reads them (est.a, est.bt) included (dtype: the product's, for
-    _guessed_residues)."""
+    rows as the product reads them (est.a, est.bt) included."""
     bt = in_place_bt(B, options)
     if kept is None:
-        return _estimates(row_operand(A), bt, options, dtype)
+        return _estimates(row_operand(A), bt, options)
     if _scheme_two_considered(A.shape[-1], options):
         return _kept_estimates(kept, bt, options)
     return KeptEstimates(kept, bt, row_stats(bt))

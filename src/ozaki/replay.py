@@ -180,7 +180,7 @@ def _captured(A, B, dtype, options, kept, guess, key):
         return None
     _captures[shape_key] += 1
     try:
-        entry = _capture(A, B, dtype, options, kept, kept_parts, guess)
+        entry = _capture(A, B, options, kept, kept_parts, guess)
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
         last_failure = f"{type(error).__name__}: {error}"
         return None
@@ -192,7 +192,7 @@ def _captured(A, B, dtype, options, kept, guess, key):
     return entry
 
 
-def _capture(A, B, dtype, options, kept, kept_parts, guess):
+def _capture(A, B, options, kept, kept_parts, guess):
     """The entry of graphs captured from this call's operands."""
     device = A.device
     current = torch.cuda.current_stream(device)
@@ -204,7 +204,7 @@ def _capture(A, B, dtype, options, kept, kept_parts, guess):
     with torch.cuda.stream(side):
         reads.capture_begin(capture_error_mode="thread_local")
         try:
-            est = product.estimates_of(A, B, options, kept, dtype)
+            est = product.estimates_of(A, B, options, kept)
             inputs = product._CrtInputs(est)
             values = est._magnitude_values(inputs.norm_a, inputs.norm_b, floor=kind == "wide")
         finally:
