@@ -4,6 +4,7 @@ run without keeping, writes its version counter did not see are caught by the di
 kept memory stays within its budget and visible."""
 
 import gc
+import itertools
 import threading
 
 import pytest
@@ -303,16 +304,24 @@ def test_what_is_not_kept(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (64, 130), (300, 1)])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (64, 130), (300, 1), (257, 1001)])
 def test_fingerprint_is_the_same_everywhere_and_sees_every_change(dtype, shape):
-    """The digest does not depend on the strides or the device; a change of one bit anywhere, or
-    two entries trading places, changes it; an empty matrix's digest is 0."""
+    """The digest does not depend on the strides, the data's alignment (a contiguous matrix that
+    starts 1 to 3 entries past a 16-byte boundary: CUDA reads contiguous matrices in 16-byte
+    vectors) or the device; a change of one bit anywhere, or two entries trading places, changes
+    it; an empty matrix's digest is 0."""
     A = torch.randn(shape, generator=seeded(8), dtype=torch.float64).to(dtype)
     digest = int(_ops.fingerprint(A))
     assert int(_ops.fingerprint(A.t().contiguous().t())) == digest
     padded = torch.zeros(shape[0], shape[1] + 3, dtype=dtype)
     padded[:, 1:-2] = A
     assert int(_ops.fingerprint(padded[:, 1:-2])) == digest
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    for device, offset in itertools.product(devices, (1, 2, 3)):
+        buffer = torch.zeros(A.numel() + 4, dtype=dtype, device=device)
+        buffer[offset:offset + A.numel()] = A.flatten()
+        shifted = buffer[offset:offset + A.numel()].view(shape)
+        assert shifted.is_contiguous() and int(_ops.fingerprint(shifted)) == digest
     if torch.cuda.is_available():
         assert int(_ops.fingerprint(A.cuda())) == digest
         assert int(_ops.fingerprint(A.t().contiguous().cuda().t())) == digest

@@ -1,12 +1,14 @@
-// CUDA kernel of ozaki::fingerprint (csrc/fingerprint.h): a fixed grid of blocks each sums the
-// terms of its share of the entries (row-major positions, any strides), then one block adds the
-// blocks' sums. Addition modulo 2^64 is exact and order-free, so the digest is the CPU's.
+// CUDA kernels of ozaki::fingerprint (csrc/fingerprint.h): a fixed grid of blocks each sums the
+// terms of its share of the entries (row-major positions; contiguous matrices in 16-byte vectors,
+// others with any strides), then one block adds the blocks' sums. Addition modulo 2^64 is exact
+// and order-free, so the digest is the CPU's.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../checks.h"
 #include "../fingerprint.h"
@@ -18,6 +20,10 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBlocks = 1024;  // blocks' sums, at most; a block per 2^13 entries below that
 constexpr int kAhead = 4;      // loads in flight per thread
+// Contiguous matrices: one wave of this many blocks per multiprocessor, each thread with this
+// many 16-byte loads in flight.
+constexpr int kContiguousBlocksPerSm = 4;
+constexpr int kVectorsAhead = 4;
 
 __device__ __forceinline__ uint64_t block_sum(uint64_t value) {
   __shared__ uint64_t warps[kThreads / 32];
@@ -72,6 +78,45 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) sums[blockIdx.x] = sum;
 }
 
+// A contiguous matrix's count entries (row-major positions 0, 1, ...): the first `head` (up to
+// a 16-byte boundary) and those past the last whole vector by block 0, the 16-byte vectors between
+// by thread t of the grid taking vectors t, t + T, t + 2T, ... (T threads in all).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    contiguous_fingerprint_kernel(const T* __restrict__ a, int64_t count, int64_t head,
+                                  uint64_t* __restrict__ sums) {
+  using Vector = std::conditional_t<sizeof(T) == 8, double2, float4>;
+  constexpr int kPerVector = 16 / sizeof(T);
+  const int64_t vectors = (count - head) / kPerVector;
+  const auto* body = reinterpret_cast<const Vector*>(a + head);
+  const int64_t threads = int64_t(gridDim.x) * kThreads;
+  uint64_t sum = 0;
+  const auto add = [&](const Vector& x, int64_t v) {
+    const T* entries = reinterpret_cast<const T*>(&x);
+#pragma unroll
+    for (int c = 0; c < kPerVector; ++c) {
+      sum += fingerprint_term(entry_bits(entries[c]),
+                              static_cast<uint64_t>(head + v * kPerVector + c));
+    }
+  };
+  int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  for (; v + (kVectorsAhead - 1) * threads < vectors; v += kVectorsAhead * threads) {
+    Vector x[kVectorsAhead];
+#pragma unroll
+    for (int i = 0; i < kVectorsAhead; ++i) x[i] = __ldg(body + v + i * threads);
+#pragma unroll
+    for (int i = 0; i < kVectorsAhead; ++i) add(x[i], v + i * threads);
+  }
+  for (; v < vectors; v += threads) add(__ldg(body + v), v);
+  const int64_t rest = head + vectors * kPerVector;  // entries [rest, count) are left
+  if (blockIdx.x == 0 && threadIdx.x < head + (count - rest)) {
+    const int64_t index = threadIdx.x < head ? threadIdx.x : rest + (threadIdx.x - head);
+    sum += fingerprint_term(entry_bits(a[index]), static_cast<uint64_t>(index));
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) sums[blockIdx.x] = sum;
+}
+
 __global__ void __launch_bounds__(kThreads)
     total_kernel(const uint64_t* sums, int count, uint64_t* out) {
   uint64_t sum = 0;
@@ -89,14 +134,28 @@ at::Tensor fingerprint(const at::Tensor& a) {
   const int64_t m = a.size(0), k = a.size(1);
   if (m == 0 || k == 0) return at::zeros({}, a.options().dtype(at::kLong));
   at::Tensor out = at::empty({}, a.options().dtype(at::kLong));  // total_kernel writes it
-  const int blocks = static_cast<int>(
-      std::clamp<int64_t>((m * k + (int64_t(1) << 13) - 1) >> 13, 1, kBlocks));
+  const bool contiguous = a.is_contiguous();
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t most = contiguous ? std::min<int64_t>(kBlocks, sms * kContiguousBlocksPerSm)
+                                  : kBlocks;
+  const int blocks =
+      static_cast<int>(std::clamp<int64_t>((m * k + (int64_t(1) << 13) - 1) >> 13, 1, most));
   at::Tensor sums = at::empty({blocks}, a.options().dtype(at::kLong));
   auto* block_sums = reinterpret_cast<uint64_t*>(sums.mutable_data_ptr<int64_t>());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-    fingerprint_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
-        a.const_data_ptr<scalar_t>(), m, k, a.stride(0), a.stride(1), block_sums);
+    const scalar_t* data = a.const_data_ptr<scalar_t>();
+    if (contiguous) {
+      // entries before the first 16-byte boundary (the data is aligned to its entries)
+      const auto misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(data) % 16);
+      const int64_t head = std::min<int64_t>(
+          m * k, misaligned == 0 ? 0 : (16 - misaligned) / int64_t(sizeof(scalar_t)));
+      contiguous_fingerprint_kernel<scalar_t>
+          <<<blocks, kThreads, 0, stream>>>(data, m * k, head, block_sums);
+    } else {
+      fingerprint_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
+          data, m, k, a.stride(0), a.stride(1), block_sums);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   auto* total = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
