@@ -306,10 +306,10 @@ def test_what_is_not_kept(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", [(1, 1), (5, 3), (64, 130), (300, 1), (257, 1001)])
 def test_fingerprint_is_the_same_everywhere_and_sees_every_change(dtype, shape):
-    """The digest does not depend on the strides, the data's alignment (a contiguous matrix that
-    starts 1 to 3 entries past a 16-byte boundary: CUDA reads contiguous matrices in 16-byte
-    vectors) or the device; a change of one bit anywhere, or two entries trading places, changes
-    it; an empty matrix's digest is 0."""
+    """The digest does not depend on the strides, the data's alignment (matrices contiguous by
+    rows or by columns that start 1 to 3 entries past a 16-byte boundary: CUDA reads both in
+    memory order, in 16-byte vectors) or the device; a change of one bit anywhere, or two entries
+    trading places, changes it; an empty matrix's digest is 0."""
     A = torch.randn(shape, generator=seeded(8), dtype=torch.float64).to(dtype)
     digest = int(_ops.fingerprint(A))
     assert int(_ops.fingerprint(A.t().contiguous().t())) == digest
@@ -322,6 +322,9 @@ def test_fingerprint_is_the_same_everywhere_and_sees_every_change(dtype, shape):
         buffer[offset:offset + A.numel()] = A.flatten()
         shifted = buffer[offset:offset + A.numel()].view(shape)
         assert shifted.is_contiguous() and int(_ops.fingerprint(shifted)) == digest
+        buffer[offset:offset + A.numel()] = A.t().flatten()
+        columns = buffer[offset:offset + A.numel()].view(shape[1], shape[0]).t()
+        assert torch.equal(columns, A) and int(_ops.fingerprint(columns)) == digest
     if torch.cuda.is_available():
         assert int(_ops.fingerprint(A.cuda())) == digest
         assert int(_ops.fingerprint(A.t().contiguous().cuda().t())) == digest

@@ -1,7 +1,7 @@
 // CUDA kernels of ozaki::fingerprint (csrc/fingerprint.h): a fixed grid of blocks each sums the
-// terms of its share of the entries (row-major positions; contiguous matrices in 16-byte vectors,
-// others with any strides), then one block adds the blocks' sums. Addition modulo 2^64 is exact
-// and order-free, so the digest is the CPU's.
+// terms of its share of the entries (at their row-major positions; matrices contiguous by rows or
+// by columns in memory order and 16-byte vectors, others with any strides), then one block adds
+// the blocks' sums. Addition modulo 2^64 is exact and order-free, so the digest is the CPU's.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -78,15 +78,35 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) sums[blockIdx.x] = sum;
 }
 
-// A contiguous matrix's count entries (row-major positions 0, 1, ...): the first `head` (up to
-// a 16-byte boundary) and those past the last whole vector by block 0, the 16-byte vectors between
-// by thread t of the grid taking vectors t, t + T, t + 2T, ... (T threads in all).
-template <typename T>
+// The row-major position of the entry at memory offset `offset` of an (m, k) matrix stored
+// contiguously by rows (the offset itself) or by columns (kColumns: row offset % m of column
+// offset / m). Small: 32-bit division where the offset fits.
+template <bool kColumns>
+__device__ __forceinline__ uint64_t row_major_position(int64_t offset, int64_t m, int64_t k) {
+  if constexpr (!kColumns) {
+    return static_cast<uint64_t>(offset);
+  } else {
+    int64_t column;
+    if (offset < (int64_t(1) << 32) && m < (int64_t(1) << 32)) {
+      column = static_cast<uint32_t>(offset) / static_cast<uint32_t>(m);
+    } else {
+      column = offset / m;
+    }
+    return static_cast<uint64_t>((offset - column * m) * k + column);
+  }
+}
+
+// An (m, k) matrix whose count = m k entries are contiguous in memory, by rows or (kColumns) by
+// columns, read in memory order: the first `head` (up to a 16-byte boundary) and those past the
+// last whole vector by block 0, the 16-byte vectors between by thread t of the grid taking
+// vectors t, t + T, t + 2T, ... (T threads in all); each term at its row-major position.
+template <typename T, bool kColumns>
 __global__ void __launch_bounds__(kThreads)
-    contiguous_fingerprint_kernel(const T* __restrict__ a, int64_t count, int64_t head,
+    contiguous_fingerprint_kernel(const T* __restrict__ a, int64_t m, int64_t k, int64_t head,
                                   uint64_t* __restrict__ sums) {
   using Vector = std::conditional_t<sizeof(T) == 8, double2, float4>;
   constexpr int kPerVector = 16 / sizeof(T);
+  const int64_t count = m * k;
   const int64_t vectors = (count - head) / kPerVector;
   const auto* body = reinterpret_cast<const Vector*>(a + head);
   const int64_t threads = int64_t(gridDim.x) * kThreads;
@@ -96,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kPerVector; ++c) {
       sum += fingerprint_term(entry_bits(entries[c]),
-                              static_cast<uint64_t>(head + v * kPerVector + c));
+                              row_major_position<kColumns>(head + v * kPerVector + c, m, k));
     }
   };
   int64_t v = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -110,8 +130,8 @@ __global__ void __launch_bounds__(kThreads)
   for (; v < vectors; v += threads) add(__ldg(body + v), v);
   const int64_t rest = head + vectors * kPerVector;  // entries [rest, count) are left
   if (blockIdx.x == 0 && threadIdx.x < head + (count - rest)) {
-    const int64_t index = threadIdx.x < head ? threadIdx.x : rest + (threadIdx.x - head);
-    sum += fingerprint_term(entry_bits(a[index]), static_cast<uint64_t>(index));
+    const int64_t offset = threadIdx.x < head ? threadIdx.x : rest + (threadIdx.x - head);
+    sum += fingerprint_term(entry_bits(a[offset]), row_major_position<kColumns>(offset, m, k));
   }
   sum = block_sum(sum);
   if (threadIdx.x == 0) sums[blockIdx.x] = sum;
@@ -134,7 +154,10 @@ at::Tensor fingerprint(const at::Tensor& a) {
   const int64_t m = a.size(0), k = a.size(1);
   if (m == 0 || k == 0) return at::zeros({}, a.options().dtype(at::kLong));
   at::Tensor out = at::empty({}, a.options().dtype(at::kLong));  // total_kernel writes it
-  const bool contiguous = a.is_contiguous();
+  // contiguous by rows, or by columns (the transpose of a contiguous matrix)
+  const bool by_rows = a.is_contiguous();
+  const bool by_columns = !by_rows && a.stride(0) == 1 && a.stride(1) == m;
+  const bool contiguous = by_rows || by_columns;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t most = contiguous ? std::min<int64_t>(kBlocks, sms * kContiguousBlocksPerSm)
                                   : kBlocks;
@@ -150,8 +173,13 @@ at::Tensor fingerprint(const at::Tensor& a) {
       const auto misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(data) % 16);
       const int64_t head = std::min<int64_t>(
           m * k, misaligned == 0 ? 0 : (16 - misaligned) / int64_t(sizeof(scalar_t)));
-      contiguous_fingerprint_kernel<scalar_t>
-          <<<blocks, kThreads, 0, stream>>>(data, m * k, head, block_sums);
+      if (by_rows) {
+        contiguous_fingerprint_kernel<scalar_t, false>
+            <<<blocks, kThreads, 0, stream>>>(data, m, k, head, block_sums);
+      } else {
+        contiguous_fingerprint_kernel<scalar_t, true>
+            <<<blocks, kThreads, 0, stream>>>(data, m, k, head, block_sums);
+      }
     } else {
       fingerprint_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
           data, m, k, a.stride(0), a.stride(1), block_sums);
