@@ -7,24 +7,15 @@ read (docs/benchmarks.md, "Repeated left operands kept without being asked").
 """
 
 import argparse
-import statistics
+import pathlib
+import sys
 
 import torch
 
 from ozaki import _ops
 
-
-def median_ms(call, repeats=11):
-    call()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from crt_profile import time_ms  # noqa: E402  (CUDA events, median after a warm-up call)
 
 
 def main(argv=None):
@@ -43,7 +34,7 @@ def main(argv=None):
         for name, call in (("fingerprint", lambda: _ops.fingerprint(A)),
                            ("fingerprint, strided", lambda: _ops.fingerprint(strided)),
                            ("clone", lambda: A.clone())):
-            ms = median_ms(call)
+            ms = time_ms(call, 11)
             print(f"{n} {name}: {ms:.4f} ms, {gigabytes / ms * 1e3:.0f} GB/s read", flush=True)
         del A, strided
 
