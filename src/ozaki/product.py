@@ -694,23 +694,26 @@ def real_product(A, B, dtype, options=Options()):
             if repeated.confirmed(kept):
                 return replayed
             kept = None  # the replay read a repeated operand's stale parts
-    if kept is None:
-        return planned_product(estimates_of(A, B, options), dtype, options)
-    # The product is launched before the digest is compared, as the replay's: waiting for the
-    # digest first would wait for the previous call's work too, leaving the GPU idle while this
-    # call's product is launched. A product of stale parts (or what they raised) is discarded.
+    if kept is not None:
+        served = _kept_product(A, B, dtype, options, kept)
+        if served is not None:
+            return served
+    return planned_product(estimates_of(A, B, options), dtype, options)
+
+
+def _kept_product(A, B, dtype, options, kept):
+    """(C, plan) from A's kept parts, or None where they turn out stale (a repeated operand whose
+    digest changed). The product is launched before the digest is compared, as the replay's:
+    waiting for the digest first would wait for the previous call's work too, leaving the GPU idle
+    while this call's product is launched. A product of stale parts (or what they raised) is
+    discarded."""
     try:
         served = planned_product(estimates_of(A, B, options, kept), dtype, options, kept)
     except Exception:
         if repeated.confirmed(kept):
             raise
-        served = None
-    else:
-        if not repeated.confirmed(kept):
-            served = None
-    if served is None:
-        return planned_product(estimates_of(A, B, options), dtype, options)
-    return served
+        return None
+    return served if repeated.confirmed(kept) else None
 
 
 def estimates_of(A, B, options, kept=None):
