@@ -383,8 +383,8 @@ def test_the_plans_shortcut_past_exact_scheme_two_keeps_the_plan(device, case, m
     asked = []
     full = Estimates.exact_entry_bound_exceeds
 
-    def never(est, limit):
-        asked.append(full(est, limit))
+    def never(est, count):
+        asked.append(full(est, count))
         return False
 
     monkeypatch.setattr(Estimates, "exact_entry_bound_exceeds", never)

@@ -100,6 +100,23 @@ _NORM_PRODUCTS_ABOVE = tuple(_float_up(limit * _FLOAT_PRODUCT_ERROR) for limit i
 _NORM_PRODUCTS_WITHIN = _float_down(_EXACT_LIMITS[-1] / _FLOAT_PRODUCT_ERROR / NORM_BOUND_MARGIN)
 
 
+#: Per count c: a float above it is above exact_limit(c).
+_LIMITS_ABOVE = tuple(_float_up(limit) for limit in _EXACT_LIMITS)
+
+
+def above_exact_limit(x: float, count: int) -> bool:
+    """Whether the float x exceeds exact_limit(count) (1 <= count <= 40), by a float comparison
+    that is never wrong and misses only an x within a rounding above the limit."""
+    return x > _LIMITS_ABOVE[count - 1]
+
+
+def norm_bound_beyond_every_count(bound_a: float, bound_b: float) -> bool:
+    """Whether exact scheme II's norm bound, bound_a bound_b NORM_BOUND_MARGIN, surely exceeds what
+    MAX_EXACT_MODULI moduli recover (exact_moduli of it is None), read from the float product
+    bound_a * bound_b alone; False where that product cannot tell."""
+    return bound_a * bound_b > _NORM_PRODUCTS_ABOVE[-1]
+
+
 def norm_bound_needs_more(bound_a: float, bound_b: float, count: int) -> bool:
     """Whether exact scheme II's norm bound, bound_a bound_b NORM_BOUND_MARGIN, surely needs more
     than `count` moduli (1 <= count) and at most MAX_EXACT_MODULI, read from the float product
@@ -179,6 +196,7 @@ def moduli_product(moduli: int) -> int:
     return math.prod(MODULI[:moduli])
 
 
+@functools.lru_cache(maxsize=256)  # every plan asks for it several times, for a few k
 def rounding_growth(k: int) -> int:
     """A power of two >= sqrt(k) / 2: how much rounding each entry to an integer (by at most 1/2)
     can add to a row's 2-norm."""

@@ -3,22 +3,25 @@ plan's estimate (ozaki/product.py) and the fixed-count check (ozaki/fixed_counts
 
 import torch
 
+from .streams import current_stream
+
 
 class HostCopy:
     """Device values on their way to the host: copied without a wait where the device is a GPU
     (into pinned memory, on the current stream), read by values() (which waits for that copy
     alone, not for work queued after it)."""
 
-    def __init__(self, values, host=None, copied=None):
+    def __init__(self, values, host=None, copied=None, stream=None):
         """host: a pinned tensor of values' shape and dtype to copy into, and copied: an event to
-        record (reused by repeated reads: ozaki/replay.py); fresh ones when None."""
-        if values.device.type == "cuda":
+        record (reused by repeated reads: ozaki/replay.py); fresh ones when None. stream: the
+        current stream of values' device, where the caller has it."""
+        if values.is_cuda:
             if host is None:
                 host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
             self._host = host
             self._host.copy_(values, non_blocking=True)
             self._copied = torch.cuda.Event() if copied is None else copied
-            self._copied.record()
+            self._copied.record(current_stream(values.get_device()) if stream is None else stream)
         else:
             self._host, self._copied = values, None
 

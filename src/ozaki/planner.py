@@ -222,23 +222,25 @@ def _scaled_down(magnitude: float, bits: int):
     return scaled if scaled >= crt.MIN_NORMAL else Fraction(magnitude) / 2 ** bits
 
 
-def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float):
+def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float, fewer_than=None,
+                  reason="error bound"):
     """Wide scheme II (docs/accuracy.md, "Wide scheme II"): rows scaled by powers of two to
     norms up to 2^t, t past scheme II's 62 bits, rounded to integers, and their product rebuilt
     exactly from exact scheme II's moduli and rounded once. The fewest moduli whose predicted
     truncation (wide_predicted_error) stays CRT_MARGIN_BITS below the unit roundoff at the scale of
     (|A||B|)_ij for every (i, j), as crt_plan's; None when 40 cannot, or the estimate cannot resolve
-    every entry (magnitude 0). magnitude: as crt_plan's (not inf: crt_plan serves that case)."""
+    every entry (magnitude 0). magnitude: as crt_plan's (not inf: crt_plan serves that case).
+    fewer_than: None also where the count is at least this (a plan it would not replace)."""
     if magnitude in (0, math.inf):
         return None
     precision = SIGNIFICAND_BITS[dtype]
     count = crt.fewest_moduli(k, _scaled_down(magnitude, precision + CRT_MARGIN_BITS), wide=True)
-    if count is None:
+    if count is None or (fewer_than is not None and count >= fewer_than):
         return None
     t_a, _ = crt.wide_scale_bits(count, k)
     level = crt.error_level(count, k, magnitude, wide=True)
     return SlicePlan(slices=None, fast=None, beta=None, gemms=count, bits_captured=t_a,
-                     full_split_slices=None, exact=False, rounding=None, reason="error bound",
+                     full_split_slices=None, exact=False, rounding=None, reason=reason,
                      predicted_error=level,
                      native_level=math.sqrt(k) * 2.0 ** -precision, backend="crt", moduli=count,
                      wide=True)

@@ -24,6 +24,7 @@ import torch
 
 from . import _ops, crt
 from .operands import FLOATS, check_tensor
+from .streams import current_stream
 
 #: Residue sets a handle keeps: those of the last plans that ran.
 KEPT_PLANS = 2
@@ -82,7 +83,7 @@ class Prepared:
         noted for _ready."""
         device = self._key[0]
         if device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            stream = torch.cuda.current_stream(device)
+            stream = current_stream(device.index)
             event = torch.cuda.Event()
             event.record(stream)
             self._origins[name] = (stream.device_index, stream.cuda_stream, event)

@@ -18,11 +18,17 @@ from .host_copy import HostCopy
 from .operands import FLOATS, check_alike, check_tensor
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
+from .streams import current_stream
 
 
 def check_operands(name, A, B, dtype, ranks=(2,)):
     """Validate user input with messages that name the argument and the value received. ranks: 2
     (matrices) and/or 3 (batches of matrices, the same batch size in A and B)."""
+    if (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype == dtype == B.dtype
+            and A.dim() == B.dim() and A.dim() in ranks and A.shape[:-2] == B.shape[:-2]
+            and A.shape[-1] == B.shape[-2] and A.device == B.device
+            and (A.is_cuda and _ops.CUDA_BUILT or A.device.type == "cpu")):
+        return  # the usual call, in fewer steps: everything below holds
     other = {("ozaki.dgemm", torch.float64): "ozaki.sgemm",
              ("ozaki.sgemm", torch.float32): "ozaki.dgemm"}.get((name, dtype))
     for arg, t in (("A", A), ("B", B)):
@@ -241,13 +247,17 @@ class Estimates:
         # the float64 sum of k terms errs by under k 2^-53 relative
         return Fraction(self._entry_sum) * (1 + Fraction(self.k, 1 << 52))
 
-    def exact_entry_bound_exceeds(self, limit: Fraction) -> bool:
-        """Whether exact_entry_bound() is sure to exceed `limit` (entry_bound_floor); False where
-        unsure, and where the bound is already known (free to use)."""
-        if self._entry_sum is not None or self.shared or self.a.dim() != 2:
+    def exact_entry_bound_exceeds(self, count: int) -> bool:
+        """Whether exact_entry_bound() is sure to exceed what `count` moduli recover
+        (crt.exact_limit): from the bound's sum where it is already known, else from
+        entry_bound_floor; False where unsure. Float comparisons: the bound is at least its sum,
+        and at least 2^floor."""
+        if self._entry_sum is not None:
+            return crt.above_exact_limit(self._entry_sum, count)
+        if self.shared or self.a.dim() != 2:
             return False
         least = self.entry_bound_floor()
-        return least is not None and Fraction(2) ** least > limit
+        return least is not None and crt.above_exact_limit(2.0 ** least, count)
 
     def entry_bound_floor(self):
         """An exponent e with 2^e <= exact_entry_bound(), read from the operand with fewer rows
@@ -385,10 +395,11 @@ class KeptEstimates(Estimates):
         with the values where ozaki::crt_kept_plan_reads read them."""
         return super()._magnitude_values(norm_a, norm_b)
 
-    def exact_entry_bound_exceeds(self, limit):
-        """Never: A's part of the entry bound (its column exponents) is computed once and kept,
-        and later products read the bound along with the estimate, at no extra read."""
-        return False
+    def exact_entry_bound_exceeds(self, count):
+        """From the bound's sum alone, where it came with the estimate: A's part of the entry
+        bound (its column exponents) is computed once and kept, and later products read the bound
+        along with the estimate, at no extra read."""
+        return self._entry_sum is not None and crt.above_exact_limit(self._entry_sum, count)
 
     def _take_extras(self, values):
         if len(values) == 5:
@@ -456,7 +467,7 @@ def _check_inputs_ready(plan, est):
     if not _count_fixed(plan) or est.a.device.type != "cuda" or est.shared:
         return None
     ready = torch.cuda.Event()
-    ready.record()
+    ready.record(current_stream(est.a.get_device()))
     return ready
 
 
@@ -532,10 +543,11 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
     truncated_why = ("its estimate cannot resolve every entry" if magnitude == 0
                      else f"{crt.MAX_MODULI} moduli cannot meet the error bound" if plan is None
                      else f"the truncated plan needs {plan.moduli} moduli")
-    wide = wide_crt_plan(k, dtype, magnitude)
-    if wide is not None and (plan is None or wide.gemms < plan.gemms):
-        # rows scaled past 62 bits meet the bound with fewer moduli
-        plan = dataclasses.replace(wide, reason=f"error bound (wide scheme II: {truncated_why})")
+    # rows scaled past 62 bits may meet the bound with fewer moduli
+    wide = wide_crt_plan(k, dtype, magnitude, None if plan is None else plan.gemms,
+                         f"error bound (wide scheme II: {truncated_why})")
+    if wide is not None:
+        plan = wide
     # exact scheme II is taken with fewer moduli than the plan (as many, against a wide plan)
     most = None if plan is None else plan.gemms - (0 if plan.wide else 1)
     exact = (_exact_crt_plan(est, dtype, inputs, None, "exact", most) if exact_scheme_two
@@ -572,15 +584,21 @@ def _exact_crt_plan(est, dtype, inputs, rounding, reason, most=None):
     would be taken, also None when the norm bound, read in floats, surely needs more (no
     Fractions) or a cheap lower bound of the entry bound shows that it does (skipping the entry
     bound's pass over both operands)."""
-    if most is not None and most >= 1 and crt.norm_bound_needs_more(
-            *est.integer_norm_bounds(inputs.norm_a, inputs.norm_b), most):
+    norms = est.integer_norm_bounds(inputs.norm_a, inputs.norm_b)
+    if most is not None and most >= 1 and crt.norm_bound_needs_more(*norms, most):
         return None  # the norm bound sets the count (40 moduli hold it), and it is above `most`
-    bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
-    if crt.exact_moduli(bound) is None:  # Cauchy-Schwarz is loose for rows of wide span
-        if most is not None and (most < 1 or est.exact_entry_bound_exceeds(crt.exact_limit(most))):
-            return None  # the bound is min(norm bound, entry bound), both above the limit
-        bound = min(bound, est.exact_entry_bound())
-    return exact_crt_plan(est.k, dtype, bound, rounding, reason)
+    if crt.norm_bound_beyond_every_count(*norms):
+        bound = None  # above every limit: the entry bound alone decides (no Fractions)
+    else:
+        bound = est.exact_norm_bound(inputs.norm_a, inputs.norm_b)
+        if crt.exact_moduli(bound) is not None:
+            return exact_crt_plan(est.k, dtype, bound, rounding, reason)
+    # Cauchy-Schwarz is loose for rows of wide span
+    if most is not None and (most < 1 or est.exact_entry_bound_exceeds(most)):
+        return None  # the bound is min(norm bound, entry bound), both above the limit
+    entry = est.exact_entry_bound()
+    return exact_crt_plan(est.k, dtype, entry if bound is None else min(bound, entry), rounding,
+                          reason)
 
 
 def _exact_int8_plan(est, dtype):

@@ -27,6 +27,7 @@ import torch
 
 from . import _ops, product, speculation
 from .host_copy import HostCopy
+from .streams import current_stream
 
 #: Whether calls may be replayed at all.
 ENABLED = True
@@ -195,7 +196,7 @@ def _captured(A, B, dtype, options, kept, guess, key):
 def _capture(A, B, options, kept, kept_parts, guess):
     """The entry of graphs captured from this call's operands."""
     device = A.device
-    current = torch.cuda.current_stream(device)
+    current = current_stream(device.index)
     side = torch.cuda.Stream(device)
     side.wait_stream(current)
     reads, product_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
@@ -236,17 +237,17 @@ def _replayed(entry, A, B, dtype, options, kept):
     """(C, plan): the entry's graphs replayed on A and B, the plan read and made as the eager call
     makes it; the guessed product is the result where the plan is the guess, else the plan's
     product runs eagerly on the replayed reads."""
-    stream = torch.cuda.current_stream(A.device)
-    if stream != entry.stream:  # the last call's reads of the graphs' tensors may still be queued
+    stream = current_stream(A.get_device())
+    if stream is not entry.stream:  # the last call's reads of the graphs' tensors may be queued
         stream.wait_event(entry.done)
         entry.stream = stream
     entry.reads.replay()
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
-    read = HostCopy(values, entry.host, entry.copied)
+    read = HostCopy(values, entry.host, entry.copied, stream)
     entry.product.replay()
     entry.replays += 1
     C = entry.result.clone()
-    entry.done.record()
+    entry.done.record(stream)
     a = A if a is None else a
     bt = B.mT if bt is None else bt
     if kept is None:
@@ -260,5 +261,5 @@ def _replayed(entry, A, B, dtype, options, kept):
         return C, plan
     del C
     planned = product.product_of_plan(est, dtype, plan, inputs, kept)
-    entry.done.record()  # after the plan's product, which reads the replayed statistics
+    entry.done.record(stream)  # after the plan's product, which reads the replayed statistics
     return planned

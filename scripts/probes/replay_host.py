@@ -1,0 +1,187 @@
+"""Where the host's time of a replayed default call goes, and of a conjugate-gradient iteration
+under ozaki.enable: per-call wall time in a loop that the host paces (small products, one
+synchronize per loop), then the same loop under cProfile, its Python functions by their own time
+(cProfile's own cost inflates every Python call alike, so read the shares, not the figures).
+
+    PYTHONPATH=src python3 scripts/probes/replay_host.py [--sizes 64 1024] [--cg 6000] [--rhs 16]
+"""
+
+import argparse
+import collections
+import inspect
+import cProfile
+import io
+import pathlib
+import pstats
+import sys
+import time
+
+import torch
+
+import ozaki
+from ozaki import blas, gemm_op, host_copy, prepared, product, repeated, replay, speculation
+from ozaki.options import Options
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from programs_bench import conjugate_gradients, kernel_matrix, right_hand_sides  # noqa: E402
+
+
+def synchronize():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def per_call_us(call, calls, repeats=5):
+    """The best of `repeats` averages over `calls` calls, one synchronize per loop, microseconds."""
+    for _ in range(5):
+        call()
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def profiled(call, calls, lines):
+    """cProfile of `calls` calls: the `lines` functions with the most own time."""
+    profile = cProfile.Profile()
+    synchronize()
+    profile.enable()
+    for _ in range(calls):
+        call()
+    synchronize()
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(lines)
+    return "\n".join(line for line in text.getvalue().splitlines()
+                     if line.strip() and not line.startswith("   Ordered"))
+
+
+class Parts:
+    """Inclusive time per call of the steps of a call (wrappers around them; each wrapper's own
+    cost, about half a microsecond, counts in its callers)."""
+
+    def __init__(self):
+        self.ns = collections.Counter()
+        self.calls = collections.Counter()
+        self._undo = []
+
+    def wrap(self, owner, name, label=None, kind=None):
+        own = not isinstance(owner, type) or name in owner.__dict__
+        original = owner.__dict__[name] if isinstance(owner, type) and own else getattr(owner, name)
+        function = original.__func__ if isinstance(original, classmethod) else original
+        label = label or name
+
+        def timed_call(*args, **kwargs):
+            start = time.perf_counter_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.ns[label] += time.perf_counter_ns() - start
+                self.calls[label] += 1
+
+        setattr(owner, name, classmethod(timed_call) if isinstance(original, classmethod)
+                else timed_call)
+        self._undo.append((owner, name, original if own else None))
+
+    def undo(self):
+        for owner, name, original in reversed(self._undo):
+            if original is None:
+                delattr(owner, name)  # inherited: the base's attribute shows again
+            else:
+                setattr(owner, name, original)
+
+    def report(self, calls):
+        return "\n".join(f"  {label:34s} {self.ns[label] / calls / 1e3:8.1f} us per call"
+                         f" ({self.calls[label] / calls:.0f} per call)"
+                         for label in sorted(self.ns, key=lambda x: -self.ns[x]))
+
+
+def parts_of(call, calls, per=1):
+    parts = Parts()
+    for owner, name, label in (
+            (blas, "check_operands", "check_operands"), (Options, "checked", "Options.checked"),
+            (gemm_op, "_direct", None), (gemm_op, "real_product", "real_product"),
+            (prepared, "find", "prepared.find"), (repeated, "find", "repeated.find"),
+            (repeated, "confirmed", "repeated.confirmed"),
+            (replay, "applies", "replay.applies"), (replay, "product_of", "replay.product_of"),
+            (replay, "_replayed", None), (replay, "_key", None),
+            (speculation, "guess_of", None), (speculation, "remember", None),
+            (product, "plan_for", None), (product.Estimates, "__init__", "Estimates()"),
+            (host_copy.HostCopy, "__init__", "HostCopy()"),
+            (host_copy.HostCopy, "values", "HostCopy.values"),
+            (torch.cuda, "current_stream", "torch.cuda.current_stream"),
+            (torch.cuda.CUDAGraph, "replay", "CUDAGraph.replay"),
+            (torch.Tensor, "clone", "Tensor.clone")):
+        parts.wrap(owner, name, label)
+    try:
+        total = per_call_us(call, calls, 3)
+    finally:
+        parts.undo()
+    return total, parts.report((calls * 3 + 5) * per)
+
+
+def isolated(entry, calls=200):
+    """Host microseconds of the replayed call's CUDA steps alone, each in its own loop."""
+    synchronize()
+    graph = entry.reads
+    steps = {
+        "CUDAGraph.replay (reads)": graph.replay,
+        "torch._C._CUDAGraph.replay (reads)": lambda: torch._C._CUDAGraph.replay(graph),
+        "CUDAGraph.replay (product)": entry.product.replay,
+        "result.clone()": entry.result.clone,
+        "HostCopy of the values": lambda: host_copy.HostCopy(entry.est_parts[-1], entry.host,
+                                                              entry.copied),
+        "Event.record": entry.done.record,
+        "torch.cuda.current_stream()": torch.cuda.current_stream,
+    }
+    return "\n".join(f"  {name:36s} {per_call_us(step, calls, 3):8.1f} us"
+                     for name, step in steps.items())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[64, 1024])
+    parser.add_argument("--cg", type=int, default=6000, help="CG's matrix size (0: none)")
+    parser.add_argument("--rhs", type=int, default=16)
+    parser.add_argument("--lines", type=int, default=30)
+    args = parser.parse_args(argv)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(inspect.getsource(torch.cuda.CUDAGraph.replay))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for n in args.sizes:
+        A = torch.rand(n, n, device="cuda", dtype=torch.float64, generator=g) - 0.5
+        B = torch.rand(n, n, device="cuda", dtype=torch.float64, generator=g) - 0.5
+        native = per_call_us(lambda: A @ B, 200)
+        call = lambda: ozaki.dgemm(A, B)  # noqa: E731
+        ozaki.dgemm(A, B), ozaki.dgemm(A, B), ozaki.dgemm(A, B)  # guessed, then captured
+        replays = replay.info()
+        print(f"== {n}^3: native {native:.1f} us per call, ozaki.dgemm {per_call_us(call, 200):.1f}"
+              f" us per call; entries {replays}")
+        total, report = parts_of(call, 200)
+        print(f"-- steps ({total:.1f} us per call with the wrappers)\n{report}")
+        print("-- alone\n" + isolated(next(reversed(replay._entries.values()))))
+        print(profiled(call, 200, args.lines))
+    if args.cg:
+        K = kernel_matrix(args.cg, 1.0, 1e-2, 0, "cuda")
+        B = right_hand_sides(args.cg, args.rhs, 0, "cuda")
+        run = lambda: conjugate_gradients(K, B, 50)  # noqa: E731
+        native = per_call_us(run, 3, 3) / 50
+        with ozaki.enable():
+            run()
+            kept = per_call_us(run, 3, 3) / 50
+            print(f"== CG {args.cg}, {args.rhs} right-hand sides: native {native:.1f} us per "
+                  f"iteration, under ozaki.enable (K kept) {kept:.1f}; entries {replay.info()}; "
+                  f"kept {ozaki.repeated.info()}")
+            total, report = parts_of(run, 3, per=50)
+            print(f"-- steps per iteration ({total / 50:.1f} us per iteration with the wrappers)")
+            print(report)
+            print(profiled(run, 3, args.lines))
+
+
+if __name__ == "__main__":
+    main()
