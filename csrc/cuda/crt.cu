@@ -1006,15 +1006,19 @@ constexpr int kExactFixedModuli = 24;
 // registers for three blocks per multiprocessor; N = 0: crt.moduli at run time, one modulus per
 // iteration (an unrolled body of every modulus outgrew the instruction cache), its constants read
 // from the parameter bank by index. Each block first copies its table of signed powers
-// (+-W 2^s) mod p into shared memory, one byte each. The same residues either way.
+// (+-W 2^s) mod p into shared memory, one byte each. The same residues either way. Blocks of grid
+// z take the moduli [z per_slice, (z + 1) per_slice) (exact_residue_slices: operands of few rows
+// would otherwise leave most of the GPU idle while each thread works through every modulus).
 template <int N, typename T>
 __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     exact_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
                           const int* exponent, ExactCrt crt, const uint8_t* table, bool weighted,
-                          bool aligned, int8_t* out) {
+                          bool aligned, int per_slice, int8_t* out) {
   constexpr int kWords = exact_table_bytes(N > 0 ? N : kExactMaxModuli) / 4;
   __shared__ uint32_t table_words[kWords];
   const int moduli = N > 0 ? N : crt.moduli;
+  const int first = static_cast<int>(blockIdx.z) * per_slice;
+  const int last = min(first + per_slice, moduli);
   for (int t = threadIdx.y * blockDim.x + threadIdx.x; t < exact_table_bytes(moduli) / 4;
        t += blockDim.x * blockDim.y) {
     table_words[t] = reinterpret_cast<const uint32_t*>(table)[t];
@@ -1060,13 +1064,14 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     if constexpr (N > 0) {
       for_each_modulus<N>([&](auto index) {
         constexpr int i = decltype(index)::value;
+        if (i < first || i >= last) return;
         write_modulus(i, [](const ExactEntry& x, uint32_t power) {
           return exact_residue_of<i>(x, power);
         });
       });
     } else {
 #pragma unroll 1
-      for (int i = 0; i < moduli; ++i) {
+      for (int i = first; i < last; ++i) {
         const ExactModulus modulus = crt.modulus[i];
         write_modulus(i, [&](const ExactEntry& x, uint32_t power) {
           return exact_residue(x, power, modulus);
@@ -1076,6 +1081,16 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
   });
 }
 
+// Moduli per thread of exact_residues_kernel for `threads` threads of groups (one per group of
+// kResidueGroup entries): all of them where those threads fill the GPU, else as few as give about
+// a thousand threads per multiprocessor (the right-hand sides of a skinny product: 16 columns of
+// 6000 entries are 12000 threads, each through 18 moduli one after another).
+inline int exact_residue_slice(int64_t threads, int moduli) {
+  const int64_t wanted = int64_t(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 1024;
+  const int64_t slices = std::clamp<int64_t>(wanted / std::max<int64_t>(threads, 1), 1, moduli);
+  return static_cast<int>((moduli + slices - 1) / slices);
+}
+
 // residue_product_chunks' residues for exact scheme II (tables: exact_table_kernel's).
 template <typename T>
 auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t* tables) {
@@ -1083,7 +1098,10 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
   return [=](const T* data, const RowBlocks& blocks, int8_t* out, bool weighted,
              cudaStream_t stream) {
     if (blocks.total() == 0) return;
-    const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
+    const int64_t groups = k_stride / kResidueGroup;
+    RowLaunch launch = row_launch(blocks.total(), groups, kResidueThreads);
+    const int per_slice = exact_residue_slice(blocks.total() * groups, crt.moduli);
+    launch.grid.z = static_cast<unsigned>((crt.moduli + per_slice - 1) / per_slice);
     const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
     const int* exponent = weighted ? in.scale_b : in.scale_a;
     const uint8_t* table = tables + (weighted ? exact_table_bytes(crt.moduli) : 0);
@@ -1091,11 +1109,12 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
       with_constant<1, kExactFixedModuli>(crt.moduli, [&](auto count) {
         constexpr int N = decltype(count)::value;
         exact_residues_kernel<N, T><<<launch.grid, launch.block, 0, stream>>>(
-            data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
+            data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, per_slice,
+            out);
       });
     } else {
       exact_residues_kernel<0, T><<<launch.grid, launch.block, 0, stream>>>(
-          data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, out);
+          data, in.k, blocks, k_stride, exponent, crt, table, weighted, aligned, per_slice, out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
