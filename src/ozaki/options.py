@@ -24,6 +24,9 @@ class Options:
     def checked(cls, name, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
         """The options of a call to `name`; a bad value or combination raises an error that names
         the argument and the value received."""
+        if (backend == "auto" and slices is None and fast is None and moduli is None
+                and rounding is None and cls is Options):
+            return _DEFAULT  # the usual call: nothing to check
         _check(name, slices, fast, rounding, backend, moduli)
         return cls(backend, slices, fast, moduli, rounding)
 
@@ -34,6 +37,9 @@ class Options:
     def keywords(self):
         """The options as the keyword arguments of ozaki.dgemm, in the schema's order."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+
+_DEFAULT = Options()
 
 
 def _check(name, slices, fast, rounding, backend, moduli):

@@ -77,12 +77,12 @@ def applies(A, B, options):
         return False
     if not product._default_scheme_two_plan(A.shape[-1], options):
         return False
-    if A.device.index != torch.cuda.current_device():
+    if A.get_device() != torch._C._cuda_getDevice():  # torch.cuda.current_device(), in one step
         return False
     multiply_adds = A.numel() * B.shape[-1]
     if multiply_adds > MAX_MULTIPLY_ADDS:
         return False
-    return not (torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling()
+    return not (torch._C._cuda_isCurrentStreamCapturing() or torch.compiler.is_compiling()
                 or torch._C._len_torch_dispatch_stack() > 0
                 or torch._C._autograd._profiler_enabled())
 
