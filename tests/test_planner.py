@@ -239,6 +239,48 @@ def test_norm_bound_shortcut_never_contradicts_the_exact_count():
     assert taken > 1000  # the shortcut does apply
 
 
+def _around_every_limit(ulps=3):
+    """Floats within `ulps` units either side of every exact-scheme-II limit, and random ones over
+    600 binades."""
+    values = []
+    for count in range(1, crt.MAX_EXACT_MODULI + 1):
+        x = float(crt.exact_limit(count))
+        below = above = x
+        values.append(x)
+        for _ in range(ulps):
+            below, above = math.nextafter(below, 0.0), math.nextafter(above, math.inf)
+            values += [below, above]
+    g = seeded(37)
+    values += [math.ldexp(1 + u, e) for u, e in
+               zip(torch.rand(2000, generator=g, dtype=torch.float64).tolist(),
+                   torch.randint(-300, 300, (2000,), generator=g).tolist())]
+    return values
+
+
+def test_float_limit_shortcuts_never_contradict_the_exact_count():
+    """crt.above_exact_limit(x, count) is True only where x exceeds exact_limit(count) exactly, and
+    crt.norm_bound_beyond_every_count(a, b) only where the exact norm bound needs more than 40
+    moduli; both apply to floats just past the limits."""
+    values = _around_every_limit()
+    taken = 0
+    for x in values:
+        for count in range(1, crt.MAX_EXACT_MODULI + 1):
+            if crt.above_exact_limit(x, count):
+                taken += 1
+                assert Fraction(x) > crt.exact_limit(count), (x, count)
+    assert taken > 1000
+    beyond = 0
+    for x in values:
+        for a, b in ((x, 1.0), (1.0, x), (math.sqrt(x), math.sqrt(x)), (x, 2.0 ** 300)):
+            if crt.norm_bound_beyond_every_count(a, b):
+                beyond += 1
+                assert crt.exact_moduli(Fraction(a) * Fraction(b) * crt.NORM_BOUND_MARGIN) is None
+    limit = float(crt.exact_limit(crt.MAX_EXACT_MODULI))
+    assert crt.norm_bound_beyond_every_count(math.nextafter(limit, math.inf) * 1.000001, 1.0)
+    assert not crt.norm_bound_beyond_every_count(limit, 1.0)
+    assert beyond > 500
+
+
 @pytest.mark.parametrize("phi", [0.1, 0.5, 2, 4])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_plans_are_the_same_without_the_norm_bound_shortcut(phi, dtype, monkeypatch):

@@ -15,7 +15,7 @@ import torch
 
 import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, scale_of, seeded
-from ozaki import _ops, accuracy
+from ozaki import _ops, accuracy, crt
 from ozaki.fixed_counts import AccuracyWarning
 from ozaki.product import Estimates, row_operands
 
@@ -391,3 +391,6 @@ def test_the_plans_shortcut_past_exact_scheme_two_keeps_the_plan(device, case, m
     assert ozaki.plan(A, B) == with_shortcut
     if case.startswith("kernel matrix"):
         assert asked == [True]  # the shortcut applies to it
+    # nor does the norm bound's float read past every limit change it
+    monkeypatch.setattr(crt, "norm_bound_beyond_every_count", lambda *args: False)
+    assert ozaki.plan(A, B) == with_shortcut
