@@ -185,6 +185,12 @@ def main(argv=None):
             print(f"-- steps per iteration ({total / 50:.1f} us per iteration with the wrappers)")
             print(report)
             print(profiled(run, 3, args.lines))
+        with ozaki.enable(), ozaki.prepare(K):
+            run()
+            prepared = per_call_us(run, 3, 3) / 50
+            total, report = parts_of(run, 3, per=50)
+            print(f"== CG, K prepared: {prepared:.1f} us per iteration; steps per iteration "
+                  f"({total / 50:.1f} us with the wrappers)\n{report}")
 
 
 if __name__ == "__main__":
