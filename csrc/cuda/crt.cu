@@ -1007,7 +1007,7 @@ constexpr int kExactFixedModuli = 24;
 // iteration (an unrolled body of every modulus outgrew the instruction cache), its constants read
 // from the parameter bank by index. Each block first copies its table of signed powers
 // (+-W 2^s) mod p into shared memory, one byte each. The same residues either way. Blocks of grid
-// z take the moduli [z per_slice, (z + 1) per_slice) (exact_residue_slices: operands of few rows
+// z take the moduli [z per_slice, (z + 1) per_slice) (exact_residue_slice: operands of few rows
 // would otherwise leave most of the GPU idle while each thread works through every modulus).
 template <int N, typename T>
 __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)

@@ -8,8 +8,8 @@ synchronize per loop), then the same loop under cProfile, its Python functions b
 
 import argparse
 import collections
-import inspect
 import cProfile
+import inspect
 import io
 import pathlib
 import pstats
@@ -70,7 +70,7 @@ class Parts:
         self.calls = collections.Counter()
         self._undo = []
 
-    def wrap(self, owner, name, label=None, kind=None):
+    def wrap(self, owner, name, label=None):
         own = not isinstance(owner, type) or name in owner.__dict__
         original = owner.__dict__[name] if isinstance(owner, type) and own else getattr(owner, name)
         function = original.__func__ if isinstance(original, classmethod) else original
@@ -187,9 +187,9 @@ def main(argv=None):
             print(profiled(run, 3, args.lines))
         with ozaki.enable(), ozaki.prepare(K):
             run()
-            prepared = per_call_us(run, 3, 3) / 50
+            prepared_us = per_call_us(run, 3, 3) / 50
             total, report = parts_of(run, 3, per=50)
-            print(f"== CG, K prepared: {prepared:.1f} us per iteration; steps per iteration "
+            print(f"== CG, K prepared: {prepared_us:.1f} us per iteration; steps per iteration "
                   f"({total / 50:.1f} us with the wrappers)\n{report}")
 
 
