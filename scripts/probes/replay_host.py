@@ -24,36 +24,17 @@ from ozaki.options import Options
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from programs_bench import conjugate_gradients, kernel_matrix, right_hand_sides  # noqa: E402
-
-
-def synchronize():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def per_call_us(call, calls, repeats=5):
-    """The best of `repeats` averages over `calls` calls, one synchronize per loop, microseconds."""
-    for _ in range(5):
-        call()
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        synchronize()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
+from host_parts import per_call_us  # noqa: E402  (this folder is the script's own)
 
 
 def profiled(call, calls, lines):
     """cProfile of `calls` calls: the `lines` functions with the most own time."""
     profile = cProfile.Profile()
-    synchronize()
+    torch.cuda.synchronize()
     profile.enable()
     for _ in range(calls):
         call()
-    synchronize()
+    torch.cuda.synchronize()
     profile.disable()
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(lines)
@@ -102,7 +83,16 @@ class Parts:
 
 
 def parts_of(call, calls, per=1):
+    """(microseconds per call of `call`, the report of its steps per call) over the best of 3
+    loops of `calls` calls; per: products per call (the report's steps are per product)."""
     parts = Parts()
+    invoked = 0
+
+    def counted():
+        nonlocal invoked
+        invoked += 1
+        return call()
+
     for owner, name, label in (
             (blas, "check_operands", "check_operands"), (Options, "checked", "Options.checked"),
             (gemm_op, "_direct", None), (gemm_op, "real_product", "real_product"),
@@ -123,15 +113,15 @@ def parts_of(call, calls, per=1):
             (torch.Tensor, "clone", "Tensor.clone")):
         parts.wrap(owner, name, label)
     try:
-        total = per_call_us(call, calls, 3)
+        total = per_call_us(counted, "cuda", calls, 3)
     finally:
         parts.undo()
-    return total, parts.report((calls * 3 + 5) * per)
+    return total, parts.report(invoked * per)
 
 
 def isolated(entry, calls=200):
     """Host microseconds of the replayed call's CUDA steps alone, each in its own loop."""
-    synchronize()
+    torch.cuda.synchronize()
     graph = entry.reads
     steps = {
         "CUDAGraph.replay (reads)": graph.replay,
@@ -143,7 +133,7 @@ def isolated(entry, calls=200):
         "Event.record": entry.done.record,
         "torch.cuda.current_stream()": torch.cuda.current_stream,
     }
-    return "\n".join(f"  {name:36s} {per_call_us(step, calls, 3):8.1f} us"
+    return "\n".join(f"  {name:36s} {per_call_us(step, 'cuda', calls, 3):8.1f} us"
                      for name, step in steps.items())
 
 
@@ -160,12 +150,12 @@ def main(argv=None):
     for n in args.sizes:
         A = torch.rand(n, n, device="cuda", dtype=torch.float64, generator=g) - 0.5
         B = torch.rand(n, n, device="cuda", dtype=torch.float64, generator=g) - 0.5
-        native = per_call_us(lambda: A @ B, 200)
+        native = per_call_us(lambda: A @ B, "cuda", 200)
         call = lambda: ozaki.dgemm(A, B)  # noqa: E731
         ozaki.dgemm(A, B), ozaki.dgemm(A, B), ozaki.dgemm(A, B)  # guessed, then captured
-        replays = replay.info()
-        print(f"== {n}^3: native {native:.1f} us per call, ozaki.dgemm {per_call_us(call, 200):.1f}"
-              f" us per call; entries {replays}")
+        ours = per_call_us(call, "cuda", 200)
+        print(f"== {n}^3: native {native:.1f} us per call, ozaki.dgemm {ours:.1f} us per call; "
+              f"entries {replay.info()}")
         total, report = parts_of(call, 200)
         print(f"-- steps ({total:.1f} us per call with the wrappers)\n{report}")
         print("-- alone\n" + isolated(next(reversed(replay._entries.values()))))
@@ -174,10 +164,10 @@ def main(argv=None):
         K = kernel_matrix(args.cg, 1.0, 1e-2, 0, "cuda")
         B = right_hand_sides(args.cg, args.rhs, 0, "cuda")
         run = lambda: conjugate_gradients(K, B, 50)  # noqa: E731
-        native = per_call_us(run, 3, 3) / 50
+        native = per_call_us(run, "cuda", 3, 3) / 50
         with ozaki.enable():
             run()
-            kept = per_call_us(run, 3, 3) / 50
+            kept = per_call_us(run, "cuda", 3, 3) / 50
             print(f"== CG {args.cg}, {args.rhs} right-hand sides: native {native:.1f} us per "
                   f"iteration, under ozaki.enable (K kept) {kept:.1f}; entries {replay.info()}; "
                   f"kept {ozaki.repeated.info()}")
@@ -187,7 +177,7 @@ def main(argv=None):
             print(profiled(run, 3, args.lines))
         with ozaki.enable(), ozaki.prepare(K):
             run()
-            prepared_us = per_call_us(run, 3, 3) / 50
+            prepared_us = per_call_us(run, "cuda", 3, 3) / 50
             total, report = parts_of(run, 3, per=50)
             print(f"== CG, K prepared: {prepared_us:.1f} us per iteration; steps per iteration "
                   f"({total / 50:.1f} us with the wrappers)\n{report}")
