@@ -6,9 +6,15 @@
 #include <Python.h>
 #include <torch/library.h>
 
-// Importing ozaki._C loads this library, which registers the operators below with the dispatcher.
+namespace ozaki {
+extern PyMethodDef graph_result_methods[];  // csrc/graph_result.cpp
+}
+
+// Importing ozaki._C loads this library, which registers the operators below with the dispatcher;
+// the module's own functions are the replayed product's result moves (csrc/graph_result.h).
 extern "C" PyObject* PyInit__C(void) {
-  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
+                                      ozaki::graph_result_methods};
   return PyModule_Create(&module);
 }
 

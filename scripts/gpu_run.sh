@@ -26,6 +26,9 @@
 # PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
 # ncu (not in all) writes ncu.log: Nsight Compute's sections for the reduced GEMM and reconstruction
 # kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n);
+# result (not in all) writes replay_result.log: replayed default calls with their result moved or
+# copied, against native and eager (scripts/probes/replay_result.py; RESULT_SHAPES overrides its
+# shapes);
 # tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
 # schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...,
 # and TILES_CONFIGS its configurations, by name).
@@ -114,6 +117,11 @@ fi
 if [[ ,$what, == *,paths,* ]]; then
   echo "== scheme II paths"
   python3 scripts/probes/crt_paths.py --json "$OUT/crt_paths.json" ${PATHS_SHAPES:+--shapes $PATHS_SHAPES} ${PATHS_WHICH:+--paths $PATHS_WHICH} ${PATHS_TIMING:+--timing $PATHS_TIMING} 2>&1 | tee "$OUT/crt_paths.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,result,* ]]; then
+  echo "== replayed results moved or copied"
+  python3 scripts/probes/replay_result.py ${RESULT_SHAPES:+--shapes $RESULT_SHAPES} 2>&1 | tee "$OUT/replay_result.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,tiles,* ]]; then

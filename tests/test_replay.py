@@ -237,3 +237,101 @@ def test_a_failed_capture_leaves_the_eager_call(monkeypatch):
     for _ in range(CALLS):
         assert_bitwise_equal(ozaki.dgemm(A, B), expected)
     assert replay.info() == []
+
+
+def poisoned_call(call, like, kept):
+    """call() right after a NaN-filled tensor shaped like `like` is freed, so that a fresh result
+    allocated by the call likely takes its block: an entry that no replayed kernel wrote then holds
+    NaN. The results stay in `kept` (their blocks are not the poison's). Returns (result, whether
+    the result took the poisoned block)."""
+    poison = torch.full_like(like, float("nan"))
+    address = poison.data_ptr()
+    del poison
+    result = call()
+    kept.append(result)
+    return result, result.data_ptr() == address
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+def test_replays_write_their_result_into_a_fresh_tensor(dtype, phi, monkeypatch):
+    """Where the product graph's result writers can be moved, every replay writes a fresh tensor
+    (no copy of the graph's own result): every entry written with the eager bits, also where the
+    tensor's memory held NaN just before, and the results of earlier calls left as they were."""
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, phi, seed=15, dtype=dtype, device="cuda")
+    gemm = REAL_GEMMS[dtype]
+    expected = eager(lambda: gemm(A, B), monkeypatch)
+    kept, hits = [], 0
+    for _ in range(2 * CALLS):
+        got, hit = poisoned_call(lambda: gemm(A, B), expected, kept)
+        assert_bitwise_equal(got, expected)
+        hits += hit
+    for got in kept:
+        assert_bitwise_equal(got, expected)
+    assert replays() >= 2 * CALLS - 2, replay.last_failure
+    if "reduced" in crt_paths() and replay.MOVES_RESULTS:  # the default path on this GPU
+        assert [e["result"] for e in replay.info()] == ["moved"]
+        assert hits >= CALLS, "the poisoned block was never the result's: the test saw nothing"
+
+
+@pytest.mark.cuda
+def test_every_crt_path_moves_or_copies_its_result_with_the_same_bits(monkeypatch):
+    A, B = phi_pair(*SHAPE, 1.0, seed=16, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    for path in crt_paths():
+        with monkeypatch.context() as patch:
+            patch.setenv("OZAKI_CRT_PATH", path)
+            if not path:
+                patch.delenv("OZAKI_CRT_PATH")
+            replay.clear()
+            kept = []
+            for _ in range(CALLS):
+                assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0],
+                                     expected)
+            assert replays() >= CALLS - 1, (path, replay.last_failure)
+            if path in ("reduced", "fused") and replay.MOVES_RESULTS:
+                assert [e["result"] for e in replay.info()] == ["moved"], path
+
+
+@pytest.mark.cuda
+def test_a_result_that_cannot_be_moved_drops_the_entry(monkeypatch):
+    """A failure to point the graph at the call's result leaves that call eager (the same bits)
+    and drops the entry, whose graph may be half moved; later calls capture it again."""
+    A, B = phi_pair(*SHAPE, 0.5, seed=17, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    for _ in range(CALLS):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    if not any(e["result"] == "moved" for e in replay.info()):
+        pytest.skip("this GPU's default path copies its replayed results")
+
+    class Failing:
+        graph_result_sites = staticmethod(replay._C.graph_result_sites)
+
+        @staticmethod
+        def retarget_graph_result(*args):
+            raise RuntimeError("cannot move")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(replay, "_C", Failing)
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+        assert replay.info() == []
+    for _ in range(CALLS):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert [e["result"] for e in replay.info()] == ["moved"]
+
+
+@pytest.mark.cuda
+def test_without_graph_updates_replays_copy_their_result(monkeypatch):
+    """Where torch cannot keep a captured graph for reading (replay.MOVES_RESULTS off), each replay
+    copies the graph's own result: the same bits, and earlier results keep theirs."""
+    monkeypatch.setattr(replay, "MOVES_RESULTS", False)
+    A, B = phi_pair(*SHAPE, 0.5, seed=18, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    kept = []
+    for _ in range(CALLS):
+        assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0], expected)
+    for got in kept:
+        assert_bitwise_equal(got, expected)
+    assert replays() >= CALLS - 2, replay.last_failure
+    assert [e["result"] for e in replay.info()] == ["copied"]

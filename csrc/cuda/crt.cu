@@ -22,6 +22,7 @@
 #include "../checks.h"
 #include "../crt.h"
 #include "../crt_exact.h"
+#include "../graph_result.h"
 #include "../row_stats_output.h"
 #include "../workspace.h"
 #include "batch.cuh"
@@ -52,6 +53,16 @@ constexpr int64_t kReducedMinColumns = 256;
 constexpr int64_t kInnerAlign = kResidueRowAlign;
 constexpr int64_t kResultAlign = 4;
 constexpr int64_t kReducedResultAlign = 16;
+
+// Notes, once per kernel, that Kernel writes the product's result through its argument number
+// `argument` (a plain T*): a replayed graph may then move that argument to a fresh result
+// (csrc/graph_result.h).
+template <auto Kernel>
+void note_writer(int argument) {
+  static const bool noted =
+      (note_result_writer(reinterpret_cast<const void*>(Kernel), argument), true);
+  (void)noted;
+}
 
 // ---- row_norm_scales, row_norm_square_sums ----------------------------------------------------
 
@@ -766,6 +777,7 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
     using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
     const RowLaunch launch =
         row_launch(chunk.elements * chunk.rows, ld / kReconstructColumns, kReconstructThreads);
+    note_writer<reconstruct_kernel<N, P, T>>(4);
     reconstruct_kernel<N, P, T>
         <<<launch.grid, launch.block, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -813,6 +825,7 @@ void launch_fused_crt(const ResidueRows& a_residues, const ResidueRows& b_residu
                       int64_t k_stride, const Chunk& chunk, const CrtOperands<T>& in, T* out,
                       cudaStream_t stream) {
   const auto kernel = fused_crt_kernel<N, Tile, T>;
+  note_writer<fused_crt_kernel<N, Tile, T>>(5);
   const int64_t bytes = Tile::shared_bytes(N);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)));
@@ -1223,6 +1236,7 @@ at::Tensor gemm_crt_exact(const at::Tensor& a, const at::Tensor& bt, const at::T
       const int blocks =
           grid_for(chunk.elements * chunk.rows * (ld / kExactColumns), kReconstructThreads);
       with_limb_count(crt, [&](auto limbs) {
+        note_writer<exact_reconstruct_kernel<decltype(limbs)::value, P, T>>(5);
         exact_reconstruct_kernel<decltype(limbs)::value, P, T>
             <<<blocks, kReconstructThreads, 0, chunk_stream>>>(products, ld, chunk, in, crt,
                                                                out_data);

@@ -6,8 +6,10 @@ allocations around two short bursts of GPU work (the plan's reads, then the prod
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
 and later calls on the same operands (the same addresses, shapes, strides and dtype; any
-contents) replay them: two graph launches, the values' copy to the host and one copy of the
-result. The graphs run the same kernels on the same data as the eager call, so the bits are the
+contents) replay them: two graph launches and the values' copy to the host. Before each replay
+the product graph's result writers are pointed at a fresh tensor (csrc/graph_result.h), which is
+the call's result; where the graph cannot be read for them, the graph's own result is copied
+instead. The graphs run the same kernels on the same data as the eager call, so the bits are the
 same; every call still reads its plan's values, plans on the host and keeps the product only
 where the plan is the guess (else the plan's product runs eagerly, as without replay).
 
@@ -25,7 +27,7 @@ import typing
 
 import torch
 
-from . import _ops, product, speculation
+from . import _C, _ops, product, speculation
 from .host_copy import HostCopy
 from .streams import current_stream
 
@@ -43,6 +45,10 @@ MAX_MULTIPLY_ADDS = 1 << 33
 #: Captures per operand shape, after which its calls stay eager (plans that keep changing).
 MAX_CAPTURES = 8
 
+#: Whether this torch keeps a captured graph for reading and updates its instantiated form
+#: (CUDAGraph(keep_graph=True), raw_cuda_graph_exec): without, every replay copies its result.
+MOVES_RESULTS = hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
+
 #: Why the last capture that failed did (its calls then ran eagerly); None if none failed.
 last_failure = None
 
@@ -59,6 +65,7 @@ class _Entry:
     product: torch.cuda.CUDAGraph  # the guessed product, into result
     est_parts: tuple  # (a or None, bt or None, stats_a, stats_b, norm_a, norm_b, values)
     result: torch.Tensor
+    sites: list  # the product graph's result writers (graph_result_sites); [] copies the result
     kept_parts: tuple  # the kept tensors the graphs read (ozaki.prepare), None without
     host: torch.Tensor  # pinned buffer of the values
     copied: torch.cuda.Event
@@ -104,7 +111,11 @@ def product_of(A, B, dtype, options, kept):
             if entry is None:
                 return None
         _entries.move_to_end(key)
-        return _replayed(entry, A, B, dtype, options, kept)
+        try:
+            return _replayed(entry, A, B, dtype, options, kept)
+        except _NotMoved:
+            _drop(key)  # its graph may be half moved: never replayed again
+            return None
 
 
 def info():
@@ -112,7 +123,8 @@ def info():
     plan (kind, moduli), the bytes kept and the replays so far."""
     with _lock:
         return [{"a": key.a_shape, "b": key.b_shape, "dtype": key.dtype, "plan": entry.guess,
-                 "bytes": entry.nbytes, "replays": entry.replays}
+                 "bytes": entry.nbytes, "replays": entry.replays,
+                 "result": "moved" if entry.sites else "copied"}
                 for key, entry in _entries.items()]
 
 
@@ -199,7 +211,10 @@ def _capture(A, B, options, kept, kept_parts, guess):
     current = current_stream(device.index)
     side = torch.cuda.Stream(device)
     side.wait_stream(current)
-    reads, product_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    reads = torch.cuda.CUDAGraph()
+    # the product graph kept for graph_result_sites, instantiated once read
+    product_graph = (torch.cuda.CUDAGraph(keep_graph=True) if MOVES_RESULTS
+                     else torch.cuda.CUDAGraph())
     reserved = torch.cuda.memory_reserved(device)
     kind, moduli = guess
     with torch.cuda.stream(side):
@@ -216,14 +231,46 @@ def _capture(A, B, options, kept, kept_parts, guess):
         finally:
             product_graph.capture_end()
     current.wait_stream(side)
+    sites = _result_sites(product_graph, result) if MOVES_RESULTS else []
+    if MOVES_RESULTS:
+        product_graph.instantiate()
     size = torch.cuda.memory_reserved(device) - reserved
     a = None if est.a.data_ptr() == A.data_ptr() else est.a
     bt = None if est.bt_read.data_ptr() == B.data_ptr() else est.bt_read
     return _Entry(guess, reads, product_graph,
                   (a, bt, est.stats_a, est.stats_b, inputs.norm_a, inputs.norm_b, values),
-                  result, kept_parts,
+                  result, sites, kept_parts,
                   torch.empty(values.shape, dtype=values.dtype, pin_memory=True),
                   torch.cuda.Event(), torch.cuda.Event(), current, max(size, 0))
+
+
+def _result_sites(graph, result):
+    """The kept graph's result writers, where its result is one whole storage of its own and every
+    node that reaches it is such a writer; else [] (each replay then copies the result)."""
+    nbytes = result.numel() * result.element_size()
+    if (not result.is_contiguous() or result.storage_offset() != 0
+            or result.untyped_storage().nbytes() != nbytes or nbytes == 0):
+        return []
+    return _C.graph_result_sites(result.get_device(), graph.raw_cuda_graph(), result.data_ptr(),
+                                 nbytes)
+
+
+class _NotMoved(Exception):
+    """The product graph's result writers could not be pointed at the call's result."""
+
+
+def _moved_result(entry):
+    """A fresh result tensor that the entry's product graph now writes, or None where the entry
+    copies its graph's result instead."""
+    if not entry.sites:
+        return None
+    C = torch.empty_like(entry.result)
+    try:
+        _C.retarget_graph_result(C.get_device(), entry.product.raw_cuda_graph_exec(), entry.sites,
+                                 C.data_ptr())
+    except RuntimeError as error:
+        raise _NotMoved(str(error)) from error
+    return C
 
 
 def _make_room(size):
@@ -241,12 +288,14 @@ def _replayed(entry, A, B, dtype, options, kept):
     if stream is not entry.stream:  # the last call's reads of the graphs' tensors may be queued
         stream.wait_event(entry.done)
         entry.stream = stream
+    C = _moved_result(entry)  # before anything is queued: a failure leaves the call eager
     entry.reads.replay()
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
     read = HostCopy(values, entry.host, entry.copied, stream)
     entry.product.replay()
     entry.replays += 1
-    C = entry.result.clone()
+    if C is None:
+        C = entry.result.clone()
     entry.done.record(stream)
     a = A if a is None else a
     bt = B.mT if bt is None else bt
