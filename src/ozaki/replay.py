@@ -288,8 +288,12 @@ def _replayed(entry, A, B, dtype, options, kept):
     if stream is not entry.stream:  # the last call's reads of the graphs' tensors may be queued
         stream.wait_event(entry.done)
         entry.stream = stream
-    C = _moved_result(entry)  # before anything is queued: a failure leaves the call eager
     entry.reads.replay()
+    try:  # while the reads run
+        C = _moved_result(entry)
+    except _NotMoved:  # the call runs eagerly; the entry is dropped once the reads are done
+        entry.done.record(stream)
+        raise
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
     read = HostCopy(values, entry.host, entry.copied, stream)
     entry.product.replay()
