@@ -231,8 +231,9 @@ def _capture(A, B, options, kept, kept_parts, guess):
         finally:
             product_graph.capture_end()
     current.wait_stream(side)
-    sites = _result_sites(product_graph, result) if MOVES_RESULTS else []
+    sites = []
     if MOVES_RESULTS:
+        sites = _result_sites(product_graph, result)
         product_graph.instantiate()
     size = torch.cuda.memory_reserved(device) - reserved
     a = None if est.a.data_ptr() == A.data_ptr() else est.a
