@@ -375,36 +375,8 @@ struct CrtOperands {
   BtLayout bt_layout{};  // where bt's rows lie (gemm_crt reads B's columns in place)
 };
 
-constexpr int kResidueGroup = 8;  // entries per thread of the residues kernel
+constexpr int kResidueGroup = kEntryGroup;  // entries per thread of the residues kernel
 constexpr int kResidueThreads = 256;
-
-// Entries [l0, l0 + 8) of a row as doubles, 0 past k. aligned (k a multiple of 8 and a 16-byte
-// aligned a): 16-byte loads (a group is then wholly inside the row or wholly in its padding).
-template <bool aligned, typename T>
-__device__ __forceinline__ void load_group(const T* entries, int64_t l0, int64_t k,
-                                           double (&x)[kResidueGroup]) {
-  if constexpr (aligned) {
-    if (l0 >= k) {
-#pragma unroll
-      for (int c = 0; c < kResidueGroup; ++c) x[c] = 0.0;
-      return;
-    }
-    using Vector = std::conditional_t<sizeof(T) == 8, double2, float4>;
-    constexpr int per_vector = 16 / sizeof(T);
-#pragma unroll
-    for (int v = 0; v < kResidueGroup / per_vector; ++v) {
-      const Vector loaded = __ldg(reinterpret_cast<const Vector*>(entries + l0) + v);
-      const T* parts = reinterpret_cast<const T*>(&loaded);
-#pragma unroll
-      for (int c = 0; c < per_vector; ++c) x[v * per_vector + c] = static_cast<double>(parts[c]);
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < kResidueGroup; ++c) {
-      x[c] = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
-    }
-  }
-}
 
 // The groups of kResidueGroup entries a thread of a residue kernel owns (row_launch: rows along
 // grid y and the threads' y, groups along grid x and the threads' x, no per-group index division):
@@ -445,7 +417,7 @@ __global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t
   for_each_residue_group(blocks, k_stride, N, out, row_state, [&](const Row& row, int8_t* row_out,
                                                                   int64_t l0) {
     double x[kResidueGroup];
-    load_group<aligned>(row.entries, l0, k, x);
+    load_entry_group<aligned>(row.entries, l0, k, x);
     __align__(8) int8_t residues[N][kResidueGroup];
 #pragma unroll
     for (int c = 0; c < kResidueGroup; ++c) {
@@ -1047,9 +1019,9 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
                                                                        int8_t* row_out, int64_t l0) {
     double x[kResidueGroup];
     if (aligned) {
-      load_group<true>(row.entries, l0, k, x);
+      load_entry_group<true>(row.entries, l0, k, x);
     } else {
-      load_group<false>(row.entries, l0, k, x);
+      load_entry_group<false>(row.entries, l0, k, x);
     }
     ExactEntry parts[kResidueGroup];
     int first_power[kResidueGroup];  // the entry's table index for modulus 0

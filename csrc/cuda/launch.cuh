@@ -1,10 +1,11 @@
-// Grid sizing shared by the element-wise kernels.
+// Grid sizing shared by the element-wise kernels, and the loads of their rows.
 #pragma once
 
 #include <ATen/cuda/CUDAContext.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../scheme.h"
 
@@ -36,6 +37,37 @@ inline RowLaunch row_launch(int64_t rows, int64_t per_row, int threads) {
   const int64_t row_steps = (rows + y - 1) / y;
   const int64_t grid_y = std::clamp<int64_t>(cap / grid_x, 1, std::min<int64_t>(row_steps, 65535));
   return {dim3(grid_x, static_cast<unsigned>(grid_y)), dim3(x, y)};
+}
+
+// Entries per group of load_entry_group: one 8-byte store of their int8 residues or digits.
+constexpr int kEntryGroup = 8;
+
+// Entries [l0, l0 + 8) of a row of k entries as doubles, 0 past k. aligned (k a multiple of 8 and
+// a 16-byte aligned row): 16-byte loads (a group is then wholly inside the row or wholly past it).
+template <bool aligned, typename T>
+__device__ __forceinline__ void load_entry_group(const T* entries, int64_t l0, int64_t k,
+                                                 double (&x)[kEntryGroup]) {
+  if constexpr (aligned) {
+    if (l0 >= k) {
+#pragma unroll
+      for (int c = 0; c < kEntryGroup; ++c) x[c] = 0.0;
+      return;
+    }
+    using Vector = std::conditional_t<sizeof(T) == 8, double2, float4>;
+    constexpr int per_vector = 16 / sizeof(T);
+#pragma unroll
+    for (int v = 0; v < kEntryGroup / per_vector; ++v) {
+      const Vector loaded = __ldg(reinterpret_cast<const Vector*>(entries + l0) + v);
+      const T* parts = reinterpret_cast<const T*>(&loaded);
+#pragma unroll
+      for (int c = 0; c < per_vector; ++c) x[v * per_vector + c] = static_cast<double>(parts[c]);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kEntryGroup; ++c) {
+      x[c] = l0 + c < k ? static_cast<double>(entries[l0 + c]) : 0.0;
+    }
+  }
 }
 
 // Calls f(entry) for the entries l = threadIdx.x, + blockDim.x, ... of one row of k entries (a

@@ -1,8 +1,9 @@
 // ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
 // operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
-// digits in one pass (row_stats_norm_kernel with a third sweep over the row, which the first two
-// have brought into L2: long rows a few at a time per multiprocessor, row_pass_launch; rows too
-// long for L2 to keep one per multiprocessor get their digits from a pass of their own instead),
+// digits in one pass (rows of up to 4096 entries held in registers, short_row_plan_kernel; longer
+// ones by row_stats_norm_kernel with a third sweep over the row, which the first two have brought
+// into L2: a few rows at a time per multiprocessor, row_pass_launch; rows too long for L2 to keep
+// one per multiprocessor get their digits from a pass of their own instead),
 // the digits meet in the reduced GEMM's minimum epilogue, and one kernel turns the least digit
 // product and the rows' bounds into the values.
 // ozaki::crt_kept_plan_reads, for a prepared left operand, runs the same pass over bt alone and
@@ -25,6 +26,7 @@
 #include "ops.h"
 #include "plan_columns.cuh"
 #include "plan_rows.cuh"
+#include "plan_short_rows.cuh"
 #include "reduced_gemm.cuh"
 
 namespace ozaki::cuda {
@@ -82,6 +84,17 @@ template <typename T>
 OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
                           int gain, int32_t* smallest, cudaStream_t stream) {
   const RowStatsOutput stats(rows, x.options());
+  if (short_plan_rows(k_stride)) {
+    OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
+                     at::empty({rows}, x.options().dtype(at::kInt)),
+                     at::empty({rows}, x.options().dtype(at::kBool)),
+                     at::empty({rows, k_stride}, x.options().dtype(at::kChar))};
+    launch_short_row_plan(x.const_data_ptr<T>(), rows, k, k_stride, gain, stats.tau_data,
+                          stats.bit_span_data, stats.nonfinite_data,
+                          out.norm.mutable_data_ptr<int>(), out.usable.mutable_data_ptr<bool>(),
+                          out.digits.mutable_data_ptr<int8_t>(), smallest, stream);
+    return out;
+  }
   const int64_t row_bytes = k * int64_t(sizeof(T));
   const bool sweep = row_bytes <= kDigitSweepRowBytes || row_pass_keeps_rows(row_bytes);
   OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
