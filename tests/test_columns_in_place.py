@@ -18,7 +18,8 @@ from test_crt_paths import operands as crt_path_operands
 # (m, k, n): two columns (one column's B.mT is contiguous: rows already), columns around the
 # 4-column groups and 32-column tiles, k around the 64-entry tiles, the 16-byte row padding and
 # the 1024-entry digit chunks (up to four of them), long columns, and k past the length whose
-# columns the column pass keeps in L2 on a GPU of 132 multiprocessors (15888 in float64, 31776 in float32)
+# columns the column pass keeps in L2 on a GPU of 132 multiprocessors (15888 in float64, 31776 in
+# float32)
 SHAPES = [(1, 2, 3), (5, 7, 3), (9, 64, 8), (33, 65, 9), (70, 100, 31), (40, 513, 33),
           (65, 1000, 63), (3, 520, 257), (129, 2000, 100), (12, 3001, 37), (6, 4096, 20),
           (17, 8200, 40), (9, 16000, 35), (5, 32000, 6)]

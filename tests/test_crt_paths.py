@@ -196,10 +196,10 @@ def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, dtype, device)
     crt_row_bounds (on CUDA these are fused: a pass per operand, with the estimate's digits, the
     minimum GEMM, one kernel for the values); rows with NaN/Inf and zero rows included, and the
     CUDA reads equal the CPU's. On CUDA, rows of up to 4096 entries are held in registers (1024,
-    1025, 2048, 2049, 4096 and 4097 sit at the edges of its three block sizes and of its reach); on a GPU of 132
-    multiprocessors (H100, H200), 700 float64 rows of 8300 take fewer blocks than rows (each block
-    loops over rows, so that their rows stay in L2), and float64 rows of 66000 get their digits
-    from a pass of their own."""
+    1025, 2048, 2049, 4096 and 4097 sit at the edges of its three block sizes and of its reach);
+    on a GPU of 132 multiprocessors (H100, H200), 700 float64 rows of 8300 take fewer blocks than
+    rows (each block loops over rows, so that their rows stay in L2), and float64 rows of 66000
+    get their digits from a pass of their own."""
     m, k, n = shape
     A, B = operands(batch, m, k, n, dtype, seed=m * k + n)
     if m > 1:

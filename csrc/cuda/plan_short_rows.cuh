@@ -1,8 +1,8 @@
 // The plan's pass over short rows (docs/algorithm.md, "9.10"): row_stats_norm_kernel with
 // WriteDigits (plan_reads.cu) for rows whose entries a block holds in registers, 8 consecutive
-// ones per thread. The row is read from memory once, all its loads in flight
-// together; the statistics, the norm sum and the digits then come from the registers instead of
-// two more sweeps through L2. The same values, bit for bit.
+// ones per thread. The row is read from memory once, all its loads in flight together; the
+// statistics, the norm sum and the digits then come from the registers instead of two more sweeps
+// through L2. The same values, bit for bit.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,8 +21,7 @@ constexpr int kShortRowThreads = 512;
 
 // Whether rows of k_stride entries (k padded, a multiple of kEntryGroup) go to
 // short_row_plan_kernel: kEntryGroup entries per thread of a block of at most kShortRowThreads.
-// (Longer rows, held as more entries per thread, were not measured against the three sweeps of
-// row_stats_norm_kernel.)
+// Longer rows keep row_stats_norm_kernel (docs/benchmarks.md, "The plan's pass over short rows").
 inline bool short_plan_rows(int64_t k_stride) {
   return k_stride <= int64_t(kShortRowThreads) * kEntryGroup;
 }
@@ -109,7 +108,7 @@ void launch_short_row_plan(const T* a, int64_t rows, int64_t k, int64_t k_stride
               "launch_short_row_plan: rows of ", k_stride, " padded entries");
   if (k_stride <= 128 * kEntryGroup) {
     launch_short_row_plan_of<T, 128>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
-                                        norm_scale, usable, digits, smallest, stream);
+                                     norm_scale, usable, digits, smallest, stream);
   } else if (k_stride <= 256 * kEntryGroup) {
     launch_short_row_plan_of<T, 256>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
                                      norm_scale, usable, digits, smallest, stream);
