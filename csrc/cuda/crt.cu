@@ -437,7 +437,7 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
                      const int* scale, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
   const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
-  const bool aligned = k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  const bool aligned = entry_groups_aligned(a, k);
   if (aligned) {
     residues_kernel<N, weighted, true, T>
         <<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
@@ -1087,7 +1087,7 @@ auto exact_residues(const CrtOperands<T>& in, const ExactCrt& crt, const uint8_t
     RowLaunch launch = row_launch(blocks.total(), groups, kResidueThreads);
     const int per_slice = exact_residue_slice(blocks.total() * groups, crt.moduli);
     launch.grid.z = static_cast<unsigned>((crt.moduli + per_slice - 1) / per_slice);
-    const bool aligned = in.k % kResidueGroup == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+    const bool aligned = entry_groups_aligned(data, in.k);
     const int* exponent = weighted ? in.scale_b : in.scale_a;
     const uint8_t* table = tables + (weighted ? exact_table_bytes(crt.moduli) : 0);
     if (crt.moduli <= kExactFixedModuli) {

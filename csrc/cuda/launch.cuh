@@ -70,6 +70,13 @@ __device__ __forceinline__ void load_entry_group(const T* entries, int64_t l0, i
   }
 }
 
+// Whether rows of k entries from `a` on take load_entry_group<true> (k a multiple of 8, a 16-byte
+// aligned).
+template <typename T>
+inline bool entry_groups_aligned(const T* a, int64_t k) {
+  return k % kEntryGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+}
+
 // Calls f(entry) for the entries l = threadIdx.x, + blockDim.x, ... of one row of k entries (a
 // block per row), loading four before using any so that several loads per thread are in flight
 // (one at a time left the per-row reductions well below the memory bandwidth). The order of the

@@ -84,23 +84,21 @@ template <typename T>
 OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t k_stride,
                           int gain, int32_t* smallest, cudaStream_t stream) {
   const RowStatsOutput stats(rows, x.options());
-  if (short_plan_rows(k_stride)) {
-    OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
-                     at::empty({rows}, x.options().dtype(at::kInt)),
-                     at::empty({rows}, x.options().dtype(at::kBool)),
-                     at::empty({rows, k_stride}, x.options().dtype(at::kChar))};
+  const int64_t row_bytes = k * int64_t(sizeof(T));
+  const bool short_rows = short_plan_rows(k_stride);
+  const bool sweep =
+      short_rows || row_bytes <= kDigitSweepRowBytes || row_pass_keeps_rows(row_bytes);
+  OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
+                   at::empty({rows}, x.options().dtype(at::kInt)),
+                   at::empty({rows}, x.options().dtype(at::kBool)),
+                   sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
+  if (short_rows) {
     launch_short_row_plan(x.const_data_ptr<T>(), rows, k, k_stride, gain, stats.tau_data,
                           stats.bit_span_data, stats.nonfinite_data,
                           out.norm.mutable_data_ptr<int>(), out.usable.mutable_data_ptr<bool>(),
                           out.digits.mutable_data_ptr<int8_t>(), smallest, stream);
     return out;
   }
-  const int64_t row_bytes = k * int64_t(sizeof(T));
-  const bool sweep = row_bytes <= kDigitSweepRowBytes || row_pass_keeps_rows(row_bytes);
-  OperandReads out{stats.tau, stats.bit_span, stats.nonfinite,
-                   at::empty({rows}, x.options().dtype(at::kInt)),
-                   at::empty({rows}, x.options().dtype(at::kBool)),
-                   sweep ? at::empty({rows, k_stride}, x.options().dtype(at::kChar)) : at::Tensor()};
   const WriteDigits<T> digits{sweep ? out.digits.mutable_data_ptr<int8_t>() : nullptr, k_stride,
                               gain, out.usable.mutable_data_ptr<bool>(), smallest};
   launch_row_stats_norm(x.const_data_ptr<T>(), rows, k, stats.tau_data, stats.bit_span_data,

@@ -84,7 +84,7 @@ void launch_short_row_plan_of(const T* a, int64_t rows, int64_t k, int64_t k_str
                               int* tau, int* bit_span, bool* nonfinite, int* norm_scale,
                               bool* usable, int8_t* digits, int32_t* smallest,
                               cudaStream_t stream) {
-  const bool aligned = k % kEntryGroup == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  const bool aligned = entry_groups_aligned(a, k);
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX));
   if (aligned) {
     short_row_plan_kernel<T, Threads, true><<<blocks, Threads, 0, stream>>>(
