@@ -27,7 +27,9 @@
 # (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
 # PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
 # ncu (not in all) writes ncu.log: Nsight Compute's sections for the reduced GEMM and reconstruction
-# kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n);
+# kernels of one product (scripts/probes/ncu_call.py; NCU_SHAPE overrides its m k n [moduli|auto],
+# NCU_KERNELS the regular expression of the kernels' names), ncu_raw.log every metric collected
+# and ncu.ncu-rep the report;
 # result (not in all) writes replay_result.log: replayed default calls with their result moved or
 # copied, against native and eager (scripts/probes/replay_result.py; RESULT_SHAPES overrides its
 # shapes);
@@ -138,13 +140,16 @@ if [[ ,$what, == *,tiles,* ]]; then
 fi
 if [[ ,$what, == *,ncu,* ]]; then
   echo "== Nsight Compute: the kernels of one scheme-II product"
-  ncu --clock-control none --kernel-name regex:'device_kernel|reconstruct' \
+  ncu --clock-control none --kernel-name regex:"${NCU_KERNELS:-device_kernel|reconstruct}" \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section InstructionStats \
     --section Occupancy --section LaunchStats \
-    python3 scripts/probes/ncu_call.py ${NCU_SHAPE:-16384 1024 16384} > "$OUT/ncu.log" 2>&1
+    --export "$OUT/ncu" --force-overwrite \
+    python3 scripts/probes/ncu_call.py ${NCU_SHAPE:-16384 1024 16384} > "$OUT/ncu_run.log" 2>&1
   [[ $? == 0 ]] || status=1
-  grep -E "device_kernel|reconstruct|Duration|Throughput|Issue Slots Busy|Executed Ipc|No Eligible|Stall|Registers|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/ncu.log" | head -80
+  ncu --import "$OUT/ncu.ncu-rep" --print-details all > "$OUT/ncu.log" 2>&1
+  ncu --import "$OUT/ncu.ncu-rep" --page raw > "$OUT/ncu_raw.log" 2>&1
+  grep -E "${NCU_KERNELS:-device_kernel|reconstruct}|Duration|Throughput|Issue Slots Busy|Executed Ipc|No Eligible|Stall|Registers|Achieved Occupancy|Warp Cycles Per Issued" "$OUT/ncu.log" | head -80
 fi
 if [[ ,$what, == *,blocks,* ]]; then
   echo "== INT8 GEMM column blocks"

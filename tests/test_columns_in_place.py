@@ -2,7 +2,8 @@
 reads (ozaki::crt_plan_reads) and scheme II's truncated product (ozaki::gemm_crt) take bt = B.mT of
 a contiguous B without copying its columns into rows, and give the bits of the copied rows and of
 the CPU: on every path and moduli count, at the edges of the column tiles (32 columns by 64
-entries for the residues, groups of 4 columns and 1024-entry digit chunks for the reads), in
+entries for the residues; for the reads, groups of 4, 8 or 16 columns and digit chunks of 1024,
+1024 or 512 entries), in
 batches whose elements' columns meet inside a group, with NaN/Inf columns, and where k is too long
 for the column pass to keep its columns in L2 (then the reads copy them)."""
 
@@ -23,6 +24,11 @@ from test_crt_paths import operands as crt_path_operands
 SHAPES = [(1, 2, 3), (5, 7, 3), (9, 64, 8), (33, 65, 9), (70, 100, 31), (40, 513, 33),
           (65, 1000, 63), (3, 520, 257), (129, 2000, 100), (12, 3001, 37), (6, 4096, 20),
           (17, 8200, 40), (9, 16000, 35), (5, 32000, 6)]
+# The plan's reads of many columns, which the column pass reads in groups of 16 or 8 (whole lines
+# of B) on a GPU of 132 multiprocessors: 16 where n >= 1585 and k <= 3971 in float64 (7943 in
+# float32), else 8 where n >= 785 and k fits L2 at 8 columns; a partial last group (n = 1601,
+# 1700), digit chunks of 512 entries (k = 515, 1000, 2048) and of 1024 (k = 4100, 8 columns).
+WIDE_GROUP_SHAPES = [(5, 1000, 1601), (3, 2048, 2048), (4, 4100, 1000), (3, 515, 1700)]
 
 
 def scales(stats_a, norm_a, stats_b, norm_b, moduli, k):
@@ -51,7 +57,7 @@ def as_column_view(B):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
     """ozaki::crt_plan_reads of B's columns in place returns, bit for bit, what it returns for
     the same columns copied into rows: statistics, norm scales, usable flags and the values

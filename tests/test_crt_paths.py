@@ -188,15 +188,17 @@ def test_the_plan_estimate_gives_the_cpu_value(shape, batch):
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
 @pytest.mark.parametrize("shape", [(1, 7, 1), (37, 130, 65), (129, 33, 257), (4, 1024, 3),
                                    (9, 1025, 5), (3, 2048, 2), (6, 2049, 4), (5, 4096, 3),
-                                   (4, 4097, 2), (5, 6200, 3), (700, 8300, 3), (3, 66000, 2)],
+                                   (4, 4097, 2), (5, 6200, 3), (3, 8192, 2), (3, 8193, 2), (700, 8300, 3),
+                                   (3, 66000, 2)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_the_plan_reads_in_one_call_are_their_parts(shape, batch, dtype, device):
     """ozaki::crt_plan_reads returns, bit for bit, what its parts return called one by one: the
     rows' statistics and norm scales, their usable rows, and -crt_magnitude with both operands'
     crt_row_bounds (on CUDA these are fused: a pass per operand, with the estimate's digits, the
     minimum GEMM, one kernel for the values); rows with NaN/Inf and zero rows included, and the
-    CUDA reads equal the CPU's. On CUDA, rows of up to 4096 entries are held in registers (1024,
-    1025, 2048, 2049, 4096 and 4097 sit at the edges of its three block sizes and of its reach);
+    CUDA reads equal the CPU's. On CUDA, rows of up to 8192 entries are held in registers (1024,
+    1025, 2048, 2049, 4096, 4097, 8192 and 8193 sit at the edges of its four block sizes and of its
+    reach);
     on a GPU of 132 multiprocessors (H100, H200), 700 float64 rows of 8300 take fewer blocks than
     rows (each block loops over rows, so that their rows stay in L2), and float64 rows of 66000
     get their digits from a pass of their own."""

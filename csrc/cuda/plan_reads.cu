@@ -1,6 +1,6 @@
 // ozaki::crt_plan_reads on CUDA: the default scheme-II plan's device reads in four launches. Each
 // operand's rows get their statistics, norm scales, usable flags and the estimate's magnitude
-// digits in one pass (rows of up to 4096 entries held in registers, short_row_plan_kernel; longer
+// digits in one pass (rows of up to 8192 entries held in registers, plan_short_rows.cuh; longer
 // ones by row_stats_norm_kernel with a third sweep over the row, which the first two have brought
 // into L2: a few rows at a time per multiprocessor, row_pass_launch; rows too long for L2 to keep
 // one per multiprocessor get their digits from a pass of their own instead),

@@ -17,10 +17,10 @@
 
 namespace ozaki::cuda {
 
-constexpr int kShortRowThreads = 512;
+constexpr int kShortRowThreads = 1024;
 
 // Whether rows of k_stride entries (k padded, a multiple of kEntryGroup) go to
-// short_row_plan_kernel: kEntryGroup entries per thread of a block of at most kShortRowThreads.
+// short_row_plan: kEntryGroup entries per thread of a block of at most kShortRowThreads.
 // Longer rows keep row_stats_norm_kernel (docs/benchmarks.md, "The plan's pass over short rows").
 inline bool short_plan_rows(int64_t k_stride) {
   return k_stride <= int64_t(kShortRowThreads) * kEntryGroup;
@@ -33,10 +33,10 @@ inline bool short_plan_rows(int64_t k_stride) {
 // bit_span, nonfinite, norm_scale and usable at [g]; the block of row 0 sets *smallest to INT_MAX
 // for the minimum epilogue (nullptr: not).
 template <typename T, int Threads, bool aligned>
-__global__ void __launch_bounds__(Threads)
-    short_row_plan_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride, int gain,
-                          int* tau, int* bit_span, bool* nonfinite, int* norm_scale, bool* usable,
-                          int8_t* digits, int32_t* smallest) {
+__device__ __forceinline__ void short_row_plan(const T* a, int64_t rows, int64_t k,
+                                               int64_t k_stride, int gain, int* tau,
+                                               int* bit_span, bool* nonfinite, int* norm_scale,
+                                               bool* usable, int8_t* digits, int32_t* smallest) {
   __shared__ int row_tau, row_norm;
   const int64_t l0 = int64_t(kEntryGroup) * threadIdx.x;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -79,6 +79,40 @@ __global__ void __launch_bounds__(Threads)
   }
 }
 
+// short_row_plan in blocks of up to kShortRowThreads / 2 threads, registers left to the compiler.
+template <typename T, int Threads, bool aligned>
+__global__ void __launch_bounds__(Threads)
+    short_row_plan_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride, int gain,
+                          int* tau, int* bit_span, bool* nonfinite, int* norm_scale, bool* usable,
+                          int8_t* digits, int32_t* smallest) {
+  short_row_plan<T, Threads, aligned>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
+                                      norm_scale, usable, digits, smallest);
+}
+
+// short_row_plan in blocks of kShortRowThreads, two per multiprocessor (32 registers), so that
+// one block's loads overlap the other's reductions. A separate kernel: a minimum block count in
+// the launch bound of the smaller blocks makes the compiler give them more registers, and they
+// run slower.
+template <typename T, bool aligned>
+__global__ void __launch_bounds__(kShortRowThreads, 2)
+    short_row_plan_two_per_sm_kernel(const T* a, int64_t rows, int64_t k, int64_t k_stride,
+                                     int gain, int* tau, int* bit_span, bool* nonfinite,
+                                     int* norm_scale, bool* usable, int8_t* digits,
+                                     int32_t* smallest) {
+  short_row_plan<T, kShortRowThreads, aligned>(a, rows, k, k_stride, gain, tau, bit_span,
+                                               nonfinite, norm_scale, usable, digits, smallest);
+}
+
+// The kernel for blocks of Threads.
+template <typename T, int Threads, bool aligned>
+constexpr auto short_row_plan_kernel_for() {
+  if constexpr (Threads == kShortRowThreads) {
+    return &short_row_plan_two_per_sm_kernel<T, aligned>;
+  } else {
+    return &short_row_plan_kernel<T, Threads, aligned>;
+  }
+}
+
 template <typename T, int Threads>
 void launch_short_row_plan_of(const T* a, int64_t rows, int64_t k, int64_t k_stride, int gain,
                               int* tau, int* bit_span, bool* nonfinite, int* norm_scale,
@@ -86,20 +120,15 @@ void launch_short_row_plan_of(const T* a, int64_t rows, int64_t k, int64_t k_str
                               cudaStream_t stream) {
   const bool aligned = entry_groups_aligned(a, k);
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, INT_MAX));
-  if (aligned) {
-    short_row_plan_kernel<T, Threads, true><<<blocks, Threads, 0, stream>>>(
-        a, rows, k, k_stride, gain, tau, bit_span, nonfinite, norm_scale, usable, digits,
-        smallest);
-  } else {
-    short_row_plan_kernel<T, Threads, false><<<blocks, Threads, 0, stream>>>(
-        a, rows, k, k_stride, gain, tau, bit_span, nonfinite, norm_scale, usable, digits,
-        smallest);
-  }
+  const auto kernel = aligned ? short_row_plan_kernel_for<T, Threads, true>()
+                              : short_row_plan_kernel_for<T, Threads, false>();
+  kernel<<<blocks, Threads, 0, stream>>>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
+                                         norm_scale, usable, digits, smallest);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // short_row_plan_kernel over the (rows, k) rows of a on `stream` (short_plan_rows(k_stride)):
-// 128 threads for rows of up to 1024 entries, 256 up to 2048, else 512.
+// 128 threads for rows of up to 1024 entries, 256 up to 2048, 512 up to 4096, else 1024.
 template <typename T>
 void launch_short_row_plan(const T* a, int64_t rows, int64_t k, int64_t k_stride, int gain,
                            int* tau, int* bit_span, bool* nonfinite, int* norm_scale, bool* usable,
@@ -111,6 +140,9 @@ void launch_short_row_plan(const T* a, int64_t rows, int64_t k, int64_t k_stride
                                      norm_scale, usable, digits, smallest, stream);
   } else if (k_stride <= 256 * kEntryGroup) {
     launch_short_row_plan_of<T, 256>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
+                                     norm_scale, usable, digits, smallest, stream);
+  } else if (k_stride <= 512 * kEntryGroup) {
+    launch_short_row_plan_of<T, 512>(a, rows, k, k_stride, gain, tau, bit_span, nonfinite,
                                      norm_scale, usable, digits, smallest, stream);
   } else {
     launch_short_row_plan_of<T, kShortRowThreads>(a, rows, k, k_stride, gain, tau, bit_span,
