@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits); TESTS
 # overrides the test paths of the tests step (default: tests).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
@@ -22,7 +22,10 @@
 # programs (not in all) writes programs.json/md/log: a block conjugate-gradient solve and a
 # Newton-Schulz inverse, native and under ozaki.enable (scripts/programs_bench.py);
 # calls (not in all) writes call_kernels.log: the CUDA time of each kernel of a replayed default call
-# (scripts/probes/call_kernels.py; CALLS_SHAPES overrides its shapes, as m,k,n ...);
+# (scripts/probes/call_kernels.py; CALLS_SHAPES overrides its shapes, as m,k,n ..., and CALLS_ARGS
+# adds arguments, such as --b-rows);
+# gaps (not in all) writes gpu_gaps.log: the GPU's idle stretches inside an eager default call and
+# what the host did meanwhile (scripts/probes/gpu_gaps.py; GAPS_SHAPES overrides its shapes);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
 # (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
 # PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
@@ -118,9 +121,14 @@ if [[ ,$what, == *,programs,* ]]; then
   python3 scripts/programs_bench.py --json "$OUT/programs.json" --markdown "$OUT/programs.md" 2>&1 | tee "$OUT/programs.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
+if [[ ,$what, == *,gaps,* ]]; then
+  echo "== where the GPU waits inside an eager default call"
+  python3 scripts/probes/gpu_gaps.py ${GAPS_SHAPES:+--shapes $GAPS_SHAPES} 2>&1 | tee "$OUT/gpu_gaps.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
 if [[ ,$what, == *,calls,* ]]; then
   echo "== kernels of a default call"
-  python3 scripts/probes/call_kernels.py ${CALLS_SHAPES:+--shapes $CALLS_SHAPES} 2>&1 | tee "$OUT/call_kernels.log"
+  python3 scripts/probes/call_kernels.py ${CALLS_SHAPES:+--shapes $CALLS_SHAPES} ${CALLS_ARGS:-} 2>&1 | tee "$OUT/call_kernels.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,paths,* ]]; then

@@ -4,7 +4,10 @@ operands calls it), per shape, with native DGEMM's time in the same run (docs/be
 alone (ozaki::crt_plan_reads of A and B's columns in place), which a repeated call skips for a
 kept A.
 
-    python scripts/probes/call_kernels.py [--shapes 2048,2048,2048 ...] [--calls 5]
+    python scripts/probes/call_kernels.py [--shapes 2048,2048,2048 ...] [--calls 5] [--b-rows]
+
+--b-rows: B's columns stored as rows (B = B.mT.contiguous().mT), so that the call reads bt as rows
+(the row plan pass, the weighted row residues) instead of B's columns in place.
 """
 
 import argparse
@@ -49,10 +52,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", type=shape_value, default=[shape_value(s) for s in SHAPES])
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--b-rows", action="store_true", help="B's columns stored as rows")
     args = parser.parse_args()
-    print("#", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    print("#", torch.cuda.get_device_name(), "torch", torch.__version__,
+          "B's columns stored as rows" if args.b_rows else "B row-major", flush=True)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
+        if args.b_rows:
+            B = B.mT.contiguous().mT
         native_s, expected, _ = timed(lambda: A @ B, 11)
         call = lambda: ozaki.dgemm(A, B)  # noqa: E731
         for _ in range(4):  # the guess, the capture, then replays
