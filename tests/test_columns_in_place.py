@@ -57,7 +57,8 @@ def as_column_view(B):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES,
+                         ids=lambda s: "x".join(map(str, s)))
 def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
     """ozaki::crt_plan_reads of B's columns in place returns, bit for bit, what it returns for
     the same columns copied into rows: statistics, norm scales, usable flags and the values

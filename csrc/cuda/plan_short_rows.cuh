@@ -127,8 +127,9 @@ void launch_short_row_plan_of(const T* a, int64_t rows, int64_t k, int64_t k_str
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// short_row_plan_kernel over the (rows, k) rows of a on `stream` (short_plan_rows(k_stride)):
-// 128 threads for rows of up to 1024 entries, 256 up to 2048, 512 up to 4096, else 1024.
+// short_row_plan over the (rows, k) rows of a on `stream` (short_plan_rows(k_stride)), in
+// blocks of 128 threads for rows of up to 1024 entries, 256 up to 2048, 512 up to 4096, else
+// 1024.
 template <typename T>
 void launch_short_row_plan(const T* a, int64_t rows, int64_t k, int64_t k_stride, int gain,
                            int* tau, int* bit_span, bool* nonfinite, int* norm_scale, bool* usable,
