@@ -25,7 +25,7 @@ SHAPES = [(1, 2, 3), (5, 7, 3), (9, 64, 8), (33, 65, 9), (70, 100, 31), (40, 513
           (65, 1000, 63), (3, 520, 257), (129, 2000, 100), (12, 3001, 37), (6, 4096, 20),
           (17, 8200, 40), (9, 16000, 35), (5, 32000, 6)]
 # The plan's reads of many columns, which the column pass reads in groups of 16 or 8 (whole lines
-# of B) on a GPU of 132 multiprocessors: 16 where n >= 1585 and k <= 3971 in float64 (7943 in
+# of B) on a GPU of 132 multiprocessors: 16 where n >= 1569 and k <= 3971 in float64 (7943 in
 # float32), else 8 where n >= 785 and k fits L2 at 8 columns; a partial last group (n = 1601,
 # 1700), digit chunks of 512 entries (k = 515, 1000, 2048) and of 1024 (k = 4100, 8 columns).
 WIDE_GROUP_SHAPES = [(5, 1000, 1601), (3, 2048, 2048), (4, 4100, 1000), (3, 515, 1700)]
