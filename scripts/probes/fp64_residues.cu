@@ -3,8 +3,8 @@
 // FMA-heavy pipe (docs/benchmarks.md, "What bounds the passes at 2048³"). Per entry, the scaled
 // integer x = high 2^42 + mid 2^21 + low (csrc/crt.h, residue_parts) becomes three float64 values
 // once (by their bits, without a conversion instruction); per FP64 modulus p,
-//   s = low C0 + mid C1 + high C2    (C0 = W, C1 = 2^21 W, C2 = 2^42 W mod p: two or three FMAs, exact,
-//                                      |s| < 2^31)
+//   s = low C0 + mid C1 + high C2    (C0 = W, C1 = 2^21 W, C2 = 2^42 W mod p: two or three
+//                                      FMAs, exact, |s| < 2^31)
 //   q = rint(s / p)                   (an FMA of s by RN(1/p) onto 1.5 2^52: exact, as s / p is
 //                                      never within 2^-9 of a half-integer and the product errs by
 //                                      under 2^-30)
@@ -102,14 +102,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       x[2 * c + 1] = v.y;
     }
     const auto store = [&](int i, const int8_t (&bytes)[kGroup]) {
-      *reinterpret_cast<uint2*>(out + i * rows * k + first) = *reinterpret_cast<const uint2*>(bytes);
+      *reinterpret_cast<uint2*>(out + i * rows * k + first) =
+          *reinterpret_cast<const uint2*>(bytes);
     };
     if constexpr (Fp64 < 0) {
       __align__(8) int8_t residues[kModuliCount][kGroup];
 #pragma unroll
       for (int c = 0; c < kGroup; ++c) {
-        residues_of<kModuliCount, weighted>(
-            x[c], scale, [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
+        residues_of<kModuliCount, weighted>(x[c], scale, [&](int i, int residue) {
+          residues[i][c] = static_cast<int8_t>(residue);
+        });
       }
 #pragma unroll
       for (int i = 0; i < kModuliCount; ++i) store(i, residues[i]);
