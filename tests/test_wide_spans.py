@@ -104,6 +104,55 @@ def test_automatic_calls_are_no_worse_than_native(device, backend, case):
     assert plan.exact or plan.rounding == "nearest" or plan.predicted_error <= 2.0 ** -24, plan
 
 
+def long_rows_in_rescaled_units(seed):
+    """Rows of 6000 entries in units rescaled by 1e20 (each row of A spans 40 decades): on CUDA
+    the plan reads them in blocks of 1024 threads that hold a row in registers."""
+    g = seeded(seed)
+    D = torch.logspace(-20, 20, 6000, dtype=torch.float64)
+    A = torch.randn(3, 6000, generator=g, dtype=torch.float64) * D
+    B = torch.randn(6000, 4, generator=g, dtype=torch.float64) / D[:, None]
+    return A, B
+
+
+def many_columns_of_wide_span(k, n, reach, seed):
+    """n columns of k entries, B's rows times random powers of two 2^-reach .. 2^reach and A's
+    columns by their inverses (each column of B spans up to 2 reach binades): on CUDA, with 132
+    multiprocessors, B's columns are read in place 16 to a block (n >= 1569, k <= 3971) or 8 (k up
+    to 7943)."""
+    g = seeded(seed)
+    exponents = torch.randint(-reach, reach + 1, (k,), generator=g).double()
+    A = torch.randn(2, k, generator=g, dtype=torch.float64) * torch.exp2(-exponents)
+    B = torch.randn(k, n, generator=g, dtype=torch.float64) * torch.exp2(exponents)[:, None]
+    return A, B
+
+
+# Wide spans in the CUDA plan passes that few rows or columns do not reach (docs/algorithm.md,
+# 9.10 and 9.15): long rows, and many columns read in groups of 16 or 8.
+LONG_CASES = {
+    "rows of 6000 in units rescaled by 1e20": lambda: long_rows_in_rescaled_units(seed=6),
+    # wide scheme II, 18 moduli, from the columns' norm scales
+    "1600 columns of 600 spanning 10 binades, 16 to a group":
+        lambda: many_columns_of_wide_span(600, 1600, 5, seed=7),
+    # past every truncated plan: the exact product, rounded once
+    "1000 columns of 4100 spanning 180 binades, 8 to a group":
+        lambda: many_columns_of_wide_span(4100, 1000, 90, seed=8),
+}
+
+
+@pytest.mark.parametrize("case", LONG_CASES)
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_wide_spans_in_long_rows_and_many_columns(device, case):
+    """The default call keeps its promise against the exact product, with the CPU's bits on
+    CUDA, where the plan's passes over long rows and many columns run."""
+    A, B = LONG_CASES[case]()
+    C = ozaki.dgemm(A.to(device), B.to(device))
+    assert_no_worse_than_twice_native(C, A, B, accuracy.exact_matmul(A, B))
+    if device == "cuda":
+        assert_bitwise_equal(C, ozaki.dgemm(A, B))
+    plan = ozaki.plan(A, B)
+    assert "capped" not in str(plan) and plan.warning is None
+
+
 def test_the_reported_cases_give_the_exact_values():
     A, B = CASES["1e20 beside 1e-20"]()
     for backend in AUTOMATIC_BACKENDS:
