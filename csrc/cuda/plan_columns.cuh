@@ -34,18 +34,18 @@ constexpr int kDigitsPerThread = 8;
 // Loads in flight per thread in the first two sweeps.
 constexpr int kColumnLoadsAhead = 8;
 
-// L2 bytes the pass keeps resident: the columns of `per_sm` groups of `group` on every
-// multiprocessor.
-inline int64_t column_pass_footprint(int group, int64_t per_sm, int64_t k, int64_t entry_bytes) {
+// L2 bytes the pass keeps resident at one block per multiprocessor: the columns of one group of
+// `group` on every multiprocessor.
+inline int64_t column_pass_footprint(int group, int64_t k, int64_t entry_bytes) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return sms * per_sm * group * k * entry_bytes;
+  return sms * group * k * entry_bytes;
 }
 
 // Whether the pass keeps its columns in L2 with one block per multiprocessor (its three sweeps
 // over a group of columns then read B from memory once), within row_pass_launch's L2 budget.
 inline bool column_pass_keeps_columns(int64_t k, int64_t entry_bytes) {
   const int64_t budget = row_pass_l2_budget();
-  return budget > 0 && column_pass_footprint(kNarrowColumnPass.group, 1, k, entry_bytes) <= budget;
+  return budget > 0 && column_pass_footprint(kNarrowColumnPass.group, k, entry_bytes) <= budget;
 }
 
 // The configuration for `rows` columns of k entries (column_pass_keeps_columns): the widest group
@@ -56,7 +56,7 @@ inline ColumnPassConfig column_pass_config(int64_t rows, int64_t k, int64_t entr
   for (const ColumnPassConfig& config : kWideColumnPasses) {
     const int64_t groups = (rows + config.group - 1) / config.group;
     if (4 * groups >= 3 * sms &&
-        column_pass_footprint(config.group, 1, k, entry_bytes) <= row_pass_l2_budget()) {
+        column_pass_footprint(config.group, k, entry_bytes) <= row_pass_l2_budget()) {
       return config;
     }
   }
@@ -71,7 +71,7 @@ inline int64_t column_pass_blocks(const ColumnPassConfig& config, int64_t rows, 
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t most = config.threads >= 1024 ? 1 : 2048 / config.threads;
   const int64_t per_sm = std::clamp<int64_t>(
-      row_pass_l2_budget() / column_pass_footprint(config.group, 1, k, entry_bytes), 1, most);
+      row_pass_l2_budget() / column_pass_footprint(config.group, k, entry_bytes), 1, most);
   const int64_t groups = (rows + config.group - 1) / config.group;
   return std::max<int64_t>(1, std::min(groups, sms * per_sm));
 }
