@@ -474,45 +474,44 @@ void with_moduli_count(int moduli, F f) {
 }
 
 #ifdef __CUDACC__
-// Calls f(row, j0) for every row < rows and every group of four columns j0 = 4 g, g < groups, of
-// it: rows along grid y and the threads' y, groups along grid x and the threads' x (the layout of
-// row_launch in csrc/cuda/launch.cuh).
-template <typename F>
-__device__ void for_each_four_columns(int64_t rows, int64_t groups, F f) {
-  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows;
-       row += int64_t(gridDim.y) * blockDim.y) {
-    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
-         g += int64_t(gridDim.x) * blockDim.x) {
-      f(row, 4 * g);
-    }
-  }
-}
+// Columns of a warp's tile: its 32 lanes' groups of four.
+constexpr int kWarpTileColumns = 128;
 
-// for_each_four_columns' items in the same order, each thread issuing the next item's loads
-// (loaded = load(row, j0)) before it processes the current one (f(row, j0, loaded)): its loads
-// stay in flight while it computes. Past its last item a thread loads that item again (cached,
-// unused) rather than branch around the load.
-template <typename Load, typename F>
-__device__ void for_each_four_columns_loaded_ahead(int64_t rows, int64_t groups, Load load, F f) {
-  const int64_t first_group = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  const int64_t group_step = int64_t(gridDim.x) * blockDim.x;
-  const int64_t row_step = int64_t(gridDim.y) * blockDim.y;
-  int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y, group = first_group;
-  if (row >= rows || first_group >= groups) return;
-  auto loaded = load(row, 4 * group);
+// Calls f(row, j0, loaded) for every row < rows and every tile b < tiles of kWarpTileColumns
+// columns of it, j0 = 128 b + 4 lane, with loaded = load(row, j0): the grid's warps (a 1-D grid)
+// take the (row, tile) pairs in turn, all lanes of a warp the same pair, so f may exchange values
+// among the warp's lanes (__syncwarp). Each warp issues the next pair's loads before it processes
+// the current one, so they stay in flight while it computes (Ahead; past its last pair a warp
+// loads that pair again, cached and unused, rather than branch around the load).
+template <bool Ahead, typename Load, typename F>
+__device__ void for_each_warp_tile(int64_t rows, int64_t tiles, Load load, F f) {
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // (row, tile) of pair t = row * tiles + tile, stepped by `warps` without a division per pair
+  int64_t row = warp / tiles, tile = warp - row * tiles;
+  const int64_t row_step = warps / tiles, tile_step = warps - row_step * tiles;
+  if (row >= rows) return;
+  const auto columns = [&](int64_t b) { return kWarpTileColumns * b + 4 * lane; };
+  auto loaded = load(row, columns(tile));
   while (true) {
-    int64_t next_row = row, next_group = group + group_step;
-    if (next_group >= groups) {
-      next_group = first_group;
-      next_row += row_step;
+    int64_t next_row = row + row_step, next_tile = tile + tile_step;
+    if (next_tile >= tiles) {
+      next_tile -= tiles;
+      ++next_row;
     }
     const bool more = next_row < rows;
-    const auto next = load(more ? next_row : row, 4 * (more ? next_group : group));
-    f(row, 4 * group, loaded);
+    if constexpr (Ahead) {
+      const auto next = load(more ? next_row : row, columns(more ? next_tile : tile));
+      f(row, columns(tile), loaded);
+      loaded = next;
+    } else {
+      f(row, columns(tile), loaded);
+      if (more) loaded = load(next_row, columns(next_tile));
+    }
     if (!more) return;
-    loaded = next;
     row = next_row;
-    group = next_group;
+    tile = next_tile;
   }
 }
 

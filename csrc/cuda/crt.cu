@@ -564,18 +564,21 @@ __device__ __forceinline__ T rounded_entry(const CrtOperands<T>& in, int64_t gi,
 }
 
 // Entries per thread of the reconstruction: 4 consecutive columns, so each modulus's results come
-// in one 16-byte load (result rows are padded to kResultAlign = 4 entries, and so aligned).
-constexpr int kReconstructColumns = 4;  // FourEntries and for_each_four_columns
+// in one load (result rows are padded to kResultAlign = 4 entries, and so aligned).
+constexpr int kReconstructColumns = 4;  // FourEntries and for_each_warp_tile
 constexpr int kReconstructThreads = 256;
 
 // The N results of each entry (e, i, j) rebuilt into the exact integer and rounded once; rows or
 // columns with NaN/Inf get the IEEE answer. Modulus i's results of element e are the plane
 // products + (e * N + i) * rows * ld: INT32 sums (P = int32_t) or reduced residues (uint8_t).
-// Rows of the chunk (all elements') go along grid y, groups of 4 columns along x and the threads:
-// no per-entry index division. Reduced residues of up to kLoadedAheadModuli moduli (N 4-byte
-// words per group) are loaded a group ahead, within 80 registers (three blocks per
-// multiprocessor): the next group's loads overlap the current group's arithmetic. INT32 sums (N
-// 16-byte words) and 16 moduli (whose loads ahead would spill at 80 registers) load in turn.
+// Each warp takes tiles of 128 columns of a row (for_each_warp_tile, a 1-D grid), each lane four
+// neighbouring columns, whose results come in one load per modulus; the warp then passes its 128
+// values through shared memory so that each store writes 32 consecutive entries (four columns per
+// lane stored directly would touch four times the sectors of L2). Reduced residues of up to
+// kLoadedAheadModuli moduli (N 4-byte words per lane) are loaded a tile ahead, within 80
+// registers (three blocks per multiprocessor): the next tile's loads overlap the current tile's
+// arithmetic. INT32 sums (N 16-byte words) and 16 moduli (whose loads ahead would spill at 80
+// registers) load in turn.
 constexpr int kLoadedAheadModuli = 15;
 template <int N, typename P>
 constexpr bool kReconstructsAhead = std::is_same_v<P, uint8_t> && N <= kLoadedAheadModuli;
@@ -583,11 +586,18 @@ template <int N, typename P, typename T>
 __global__ void __launch_bounds__(kReconstructThreads, kReconstructsAhead<N, P> ? 3 : 1)
     reconstruct_kernel(const P* products, int64_t ld, Chunk chunk, CrtOperands<T> in, T* out) {
   static_assert(kResultAlign % kReconstructColumns == 0);
+  static_assert(kWarpTileColumns == 32 * kReconstructColumns);
+  __shared__ T staged[kReconstructThreads / 32][kWarpTileColumns];
+  T* const tile_values = staged[threadIdx.x / 32];
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t plane = chunk.rows * ld;
   const int64_t rows = chunk.elements * chunk.rows;
   const auto load = [&](int64_t row, int64_t j0) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
-    return FourEntriesOf<N, P>(products + e * N * plane + (row - e * chunk.rows) * ld + j0, plane);
+    // lanes past the row's last group load that group again (unused)
+    const int64_t loaded_j0 = j0 < ld ? j0 : ld - kReconstructColumns;
+    return FourEntriesOf<N, P>(products + e * N * plane + (row - e * chunk.rows) * ld + loaded_j0,
+                               plane);
   };
   const auto rebuild = [&](int64_t row, int64_t j0, const FourEntriesOf<N, P>& loaded) {
     const int64_t e = element_of(row, chunk.rows, chunk.elements);
@@ -599,17 +609,20 @@ __global__ void __launch_bounds__(kReconstructThreads, kReconstructsAhead<N, P> 
       if (j >= chunk.cols) break;
       int32_t residues[N];
       loaded.of_entry(c, residues);
-      out[chunk.out_index(e, i, j)] =
+      tile_values[kReconstructColumns * lane + c] =
           rounded_entry<N, std::is_same_v<P, uint8_t>>(in, gi, chunk.b_row(e, j), residues);
     }
+    __syncwarp();
+    const int64_t first = j0 - kReconstructColumns * lane;  // the tile's first column
+#pragma unroll
+    for (int c = 0; c < kReconstructColumns; ++c) {
+      const int t = 32 * c + lane;
+      if (first + t < chunk.cols) out[chunk.out_index(e, i, first + t)] = tile_values[t];
+    }
+    __syncwarp();  // the values are read before the next tile's are written
   };
-  const int64_t groups = ld / kReconstructColumns;
-  if constexpr (kReconstructsAhead<N, P>) {
-    for_each_four_columns_loaded_ahead(rows, groups, load, rebuild);
-  } else {
-    for_each_four_columns(rows, groups,
-                          [&](int64_t row, int64_t j0) { rebuild(row, j0, load(row, j0)); });
-  }
+  const int64_t tiles = (chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns;
+  for_each_warp_tile<kReconstructsAhead<N, P>>(rows, tiles, load, rebuild);
 }
 
 // The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
@@ -747,11 +760,11 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
     using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
-    const RowLaunch launch =
-        row_launch(chunk.elements * chunk.rows, ld / kReconstructColumns, kReconstructThreads);
+    const int64_t tiles = (chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns;
+    const int blocks = grid_for(chunk.elements * chunk.rows * tiles * 32, kReconstructThreads);
     note_writer<reconstruct_kernel<N, P, T>>(4);
     reconstruct_kernel<N, P, T>
-        <<<launch.grid, launch.block, 0, stream>>>(products, ld, chunk, in, out);
+        <<<blocks, kReconstructThreads, 0, stream>>>(products, ld, chunk, in, out);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   residue_product_chunks(in, product, N, budget, options, truncated_residues<N>(in), round_chunk,

@@ -50,6 +50,21 @@ __global__ void make_products(int32_t* products, int64_t plane, int max_bits, ui
 
 constexpr int kColumns = 4;
 
+// Calls f(row, j0) for every row < rows and every group of four columns j0 = 4 g, g < groups, of
+// it: rows along grid y and the threads' y, groups along grid x and the threads' x; each thread
+// stores its four entries itself (the library's reconstruct_kernel passes a warp's 128 values
+// through shared memory first, csrc/cuda/crt.cu).
+template <typename F>
+__device__ void for_each_four_columns(int64_t rows, int64_t groups, F f) {
+  for (int64_t row = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; row < rows;
+       row += int64_t(gridDim.y) * blockDim.y) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups;
+         g += int64_t(gridDim.x) * blockDim.x) {
+      f(row, 4 * g);
+    }
+  }
+}
+
 enum Variant { kLibrary = 0, kLoadsOnly = 1 };
 
 // One entry's value: its reconstruction (kLibrary), or a sum of its residues that keeps the loads
