@@ -760,7 +760,7 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
     using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
-    const int64_t tiles = (chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns;
+    const int64_t tiles = ceil_div(chunk.cols, kWarpTileColumns);
     const int blocks = grid_for(chunk.elements * chunk.rows * tiles * 32, kReconstructThreads);
     note_writer<reconstruct_kernel<N, P, T>>(4);
     reconstruct_kernel<N, P, T>

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <iterator>
 
 #include "../crt.h"
 #include "bt_layout.cuh"
@@ -64,14 +65,14 @@ inline ColumnPassConfig column_pass_config(int64_t rows, int64_t k, int64_t entr
 }
 
 // The column pass's blocks, looping over the groups: per multiprocessor as many as the L2 budget
-// keeps the columns of (at least one, at most as many as its threads allow; one for blocks of
-// 1024 threads, whose registers fill the multiprocessor).
+// keeps the columns of (at least one, at most as many as its 2048 thread slots allow: one for
+// blocks of 1024 threads).
 inline int64_t column_pass_blocks(const ColumnPassConfig& config, int64_t rows, int64_t k,
                                   int64_t entry_bytes) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t most = config.threads >= 1024 ? 1 : 2048 / config.threads;
-  const int64_t per_sm = std::clamp<int64_t>(
-      row_pass_l2_budget() / column_pass_footprint(config.group, k, entry_bytes), 1, most);
+  const int64_t resident =
+      row_pass_l2_budget() / column_pass_footprint(config.group, k, entry_bytes);
+  const int64_t per_sm = std::clamp<int64_t>(resident, 1, 2048 / config.threads);
   const int64_t groups = (rows + config.group - 1) / config.group;
   return std::max<int64_t>(1, std::min(groups, sms * per_sm));
 }
@@ -231,10 +232,12 @@ void launch_column_plan(const T* b, int64_t k, const BtLayout& layout, int64_t r
                                                   bit_span, nonfinite, norm_scale, usable, digits,
                                                   smallest);
   };
-  if (config.group == 16) {
-    launch(column_plan_kernel<T, 16, 1024>);
-  } else if (config.group == 8) {
-    launch(column_plan_kernel<T, 8, 1024>);
+  constexpr ColumnPassConfig kWidest = kWideColumnPasses[0], kWide = kWideColumnPasses[1];
+  static_assert(std::size(kWideColumnPasses) == 2);
+  if (config.group == kWidest.group) {
+    launch(column_plan_kernel<T, kWidest.group, kWidest.threads>);
+  } else if (config.group == kWide.group) {
+    launch(column_plan_kernel<T, kWide.group, kWide.threads>);
   } else {
     launch(column_plan_kernel<T, kNarrowColumnPass.group, kNarrowColumnPass.threads>);
   }
