@@ -273,6 +273,87 @@ OZAKI_HD void residues_of(double a, const RowScaler& scale, Store store) {
   });
 }
 
+#ifdef __CUDACC__
+// Odd moduli 1 .. kFp64Moduli of B's weighted residues go to the FP64 pipe, which the integer path
+// leaves idle while its multiply-adds fill the FMA-heavy pipe (the byte of each residue is the
+// same; docs/algorithm.md 9.10).
+constexpr int kFp64Moduli = 7;
+
+// A scaled integer's parts (ResidueParts) as float64 values, by their bits (2^52 + u, less 2^52;
+// high offset by 2^21 into the unsigned range first): exact, without a conversion instruction.
+struct Fp64Parts {
+  double low, mid, high;
+};
+__device__ __forceinline__ Fp64Parts fp64_parts(const ResidueParts& x) {
+  constexpr double two52 = 4503599627370496.0;
+  return {__hiloint2double(0x43300000, static_cast<int>(x.low)) - two52,
+          __hiloint2double(0x43300000, static_cast<int>(x.mid)) - two52,
+          __hiloint2double(0x43300000, x.high + (1 << 21)) - (two52 + (1 << 21))};
+}
+
+// symmetric_residue<P, W> for odd P on the FP64 pipe, every step exact:
+//   s = low c_0 + mid c_1 + high c_2   (FMAs of integers, |s| < 2^29 + 2^29 + 2^28 < 2^31)
+//   q = rint(s / P)                    (one FMA of s by RN(1/P) onto 1.5 2^52, whose grid is the
+//                                       integers: s / P lies at least 1/(2P) >= 2^-9 from a
+//                                       half-integer, and s RN(1/P) errs by under 2^-30)
+//   r = s - q P                        (an FMA: the symmetric residue, |r| <= (P - 1) / 2)
+// and r's byte is the low word of r + 1.5 2^52.
+template <int P, int W>
+__device__ __forceinline__ int fp64_symmetric_residue(const Fp64Parts& x) {
+  static_assert(P % 2 == 1);
+  constexpr double c0 = W % P;
+  constexpr double c1 = static_cast<double>((uint64_t(1) << 21) % P * W % P);
+  constexpr double c2 = static_cast<double>((uint64_t(1) << 42) % P * W % P);
+  constexpr double inverse = 1.0 / P;
+  constexpr double magic = 6755399441055744.0;  // 1.5 2^52
+  const double low = c0 == 1.0 ? x.low : x.low * c0;
+  const double s = __fma_rn(x.high, c2, __fma_rn(x.mid, c1, low));
+  const double q = __fma_rn(s, inverse, magic) - magic;
+  return __double2loint(__fma_rn(-q, static_cast<double>(P), s) + magic);
+}
+
+// residues_of for E entries at once, modulus by modulus (one modulus's constants live at a time):
+// store(i, bytes) takes modulus i's E residues (8-byte aligned). Moduli 1 .. kFp64Moduli of a weighted (B's) set on
+// the FP64 pipe, the others by the integer path; the same bytes as residues_of.
+template <int N, bool weighted, int E, typename Store>
+__device__ __forceinline__ void residues_by_modulus(const double (&a)[E], const RowScaler& scale,
+                                                    Store store) {
+  constexpr int fp64_last = weighted ? (N - 1 < kFp64Moduli ? N - 1 : kFp64Moduli) : 0;
+  ResidueParts parts[E];
+#pragma unroll
+  for (int c = 0; c < E; ++c) parts[c] = residue_parts(scale(a[c]));
+  for_each_modulus<N>([&](auto index) {
+    constexpr int i = decltype(index)::value;
+    if constexpr (i == 0 || i > fp64_last) {
+      __align__(8) int8_t bytes[E];
+#pragma unroll
+      for (int c = 0; c < E; ++c) {
+        bytes[c] = static_cast<int8_t>(
+            symmetric_residue<kModuli[i], weighted ? CrtTerm<N, i>::inverse : 1>(parts[c]));
+      }
+      store(i, bytes);
+    }
+  });
+  if constexpr (fp64_last > 0) {
+    Fp64Parts values[E];
+#pragma unroll
+    for (int c = 0; c < E; ++c) values[c] = fp64_parts(parts[c]);
+    for_each_modulus<fp64_last + 1>([&](auto index) {
+      constexpr int i = decltype(index)::value;
+      if constexpr (i >= 1) {
+        __align__(8) int8_t bytes[E];
+#pragma unroll
+        for (int c = 0; c < E; ++c) {
+          bytes[c] = static_cast<int8_t>(
+              fp64_symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(values[c]));
+        }
+        store(i, bytes);
+      }
+    });
+  }
+}
+#endif
+
 // RN(sign * m * 2^unit) on the grid of `format`, ties to even, for m < 2^63 (round_to_format in
 // exact.h for one 64-bit word, with the same results, in a few 64-bit operations).
 OZAKI_HD double round_word_to_format(uint64_t m, bool negative, int64_t unit,

@@ -140,6 +140,36 @@ def test_residue_products_are_the_exact_products_of_residues(device, dtype, modu
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("moduli", [2, 5, 9, crt.MAX_MODULI])
+def test_residues_of_scaled_integers_up_to_2_62(device, dtype, moduli):
+    """Scale codes up to 16 * 61 + 15 take entries of magnitude up to 1 to scaled integers of up
+    to 2^62 (the largest the scaling makes), of either sign; smaller codes leave fractions that
+    the rounding decides. B's residues carry the CRT weight, and on CUDA some of B's moduli go to
+    the FP64 pipe (csrc/crt.h, residues_by_modulus): every residue is that of the exact integer."""
+    g = seeded(60 + moduli)
+    k = 40
+    a = torch.rand((6, k), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
+    bt = torch.rand((9, k), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
+    largest = 1.0 - torch.finfo(dtype).eps / 2  # the largest magnitude below 1
+    for x in (a, bt):
+        x[:, 0], x[:, 1] = largest, -largest
+    exponents = torch.tensor([61, 61, 58, 47, 33, 12, 61, 40, 2])
+    fractions = torch.randint(0, 16, (9,), generator=g)
+    fractions[0] = 15  # |x| c up to (1 - 2^-53) 31 2^57, just below 2^62
+    codes = (16 * exponents + fractions).int()
+    scale_a, scale_b = codes[:6].to(device), codes.to(device)
+    out = _ops.crt_residue_products(a.to(device), bt.to(device), scale_a, scale_b, moduli).cpu()
+    exact_a, exact_b = scaled_values(a, scale_a), scaled_values(bt, scale_b)
+    assert max(abs(v) for row in exact_b for v in row) > 2 ** 61.9
+    product = crt.moduli_product(moduli)
+    for i, p in enumerate(crt.MODULI[:moduli]):
+        weight = pow(product // p, -1, p)
+        ra, rb = residue_reference(exact_a, p), residue_reference(exact_b, p, weight)
+        assert torch.equal(out[i], (ra @ rb.T).int()), p  # float64: exact
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_residue_products_do_not_depend_on_the_workspace(device):
     # m, n > 256: a 1-byte budget cuts both into chunks of unequal sizes
     a, bt = operands((300, 20), (260, 20), torch.float64, "phi", seed=6, device=device)
