@@ -109,6 +109,36 @@ def test_the_truncated_product_of_columns_is_that_of_rows(shape, moduli, dtype, 
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("moduli", [2, 9, 15, 16])
+def test_columns_scaled_to_integers_up_to_2_62(dtype, moduli, monkeypatch):
+    """B's column residues, some moduli on the FP64 pipe (csrc/crt.h, residues_by_modulus), for
+    scale codes that take B's entries up to 2^62 (of either sign; smaller codes leave fractions
+    for the rounding), A's to a few bits: the bits of the copied rows and of the CPU. With up to 9
+    moduli the exact products exceed P / 2, and the bits compared are those of the same residues
+    all the same."""
+    m, k, n = 5, 130, 40
+    g = torch.Generator().manual_seed(62 + moduli)
+    A = torch.rand((m, k), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
+    B = torch.rand((k, n), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
+    B[0], B[1] = 1.0 - torch.finfo(dtype).eps / 2, -(1.0 - torch.finfo(dtype).eps / 2)
+    A, B = A.cuda(), B.cuda().contiguous()
+    bt_rows = B.mT.contiguous()
+    stats_a, _ = _ops.row_stats_with_norm_scales(A)
+    stats_b, _ = _ops.row_stats_with_norm_scales(bt_rows)
+    scale_a = (16 * 6 + torch.arange(m)).int().cuda()  # |A'| < 2^7
+    exponents = torch.tensor([61, 58, 47, 33, 12, 2, 61, 40] * (n // 8))
+    scale_b = (16 * exponents + torch.randint(0, 16, (n,), generator=g)).int().cuda()
+    expected = _ops.gemm_crt(A.cpu(), bt_rows.cpu(), scale_a.cpu(), scale_b.cpu(),
+                             tuple(t.cpu() for t in stats_a), tuple(t.cpu() for t in stats_b),
+                             moduli)
+    for path in crt_paths():
+        monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
+        assert_bitwise_equal(columns, expected)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("batch,shape", [((3,), (70, 45, 13)), ((5,), (1, 300, 2)),
                                          ((2,), (33, 600, 37))])
 def test_batches_of_columns_give_the_bits_of_rows(batch, shape, monkeypatch):

@@ -402,15 +402,13 @@ __device__ __forceinline__ void for_each_residue_group(const RowBlocks& blocks, 
   }
 }
 
-// Each thread turns 8 consecutive entries of a row into their N residues, modulus i's of row r of
-// element e of the blocks at out[((e * N + i) * blocks.count + r) * k_stride + l]: A's
-// (unweighted) entry by entry, each modulus's 8 residues in one 8-byte store; B's (weighted) four
-// entries at a time, modulus by modulus (residues_by_modulus), in 4-byte stores. Rows go along
-// grid y and the threads' y, groups of entries along grid x and the threads' x (row_launch; no
-// per-group index division).
+// Each thread turns 8 consecutive entries of a row into their N residues and stores each
+// modulus's 8 residues with one 8-byte store: row r of element e of the blocks at
+// out[((e * N + i) * blocks.count + r) * k_stride + l]. Rows go along grid y and the threads' y,
+// groups of entries along grid x and the threads' x (row_launch; no per-group index division).
 template <int N, bool weighted, bool aligned, typename T>
-__device__ __forceinline__ void residue_rows(const T* a, int64_t k, const RowBlocks& blocks,
-                                             int64_t k_stride, const int* scale, int8_t* out) {
+__global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
+                                const int* scale, int8_t* out) {
   struct Row {
     RowScaler scaler;
     const T* entries;
@@ -420,43 +418,18 @@ __device__ __forceinline__ void residue_rows(const T* a, int64_t k, const RowBlo
                                                                   int64_t l0) {
     double x[kResidueGroup];
     load_entry_group<aligned>(row.entries, l0, k, x);
-    if constexpr (weighted) {
+    __align__(8) int8_t residues[N][kResidueGroup];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const double four[4] = {x[4 * half], x[4 * half + 1], x[4 * half + 2], x[4 * half + 3]};
-        residues_by_modulus<N, true>(four, row.scaler, [&](int i, const int8_t (&bytes)[4]) {
-          *reinterpret_cast<uint32_t*>(row_out + i * blocks.count * k_stride + l0 + 4 * half) =
-              *reinterpret_cast<const uint32_t*>(bytes);
-        });
-      }
-    } else {
-      __align__(8) int8_t residues[N][kResidueGroup];
+    for (int c = 0; c < kResidueGroup; ++c) {
+      residues_of<N, weighted>(x[c], row.scaler,
+                               [&](int i, int residue) { residues[i][c] = static_cast<int8_t>(residue); });
+    }
 #pragma unroll
-      for (int c = 0; c < kResidueGroup; ++c) {
-        residues_of<N, false>(x[c], row.scaler, [&](int i, int residue) {
-          residues[i][c] = static_cast<int8_t>(residue);
-        });
-      }
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
-            *reinterpret_cast<const uint2*>(residues[i]);
-      }
+    for (int i = 0; i < N; ++i) {
+      *reinterpret_cast<uint2*>(row_out + i * blocks.count * k_stride + l0) =
+          *reinterpret_cast<const uint2*>(residues[i]);
     }
   });
-}
-// A's residues take the registers ptxas gives them (72, three blocks per multiprocessor); B's are
-// held to three blocks, which their modulus-by-modulus order fits without spilling.
-template <int N, bool aligned, typename T>
-__global__ void residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                                const int* scale, int8_t* out) {
-  residue_rows<N, false, aligned>(a, k, blocks, k_stride, scale, out);
-}
-template <int N, bool aligned, typename T>
-__global__ void __launch_bounds__(kResidueThreads, 3)
-    weighted_residues_kernel(const T* a, int64_t k, RowBlocks blocks, int64_t k_stride,
-                             const int* scale, int8_t* out) {
-  residue_rows<N, true, aligned>(a, k, blocks, k_stride, scale, out);
 }
 
 template <int N, bool weighted, typename T>
@@ -464,20 +437,13 @@ void launch_residues(const T* a, int64_t k, const RowBlocks& blocks, int64_t k_s
                      const int* scale, int8_t* out, cudaStream_t stream) {
   if (blocks.total() == 0) return;
   const RowLaunch launch = row_launch(blocks.total(), k_stride / kResidueGroup, kResidueThreads);
-  const auto run = [&](auto kernel) {
-    kernel<<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
-  };
   const bool aligned = entry_groups_aligned(a, k);
-  if constexpr (weighted) {
-    if (aligned) {
-      run(weighted_residues_kernel<N, true, T>);
-    } else {
-      run(weighted_residues_kernel<N, false, T>);
-    }
-  } else if (aligned) {
-    run(residues_kernel<N, true, T>);
+  if (aligned) {
+    residues_kernel<N, weighted, true, T>
+        <<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   } else {
-    run(residues_kernel<N, false, T>);
+    residues_kernel<N, weighted, false, T>
+        <<<launch.grid, launch.block, 0, stream>>>(a, k, blocks, k_stride, scale, out);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
