@@ -314,13 +314,14 @@ __device__ __forceinline__ int fp64_symmetric_residue(const Fp64Parts& x) {
   return __double2loint(__fma_rn(-q, static_cast<double>(P), s) + magic);
 }
 
-// residues_of for E entries at once, modulus by modulus (one modulus's constants live at a time):
-// store(i, bytes) takes modulus i's E residues (8-byte aligned). Moduli 1 .. kFp64Moduli of a weighted (B's) set on
-// the FP64 pipe, the others by the integer path; the same bytes as residues_of.
-template <int N, bool weighted, int E, typename Store>
-__device__ __forceinline__ void residues_by_modulus(const double (&a)[E], const RowScaler& scale,
-                                                    Store store) {
-  constexpr int fp64_last = weighted ? (N - 1 < kFp64Moduli ? N - 1 : kFp64Moduli) : 0;
+// B's (weighted) residues_of for E entries at once, modulus by modulus (one modulus's constants
+// live at a time): store(i, bytes) takes modulus i's E residues (8-byte aligned). Moduli
+// 1 .. kFp64Moduli on the FP64 pipe, the others by the integer path; the same bytes as
+// residues_of<N, true>.
+template <int N, int E, typename Store>
+__device__ __forceinline__ void weighted_residues_by_modulus(const double (&a)[E],
+                                                             const RowScaler& scale, Store store) {
+  constexpr int fp64_last = N - 1 < kFp64Moduli ? N - 1 : kFp64Moduli;
   ResidueParts parts[E];
 #pragma unroll
   for (int c = 0; c < E; ++c) parts[c] = residue_parts(scale(a[c]));
@@ -331,7 +332,7 @@ __device__ __forceinline__ void residues_by_modulus(const double (&a)[E], const 
 #pragma unroll
       for (int c = 0; c < E; ++c) {
         bytes[c] = static_cast<int8_t>(
-            symmetric_residue<kModuli[i], weighted ? CrtTerm<N, i>::inverse : 1>(parts[c]));
+            symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(parts[c]));
       }
       store(i, bytes);
     }

@@ -112,11 +112,11 @@ def test_the_truncated_product_of_columns_is_that_of_rows(shape, moduli, dtype, 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("moduli", [2, 9, 15, 16])
 def test_columns_scaled_to_integers_up_to_2_62(dtype, moduli, monkeypatch):
-    """B's column residues, some moduli on the FP64 pipe (csrc/crt.h, residues_by_modulus), for
-    scale codes that take B's entries up to 2^62 (of either sign; smaller codes leave fractions
-    for the rounding), A's to a few bits: the bits of the copied rows and of the CPU. With up to 9
-    moduli the exact products exceed P / 2, and the bits compared are those of the same residues
-    all the same."""
+    """B's column residues, some moduli on the FP64 pipe (csrc/crt.h,
+    weighted_residues_by_modulus), for scale codes that take B's entries up to 2^62 (of either
+    sign; smaller codes leave fractions for the rounding), A's to a few bits: the bits of the
+    copied rows and of the CPU. With 2 and 9 moduli the exact products exceed P / 2, and the bits
+    compared are those of the same residues all the same."""
     m, k, n = 5, 130, 40
     g = torch.Generator().manual_seed(62 + moduli)
     A = torch.rand((m, k), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
@@ -134,7 +134,9 @@ def test_columns_scaled_to_integers_up_to_2_62(dtype, moduli, monkeypatch):
                              moduli)
     for path in crt_paths():
         monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, moduli)
         columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
+        assert_bitwise_equal(columns, rows)
         assert_bitwise_equal(columns, expected)
 
 

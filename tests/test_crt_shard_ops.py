@@ -145,8 +145,9 @@ def test_residue_products_are_the_exact_products_of_residues(device, dtype, modu
 def test_residues_of_scaled_integers_up_to_2_62(device, dtype, moduli):
     """Scale codes up to 16 * 61 + 15 take entries of magnitude up to 1 to scaled integers of up
     to 2^62 (the largest the scaling makes), of either sign; smaller codes leave fractions that
-    the rounding decides. B's residues carry the CRT weight, and on CUDA some of B's moduli go to
-    the FP64 pipe (csrc/crt.h, residues_by_modulus): every residue is that of the exact integer."""
+    the rounding decides. B's residues carry the CRT weight: every residue is that of the exact
+    integer (the row pass; test_columns_in_place.py checks the column pass, which takes some
+    moduli on the FP64 pipe, against these rows' bits at the same sizes)."""
     g = seeded(60 + moduli)
     k = 40
     a = torch.rand((6, k), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)

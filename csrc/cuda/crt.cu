@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kColumnThreads, 3)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const double four[4] = {x[4 * half], x[4 * half + 1], x[4 * half + 2], x[4 * half + 3]};
-      residues_by_modulus<N, true>(four, scaler, [&](int i, const int8_t (&bytes)[4]) {
+      weighted_residues_by_modulus<N>(four, scaler, [&](int i, const int8_t (&bytes)[4]) {
         *reinterpret_cast<uint32_t*>(planes + i * kPlane + column_tile_slot(r, slot) + 4 * half) =
             *reinterpret_cast<const uint32_t*>(bytes);
       });
