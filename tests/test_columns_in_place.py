@@ -81,6 +81,23 @@ def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
         assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
 
 
+def assert_columns_give_the_bits_of_rows(A, B, scale_a, scale_b, stats_a, stats_b, moduli,
+                                         monkeypatch):
+    """ozaki::gemm_crt of B's columns in place, on every CUDA path, gives the bits of B's columns
+    copied into rows and those of the CPU; returns the CPU's result."""
+    bt_rows = B.mT.contiguous()
+    expected = _ops.gemm_crt(A.cpu(), bt_rows.cpu(), scale_a.cpu(), scale_b.cpu(),
+                             tuple(t.cpu() for t in stats_a), tuple(t.cpu() for t in stats_b),
+                             moduli)
+    for path in crt_paths():
+        monkeypatch.setenv("OZAKI_CRT_PATH", path)
+        rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, moduli)
+        columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
+        assert_bitwise_equal(columns, rows)
+        assert_bitwise_equal(columns, expected)
+    return expected
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("moduli", [1, 7, 15, 16])
@@ -96,16 +113,9 @@ def test_the_truncated_product_of_columns_is_that_of_rows(shape, moduli, dtype, 
     stats_a, norm_a = _ops.row_stats_with_norm_scales(A)
     stats_b, norm_b = _ops.row_stats_with_norm_scales(bt_rows)
     scale_a, scale_b = scales(stats_a, norm_a, stats_b, norm_b, moduli, k)
-    expected = _ops.gemm_crt(A.cpu(), bt_rows.cpu(), scale_a.cpu(), scale_b.cpu(),
-                             tuple(t.cpu() for t in stats_a), tuple(t.cpu() for t in stats_b),
-                             moduli)
+    expected = assert_columns_give_the_bits_of_rows(A, B, scale_a, scale_b, stats_a, stats_b,
+                                                    moduli, monkeypatch)
     assert expected.isfinite().any()
-    for path in crt_paths():
-        monkeypatch.setenv("OZAKI_CRT_PATH", path)
-        rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, moduli)
-        columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
-        assert_bitwise_equal(columns, rows)
-        assert_bitwise_equal(columns, expected)
 
 
 @pytest.mark.cuda
@@ -123,21 +133,13 @@ def test_columns_scaled_to_integers_up_to_2_62(dtype, moduli, monkeypatch):
     B = torch.rand((k, n), generator=g, dtype=torch.float64).mul_(2).sub_(1).to(dtype)
     B[0], B[1] = 1.0 - torch.finfo(dtype).eps / 2, -(1.0 - torch.finfo(dtype).eps / 2)
     A, B = A.cuda(), B.cuda().contiguous()
-    bt_rows = B.mT.contiguous()
     stats_a, _ = _ops.row_stats_with_norm_scales(A)
-    stats_b, _ = _ops.row_stats_with_norm_scales(bt_rows)
+    stats_b, _ = _ops.row_stats_with_norm_scales(B.mT.contiguous())
     scale_a = (16 * 6 + torch.arange(m)).int().cuda()  # |A'| < 2^7
     exponents = torch.tensor([61, 58, 47, 33, 12, 2, 61, 40] * (n // 8))
     scale_b = (16 * exponents + torch.randint(0, 16, (n,), generator=g)).int().cuda()
-    expected = _ops.gemm_crt(A.cpu(), bt_rows.cpu(), scale_a.cpu(), scale_b.cpu(),
-                             tuple(t.cpu() for t in stats_a), tuple(t.cpu() for t in stats_b),
-                             moduli)
-    for path in crt_paths():
-        monkeypatch.setenv("OZAKI_CRT_PATH", path)
-        rows = _ops.gemm_crt(A, bt_rows, scale_a, scale_b, stats_a, stats_b, moduli)
-        columns = _ops.gemm_crt(A, as_column_view(B), scale_a, scale_b, stats_a, stats_b, moduli)
-        assert_bitwise_equal(columns, rows)
-        assert_bitwise_equal(columns, expected)
+    assert_columns_give_the_bits_of_rows(A, B, scale_a, scale_b, stats_a, stats_b, moduli,
+                                         monkeypatch)
 
 
 @pytest.mark.cuda
