@@ -55,29 +55,7 @@ int row_code(int64_t row) {
   return 16 * (bits - 1) + static_cast<int>(row % 16);
 }
 
-// The float64 value of a 32-bit unsigned integer by its bits (2^52 + u, less 2^52).
-__device__ __forceinline__ double from_bits(uint32_t u) {
-  return __hiloint2double(0x43300000, static_cast<int>(u)) - 4503599627370496.0;
-}
-// The same for high in [-2^21, 2^21), offset into the unsigned range.
-__device__ __forceinline__ double from_signed_bits(int32_t high) {
-  return __hiloint2double(0x43300000, high + (1 << 21)) - (4503599627370496.0 + (1 << 21));
-}
-
-// The symmetric residue of W x modulo odd P on the FP64 pipe, as a byte in an int.
-template <int P, int W>
-__device__ __forceinline__ int fp64_symmetric_residue(double low, double mid, double high) {
-  constexpr double c0 = W % P;
-  constexpr double c1 = static_cast<double>((uint64_t(1) << 21) % P * W % P);
-  constexpr double c2 = static_cast<double>((uint64_t(1) << 42) % P * W % P);
-  constexpr double inverse = 1.0 / P;  // RN(1/P)
-  constexpr double magic = 6755399441055744.0;  // 1.5 2^52: its grid is the integers
-  const double s = W % P == 1 ? __fma_rn(high, c2, __fma_rn(mid, c1, low))
-                              : __fma_rn(high, c2, __fma_rn(mid, c1, low * c0));
-  const double q = __fma_rn(s, inverse, magic) - magic;
-  const double r = __fma_rn(-q, static_cast<double>(P), s);
-  return __double2loint(r + magic);
-}
+// fp64_parts and fp64_symmetric_residue: csrc/crt.h (the library's column pass uses them).
 
 // Residues of 8 consecutive entries of a row per thread, every modulus's 8 bytes stored with one
 // 8-byte store (the library's layout: plane i at out + i * rows * k). Fp64 < 0: the library's
@@ -131,13 +109,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           store(i, bytes);
         }
       });
-      double low[kGroup], mid[kGroup], high[kGroup];
+      Fp64Parts values[kGroup];
 #pragma unroll
-      for (int c = 0; c < kGroup; ++c) {
-        low[c] = from_bits(parts[c].low);
-        mid[c] = from_bits(parts[c].mid);
-        high[c] = from_signed_bits(parts[c].high);
-      }
+      for (int c = 0; c < kGroup; ++c) values[c] = fp64_parts(parts[c]);
       for_each_modulus<kModuliCount>([&](auto index) {
         constexpr int i = decltype(index)::value;
         if constexpr (i >= 1 && i <= Fp64) {
@@ -146,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
           for (int c = 0; c < kGroup; ++c) {
             bytes[c] = static_cast<int8_t>(
-                fp64_symmetric_residue<kModuli[i], w>(low[c], mid[c], high[c]));
+                fp64_symmetric_residue<kModuli[i], w>(values[c]));
           }
           store(i, bytes);
         }
