@@ -274,11 +274,11 @@ OZAKI_HD void residues_of(double a, const RowScaler& scale, Store store) {
 }
 
 #ifdef __CUDACC__
-// Odd moduli 1 .. kFp64Moduli of B's weighted residues in the column pass (column_residues_kernel)
-// go to the FP64 pipe, which the integer path leaves idle while its multiply-adds fill the
-// FMA-heavy pipe (the byte of each residue is the same; docs/algorithm.md 9.10). The row pass,
-// whose threads store each modulus's eight residues at once, keeps the integer path entry by
-// entry: four entries at a time it measured slower.
+// The moduli of index 1 .. kFp64Moduli (255 down to 233, all odd) of B's weighted residues in the
+// column pass (column_residues_kernel) go to the FP64 pipe, which the integer path leaves idle
+// while its multiply-adds fill the FMA-heavy pipe (the byte of each residue is the same;
+// docs/algorithm.md 9.10). The row pass, whose threads store each modulus's eight residues at
+// once, keeps the integer path entry by entry: four entries at a time it measured slower.
 constexpr int kFp64Moduli = 7;
 
 // A scaled integer's parts (ResidueParts) as float64 values, by their bits (2^52 + u, less 2^52;

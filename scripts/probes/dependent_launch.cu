@@ -27,7 +27,8 @@ constexpr int kPasses = 10;
 
 enum class Launch { plain, dependent, triggered };
 const char* name(Launch launch) {
-  return launch == Launch::plain ? "plain" : launch == Launch::dependent ? "dependent" : "triggered";
+  if (launch == Launch::plain) return "plain";
+  return launch == Launch::dependent ? "dependent" : "triggered";
 }
 
 // y = x * 0.5 + pass over n entries, grid-stride; dependent kernels wait for the previous grid
@@ -98,7 +99,9 @@ int main() {
     CHECK(cudaMalloc(&b0, n * sizeof(double)));
     CHECK(cudaMalloc(&b1, n * sizeof(double)));
     std::vector<double> host(n);
-    for (int64_t i = 0; i < n; ++i) host[i] = static_cast<double>((i * 2654435761u) % 1000003) / 7.0;
+    for (int64_t i = 0; i < n; ++i) {
+      host[i] = static_cast<double>((i * 2654435761u) % 1000003) / 7.0;
+    }
     CHECK(cudaMemcpy(x, host.data(), n * sizeof(double), cudaMemcpyHostToDevice));
     const int blocks = sms * (2048 / kThreads);
     std::vector<double> reference(n), got(n);
