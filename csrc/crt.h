@@ -322,19 +322,22 @@ template <int N, int E, typename Store>
 __device__ __forceinline__ void weighted_residues_by_modulus(const double (&a)[E],
                                                              const RowScaler& scale, Store store) {
   constexpr int fp64_last = N - 1 < kFp64Moduli ? N - 1 : kFp64Moduli;
+  // store(i, the E residues residue(c)) for modulus i
+  const auto store_modulus = [&](int i, auto residue) {
+    __align__(8) int8_t bytes[E];
+#pragma unroll
+    for (int c = 0; c < E; ++c) bytes[c] = static_cast<int8_t>(residue(c));
+    store(i, bytes);
+  };
   ResidueParts parts[E];
 #pragma unroll
   for (int c = 0; c < E; ++c) parts[c] = residue_parts(scale(a[c]));
   for_each_modulus<N>([&](auto index) {
     constexpr int i = decltype(index)::value;
     if constexpr (i == 0 || i > fp64_last) {
-      __align__(8) int8_t bytes[E];
-#pragma unroll
-      for (int c = 0; c < E; ++c) {
-        bytes[c] = static_cast<int8_t>(
-            symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(parts[c]));
-      }
-      store(i, bytes);
+      store_modulus(i, [&](int c) {
+        return symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(parts[c]);
+      });
     }
   });
   if constexpr (fp64_last > 0) {
@@ -344,13 +347,9 @@ __device__ __forceinline__ void weighted_residues_by_modulus(const double (&a)[E
     for_each_modulus<fp64_last + 1>([&](auto index) {
       constexpr int i = decltype(index)::value;
       if constexpr (i >= 1) {
-        __align__(8) int8_t bytes[E];
-#pragma unroll
-        for (int c = 0; c < E; ++c) {
-          bytes[c] = static_cast<int8_t>(
-              fp64_symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(values[c]));
-        }
-        store(i, bytes);
+        store_modulus(i, [&](int c) {
+          return fp64_symmetric_residue<kModuli[i], CrtTerm<N, i>::inverse>(values[c]);
+        });
       }
     });
   }
