@@ -52,6 +52,20 @@ inline bool is_column_view(const at::Tensor& bt) {
   return bt.stride(-2) == 1 && bt.stride(-1) == n && (bt.dim() == 2 || bt.stride(0) == n * k);
 }
 
+// The rows that a per-row operator reads: a contiguous (rows, k) matrix, or, where columns is true,
+// B's columns in place (is_column_view of a 2-D or 3-D bt: its batch * n columns are the rows, as
+// those of bt.reshape(-1, k)). Returns that number of rows.
+inline int64_t check_row_operand(const at::Tensor& t, const char* op, const char* name,
+                                 bool columns) {
+  if (!(columns && is_column_view(t))) {
+    check_matrix(t, op, name);
+    return t.size(0);
+  }
+  TORCH_CHECK(t.scalar_type() == at::kDouble || t.scalar_type() == at::kFloat, op, ": ", name,
+              " must be float64 or float32, got ", t.scalar_type());
+  return t.dim() == 3 ? t.size(0) * t.size(1) : t.size(0);
+}
+
 // a and bt are the two row-major operands of one product (or of one batch of products): both 2-D
 // or both 3-D with the same batch size, same float dtype, same inner dimension, contiguous;
 // bt_columns: bt may also be B's columns (is_column_view).
@@ -156,20 +170,21 @@ inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Ten
 // The arguments of ozaki::sampled_magnitudes: two 2-D operands, their row exponents and usable
 // flags, int64 vectors of row indices (their values are checked by the kernels), the rows per
 // element and optional norm scale codes (both or neither).
-inline void check_sampled_magnitudes_arguments(
+// bt_columns: bt may also be B's columns in place (check_row_operand). Returns bt's rows.
+inline int64_t check_sampled_magnitudes_arguments(
     const at::Tensor& a, const at::Tensor& bt, const at::Tensor& tau_a, const at::Tensor& tau_b,
     const at::Tensor& usable_a, const at::Tensor& usable_b, const at::Tensor& rows_a,
     const at::Tensor& rows_b, int64_t m, int64_t n, const std::optional<at::Tensor>& norm_a,
-    const std::optional<at::Tensor>& norm_b, const char* op) {
+    const std::optional<at::Tensor>& norm_b, const char* op, bool bt_columns = false) {
   check_matrix(a, op, "a");
-  check_matrix(bt, op, "bt");
-  TORCH_CHECK(a.scalar_type() == bt.scalar_type() && a.size(1) == bt.size(1), op,
+  const int64_t rows_bt = check_row_operand(bt, op, "bt", bt_columns);
+  TORCH_CHECK(a.scalar_type() == bt.scalar_type() && a.size(1) == bt.size(-1), op,
               ": a and bt must have the same dtype and number of columns, got ", a.scalar_type(),
               " ", a.sizes(), " and ", bt.scalar_type(), " ", bt.sizes());
   check_row_vector(tau_a, a.size(0), at::kInt, op, "tau_a");
-  check_row_vector(tau_b, bt.size(0), at::kInt, op, "tau_b");
+  check_row_vector(tau_b, rows_bt, at::kInt, op, "tau_b");
   check_row_vector(usable_a, a.size(0), at::kBool, op, "usable_a");
-  check_row_vector(usable_b, bt.size(0), at::kBool, op, "usable_b");
+  check_row_vector(usable_b, rows_bt, at::kBool, op, "usable_b");
   for (const auto& [t, name] :
        {std::pair<const at::Tensor*, const char*>{&rows_a, "rows_a"}, {&rows_b, "rows_b"}}) {
     TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->is_contiguous(), op, ": ",
@@ -182,8 +197,9 @@ inline void check_sampled_magnitudes_arguments(
               ": norm_a and norm_b must be given together");
   if (norm_a.has_value()) {
     check_row_vector(*norm_a, a.size(0), at::kInt, op, "norm_a");
-    check_row_vector(*norm_b, bt.size(0), at::kInt, op, "norm_b");
+    check_row_vector(*norm_b, rows_bt, at::kInt, op, "norm_b");
   }
+  return rows_bt;
 }
 
 // The SampledRows (csrc/crt.h) of a checked ozaki::sampled_magnitudes call.

@@ -1,11 +1,12 @@
-"""B's columns read in place (docs/algorithm.md, "B's columns in place"): on CUDA the default plan's
-reads (ozaki::crt_plan_reads) and scheme II's truncated product (ozaki::gemm_crt) take bt = B.mT of
-a contiguous B without copying its columns into rows, and give the bits of the copied rows and of
-the CPU: on every path and moduli count, at the edges of the column tiles (32 columns by 64
-entries for the residues; for the reads, groups of 4, 8 or 16 columns and digit chunks of 1024,
-1024 or 512 entries), in
-batches whose elements' columns meet inside a group, with NaN/Inf columns, and where k is too long
-for the column pass to keep its columns in L2 (then the reads copy them)."""
+"""B's columns read in place (docs/algorithm.md, "B's columns in place"): on CUDA the plan's reads
+(ozaki::crt_plan_reads for the default plan; row_stats_with_norm_scales and the fixed-count check's
+sampled_magnitudes for a fixed moduli count) and scheme II's truncated product (ozaki::gemm_crt)
+take bt = B.mT of a contiguous B without copying its columns into rows, and give the bits of the
+copied rows and of the CPU: on every path and moduli count, at the edges of the column tiles (32
+columns by 64 entries for the residues; for the reads, groups of 4, 8 or 16 columns and digit
+chunks of 1024, 1024 or 512 entries), in batches whose elements' columns meet inside a group, with
+NaN/Inf columns, and where k is too long for the column pass to keep its columns in L2 (then every
+sweep reads them from memory)."""
 
 import pytest
 import torch
@@ -29,6 +30,9 @@ SHAPES = [(1, 2, 3), (5, 7, 3), (9, 64, 8), (33, 65, 9), (70, 100, 31), (40, 513
 # float32), else 8 where n >= 785 and k fits L2 at 8 columns; a partial last group (n = 1601,
 # 1700), digit chunks of 512 entries (k = 515, 1000, 2048) and of 1024 (k = 4100, 8 columns).
 WIDE_GROUP_SHAPES = [(5, 1000, 1601), (3, 2048, 2048), (4, 4100, 1000), (3, 515, 1700)]
+# Columns too long for L2 and enough of them for groups of 16 (whole lines, every sweep from memory)
+# in float64, and in float32 for k = 32000.
+LONG_WIDE_SHAPES = [(2, 16000, 1601), (2, 32000, 1600)]
 
 
 def scales(stats_a, norm_a, stats_b, norm_b, moduli, k):
@@ -57,7 +61,7 @@ def as_column_view(B):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES,
+@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES + LONG_WIDE_SHAPES,
                          ids=lambda s: "x".join(map(str, s)))
 def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
     """ozaki::crt_plan_reads of B's columns in place returns, bit for bit, what it returns for
@@ -79,6 +83,52 @@ def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
         stats_b = in_place[2]
         usable = stats_b.usable.reshape(*batch, n)
         assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES + LONG_WIDE_SHAPES,
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_statistics_and_norms_of_columns_are_those_of_rows(shape, batch, dtype):
+    """ozaki::row_stats_with_norm_scales of B's columns in place (2-D, or 3-D for a batch: its
+    batch * n columns) returns, bit for bit, what it returns for the columns copied into rows: the
+    reads of a fixed moduli count, in every configuration of the column pass."""
+    m, k, n = shape
+    _, B = operands(batch, m, k, n, dtype, seed=2 * m + k + 3 * n)
+    stats, norms = _ops.row_stats_with_norm_scales(as_column_view(B))
+    expected_stats, expected_norms = _ops.row_stats_with_norm_scales(B.mT.reshape(-1, k))
+    for got, expected in zip((*stats, norms), (*expected_stats, expected_norms)):
+        assert got.shape == expected.shape == (B.numel() // k,)
+        assert torch.equal(got, expected)
+    if m > 1 and n > 2:  # the zero column and the Inf column are not usable, the others are
+        usable = stats.usable.reshape(*batch, n)
+        assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
+@pytest.mark.parametrize("shape", [(9, 65, 33), (40, 1000, 70), (5, 16000, 40)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_sampled_magnitudes_of_columns_are_those_of_rows(shape, batch):
+    """ozaki::sampled_magnitudes (the fixed-count check's sample) of B's columns in place: the
+    bits of the copied rows, with and without norm scales, for rows of every element of a batch
+    (different elements give +inf) and an index past the last column (NaN)."""
+    m, k, n = shape
+    A, B = operands(batch, m, k, n, torch.float64, seed=m + 7 * k + n)
+    a, bt_rows = A.reshape(-1, k), B.mT.reshape(-1, k)
+    stats_a, norm_a = _ops.row_stats_with_norm_scales(a)
+    stats_b, norm_b = _ops.row_stats_with_norm_scales(bt_rows)
+    rows_a = torch.arange(0, a.shape[0], 3, device="cuda")
+    rows_b = torch.cat([torch.arange(0, bt_rows.shape[0], 2, device="cuda"),
+                        torch.tensor([bt_rows.shape[0]], device="cuda")])
+    for norms in ((None, None), (norm_a, norm_b)):
+        common = (stats_a[0], stats_b[0], stats_a.usable, stats_b.usable, rows_a, rows_b, m, n,
+                  *norms)
+        got = _ops.sampled_magnitudes(a, as_column_view(B), *common)
+        expected = _ops.sampled_magnitudes(a, bt_rows, *common)
+        assert_bitwise_equal(got, expected)
+        assert got[:, -1].isnan().all() and got[:, :-1].isfinite().any()
 
 
 def assert_columns_give_the_bits_of_rows(A, B, scale_a, scale_b, stats_a, stats_b, moduli,
@@ -213,9 +263,39 @@ def test_kept_operands_read_columns_in_place_and_give_the_cpu_bits(shape, keep, 
     repeated.clear()
 
 
-def test_only_the_default_cuda_plan_takes_columns_in_place():
-    """in_place_bt copies B's columns into rows on the CPU, for fixed moduli and for rounding
-    (whose reads take rows), and leaves an already row-major B.mT as it is."""
+@pytest.mark.cuda
+@pytest.mark.parametrize("moduli", [8, 15, 16])
+@pytest.mark.parametrize("batch,shape", [((), (64, 300, 70)), ((), (33, 65, 9)),
+                                         ((), (9, 16000, 35)), ((), (3, 2048, 1700)),
+                                         ((2,), (40, 600, 37))],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_a_fixed_count_reads_columns_in_place_and_gives_the_cpu_bits(batch, shape, moduli,
+                                                                     monkeypatch):
+    """A fixed moduli count of a contiguous B (NaN/Inf and zero columns included) reads its columns
+    in place: nothing copies them into rows, and the product and the plan (the check's predicted
+    error, from the sampled columns) are those of B's columns given as rows and those of the
+    CPU."""
+    m, k, n = shape
+    moduli = max(moduli, crt.smallest_moduli(k))
+    A, B = operands(batch, m, k, n, torch.float64, seed=m + k + n + moduli)
+    options = Options(moduli=moduli)
+    expected, expected_plan = product.real_product(A.cpu(), B.cpu(), torch.float64, options)
+    copies = []
+    transposed = _ops.transposed
+    monkeypatch.setattr(_ops, "transposed", lambda x: copies.append(x.shape) or transposed(x))
+    got, plan = product.real_product(A, B, torch.float64, options)
+    assert copies == [], "B's columns were copied into rows"
+    assert_bitwise_equal(got, expected)
+    assert plan == expected_plan and plan.moduli == moduli
+    as_rows, rows_plan = product.real_product(A, B.mT.contiguous().mT, torch.float64, options)
+    assert_bitwise_equal(as_rows, expected)
+    assert rows_plan == expected_plan
+
+
+def test_truncated_scheme_two_plans_take_columns_in_place_on_cuda_only():
+    """in_place_bt copies B's columns into rows on the CPU and, on CUDA, for rounding and scheme I
+    (whose reads take rows), and leaves an already row-major B.mT as it is; on CUDA the default
+    plan and a fixed moduli count take B's columns in place."""
     B = torch.rand(50, 30, dtype=torch.float64)
     for options in (Options(), Options(moduli=15), Options(rounding="nearest")):
         bt = product.in_place_bt(B, options)
@@ -224,8 +304,11 @@ def test_only_the_default_cuda_plan_takes_columns_in_place():
     assert product.in_place_bt(X.mT, Options()).data_ptr() == X.data_ptr()
     if torch.cuda.is_available():
         Bc = B.cuda()
-        for options in (Options(moduli=15), Options(rounding="nearest")):
+        for options in (Options(rounding="nearest"), Options(backend="int8"),
+                        Options(backend="crt", moduli=15, rounding="nearest")):
             assert product.in_place_bt(Bc, options).is_contiguous()
+        for options in (Options(), Options(moduli=15), Options(backend="crt", moduli=9)):
+            assert product.in_place_bt(Bc, options).data_ptr() == Bc.data_ptr()
 
 
 @pytest.mark.cuda

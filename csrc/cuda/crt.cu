@@ -31,6 +31,7 @@
 #include "int8_gemm.cuh"
 #include "launch.cuh"
 #include "ops.h"
+#include "plan_columns.cuh"
 #include "plan_rows.cuh"
 #include "reduced_gemm.cuh"
 
@@ -125,19 +126,31 @@ at::Tensor row_norm_square_sums(const at::Tensor& a, const at::Tensor& tau) {
 
 // ---- row_stats_with_norm_scales, crt_row_scales, crt_wide_exponents ----------------------------
 
+// a's rows, or B's columns in place (check_row_operand), which column_plan_kernel reads without
+// the digits: the same values.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> row_stats_with_norm_scales(
     const at::Tensor& a) {
   constexpr const char* op = "ozaki::row_stats_with_norm_scales";
-  check_matrix(a, op, "a");
-  const int64_t rows = a.size(0), k = a.size(1);
+  const int64_t rows = check_row_operand(a, op, "a", /*columns=*/true);
+  const int64_t k = a.size(-1);
   const c10::cuda::CUDAGuard guard(a.device());
   const RowStatsOutput out(rows, a.options());
   at::Tensor scales = at::empty({rows}, a.options().dtype(at::kInt));
   if (rows > 0) {
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
-      launch_row_stats_norm(a.const_data_ptr<scalar_t>(), rows, k, out.tau_data,
-                            out.bit_span_data, out.nonfinite_data, scales.mutable_data_ptr<int>(),
-                            at::cuda::getCurrentCUDAStream());
+      if (is_column_view(a)) {
+        at::Tensor usable = at::empty({rows}, a.options().dtype(at::kBool));
+        launch_column_plan(a.const_data_ptr<scalar_t>(), k, bt_layout_of(a), rows,
+                           /*k_stride=*/0, /*gain=*/0, out.tau_data, out.bit_span_data,
+                           out.nonfinite_data, scales.mutable_data_ptr<int>(),
+                           usable.mutable_data_ptr<bool>(), /*digits=*/nullptr,
+                           /*smallest=*/nullptr, stream);
+      } else {
+        launch_row_stats_norm(a.const_data_ptr<scalar_t>(), rows, k, out.tau_data,
+                              out.bit_span_data, out.nonfinite_data,
+                              scales.mutable_data_ptr<int>(), stream);
+      }
     });
   }
   return {out.tau, out.bit_span, out.nonfinite, scales};

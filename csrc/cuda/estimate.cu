@@ -2,8 +2,8 @@
 // (|A||B|)_ij 2^-(tau_a_i + tau_b_j) in float64, from which the automatic slice count is planned
 // (docs/accuracy.md). Magnitudes are floored onto a grid that keeps the FP16 GEMMs exact, so the
 // result is bit-identical to the CPU kernel's. And of ozaki::sampled_magnitudes, the fixed-count
-// check's sample, and ozaki::crt_entry_bound_sum, exact scheme II's entry bound, both summed in the
-// CPU kernel's order.
+// check's sample (bt's rows or B's columns in place), and ozaki::crt_entry_bound_sum, exact scheme
+// II's entry bound, both summed in the CPU kernel's order.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,6 +14,7 @@
 #include "../checks.h"
 #include "../workspace.h"
 #include "batch.cuh"
+#include "bt_layout.cuh"
 #include "half_gemm.cuh"
 #include "launch.cuh"
 #include "ops.h"
@@ -101,9 +102,9 @@ namespace {
 // sum goes through sampled_entry. An index outside its operand gives NaN.
 template <typename T>
 __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, const T* bt,
-                                          int64_t rows_b_total, int64_t k, SampledRows rows,
-                                          const int64_t* rows_a, const int64_t* rows_b,
-                                          int64_t count_b, double* out) {
+                                          BtLayout bt_layout, int64_t rows_b_total, int64_t k,
+                                          SampledRows rows, const int64_t* rows_a,
+                                          const int64_t* rows_b, int64_t count_b, double* out) {
   __shared__ double lanes[kSampleLanes];
   const int64_t pair = blockIdx.x;
   const int64_t i = rows_a[pair / count_b], j = rows_b[pair % count_b];
@@ -112,7 +113,8 @@ __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, cons
     return;
   }
   const int t = threadIdx.x;
-  lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], bt + j * k, rows.tau_b[j], k, t);
+  lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], bt + bt_layout.start(j, k), rows.tau_b[j],
+                              k, t, bt_layout.step());
   const double total = lanes_added_pairwise(lanes);
   if (t == 0) out[pair] = sampled_entry(total, i, j, rows);
 }
@@ -143,8 +145,9 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
                               const std::optional<at::Tensor>& norm_a,
                               const std::optional<at::Tensor>& norm_b) {
   constexpr const char* op = "ozaki::sampled_magnitudes";
-  check_sampled_magnitudes_arguments(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m,
-                                     n, norm_a, norm_b, op);
+  const int64_t rows_bt = check_sampled_magnitudes_arguments(
+      a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, m, n, norm_a, norm_b, op,
+      /*bt_columns=*/true);
   check_same_device(a, {&bt, &tau_a, &tau_b, &usable_a, &usable_b, &rows_a, &rows_b}, op);
   if (norm_a.has_value()) check_same_device(a, {&*norm_a, &*norm_b}, op);
   const c10::cuda::CUDAGuard guard(a.device());
@@ -158,9 +161,9 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
     sampled_magnitudes_kernel<scalar_t>
         <<<static_cast<unsigned>(count_a * count_b), kSampleLanes, 0,
            at::cuda::getCurrentCUDAStream()>>>(
-            a.const_data_ptr<scalar_t>(), a.size(0), bt.const_data_ptr<scalar_t>(), bt.size(0),
-            a.size(1), rows, rows_a.const_data_ptr<int64_t>(), rows_b.const_data_ptr<int64_t>(),
-            count_b, out.mutable_data_ptr<double>());
+            a.const_data_ptr<scalar_t>(), a.size(0), bt.const_data_ptr<scalar_t>(),
+            bt_layout_of(bt), rows_bt, a.size(1), rows, rows_a.const_data_ptr<int64_t>(),
+            rows_b.const_data_ptr<int64_t>(), count_b, out.mutable_data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;

@@ -1,7 +1,7 @@
 // row_stats_norm_kernel with WriteDigits (plan_reads.cu) for bt = B's columns read in place
-// (BtLayout): the statistics, norm scales, usable flags and magnitude digits of each column of a
-// row-major B, the same values as the pass over B's columns copied into rows (docs/algorithm.md,
-// "B's columns in place").
+// (BtLayout): the statistics, norm scales, usable flags and (for the default plan's reads) the
+// magnitude digits of each column of a row-major B, the same values as the pass over B's columns
+// copied into rows (docs/algorithm.md, "B's columns in place").
 #pragma once
 
 #include <ATen/ATen.h>
@@ -49,15 +49,18 @@ inline bool column_pass_keeps_columns(int64_t k, int64_t entry_bytes) {
   return budget > 0 && column_pass_footprint(kNarrowColumnPass.group, k, entry_bytes) <= budget;
 }
 
-// The configuration for `rows` columns of k entries (column_pass_keeps_columns): the widest group
-// of kWideColumnPasses whose groups number at least three quarters of the multiprocessors and
-// whose columns fit the L2 budget at one block per multiprocessor, else kNarrowColumnPass.
+// The configuration for `rows` columns of k entries: the widest group of kWideColumnPasses whose
+// groups number at least three quarters of the multiprocessors and whose columns fit the L2 budget
+// at one block per multiprocessor, else kNarrowColumnPass. Where not even kNarrowColumnPass keeps
+// its columns in L2 (column_pass_keeps_columns), every sweep reads B from memory: the widest group
+// with enough groups then, whole lines taking the fewest DRAM bursts.
 inline ColumnPassConfig column_pass_config(int64_t rows, int64_t k, int64_t entry_bytes) {
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const bool kept = column_pass_keeps_columns(k, entry_bytes);
   for (const ColumnPassConfig& config : kWideColumnPasses) {
     const int64_t groups = (rows + config.group - 1) / config.group;
     if (4 * groups >= 3 * sms &&
-        column_pass_footprint(config.group, k, entry_bytes) <= row_pass_l2_budget()) {
+        (!kept || column_pass_footprint(config.group, k, entry_bytes) <= row_pass_l2_budget())) {
       return config;
     }
   }

@@ -108,8 +108,9 @@ OperandReads read_operand(const at::Tensor& x, int64_t rows, int64_t k, int64_t 
   return out;
 }
 
-// read_operand for bt = B's columns read in place (column_plan_kernel), where the pass keeps its
-// columns in L2 (column_pass_keeps_columns): the same values.
+// read_operand for bt = B's columns read in place (column_plan_kernel): the same values. Columns
+// too long for L2 to keep one group per multiprocessor are swept three times from memory, which
+// costs less than copying them into rows and reading the rows.
 template <typename T>
 OperandReads read_columns(const at::Tensor& bt, int64_t rows, int64_t k, int64_t k_stride,
                           int gain, int32_t* smallest, cudaStream_t stream) {
@@ -131,14 +132,6 @@ OperandReads read_bt(const at::Tensor& bt, int64_t rows, int64_t k, int64_t k_st
                      int32_t* smallest, cudaStream_t stream) {
   return is_column_view(bt) ? read_columns<T>(bt, rows, k, k_stride, gain, smallest, stream)
                             : read_operand<T>(bt, rows, k, k_stride, gain, smallest, stream);
-}
-
-// bt's rows as read_operand reads them: bt itself, or B's columns copied into rows where bt is a
-// column view whose columns the column pass would not keep in L2 (two sweeps from memory would
-// cost more than the copy).
-at::Tensor rows_for_read(const at::Tensor& bt) {
-  if (!is_column_view(bt) || column_pass_keeps_columns(bt.size(-1), bt.element_size())) return bt;
-  return transposed(bt.mT());
 }
 
 // The per-row vectors of one operand's rows, for plan_values_kernel.
@@ -235,7 +228,7 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
   if (!reduced_gemm_available() || rows_a == 0 || rows_b == 0 || shape.k == 0) {
     return composed_crt_plan_reads(a, given_bt.contiguous());
   }
-  const at::Tensor bt = rows_for_read(given_bt);
+  const at::Tensor& bt = given_bt;
   const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t k_stride = (shape.k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
@@ -295,7 +288,7 @@ KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
   // B's columns in place as crt_plan_reads reads them; as rows where the entry bound's column
   // exponents are asked for too (exact scheme II's rows of wide span, whose kernel reads rows).
   const at::Tensor bt = entry_bound && is_column_view(given_bt) ? transposed(given_bt.mT())
-                                                                 : rows_for_read(given_bt);
+                                                                 : given_bt;
   const int64_t parts =
       std::min(kMostColumnParts, (n + kColumnRowsPerPart - 1) / kColumnRowsPerPart);
   at::Tensor partial_exponents =

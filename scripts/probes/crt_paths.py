@@ -56,13 +56,14 @@ def phi_operands(m, k, n, seed=None):
 
 
 def timed(call, repeats, back_to_back=False):
-    """(seconds per call, last result, peak bytes allocated during the calls): the median of
-    synchronized calls, or back_to_back, of three rows of `repeats` calls issued one after
-    another, each row's time divided by `repeats`."""
+    """(seconds per call, last result, peak bytes allocated during the calls beyond what was
+    allocated before them, the result included): the median of synchronized calls, or
+    back_to_back, of three rows of `repeats` calls issued one after another, each row's time
+    divided by `repeats`."""
     result = call()
     torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated() - result.untyped_storage().nbytes()
     torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     times = []
     for _ in range(3 if back_to_back else repeats):
         del result

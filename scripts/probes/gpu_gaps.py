@@ -69,19 +69,20 @@ def main():
                         default=[shape_value(s) for s in SHAPES])
     parser.add_argument("--gap", type=float, default=20.0, help="least idle stretch listed, µs")
     parser.add_argument("--calls", type=int, default=3, help="calls profiled; the last is shown")
+    parser.add_argument("--moduli", type=int, help="a fixed moduli count instead of the default")
     args = parser.parse_args()
     print("#", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
         native_s, _, _ = timed(lambda: A @ B, 11)
         for _ in range(4):  # the guess, A kept from its second product on, then steady calls
-            ozaki.dgemm(A, B)
+            ozaki.dgemm(A, B, moduli=args.moduli)
         torch.cuda.synchronize()
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(args.calls):
                 with torch.profiler.record_function(CALL):
-                    ozaki.dgemm(A, B)
+                    ozaki.dgemm(A, B, moduli=args.moduli)
                     torch.cuda.synchronize()
         events = prof.events()
         host = spans(events, "cpu")

@@ -30,6 +30,12 @@ def workspace_bytes() -> int:
     return megabytes << 20
 
 
+def is_column_view(bt: torch.Tensor) -> bool:
+    """Whether bt (n, k) or (batch, n, k) is B.mT of a contiguous B: B's columns, which the CUDA
+    operators that say so read in place (csrc/checks.h, is_column_view)."""
+    return bt.dim() in (2, 3) and not bt.is_contiguous() and bt.mT.is_contiguous()
+
+
 def transposed(b: torch.Tensor) -> torch.Tensor:
     """b.mT.contiguous() of a float64/float32 (k, n) or (batch, k, n) tensor, always a fresh
     tensor; on CUDA a tiled shared-memory transpose."""
@@ -88,7 +94,8 @@ def sampled_magnitudes(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a, rows_b, 
     """float64 (len(rows_a), len(rows_b)): sum_l |a_il| 2^-tau_a_i |bt_jl| 2^-tau_b_j for the rows
     i = rows_a[r] of the flattened a and j = rows_b[c] of bt, in one summation order on every
     device; times c_i 2^tau_i c_j 2^tau_j with norm scale codes; +inf for rows not usable or of
-    different elements (m and n rows each) of a batch."""
+    different elements (m and n rows each) of a batch. On CUDA bt may also be B's columns in place
+    (is_column_view, 2-D or 3-D; row j of bt.reshape(-1, k))."""
     return torch.ops.ozaki.sampled_magnitudes(a, bt, tau_a, tau_b, usable_a, usable_b, rows_a,
                                               rows_b, m, n, norm_a, norm_b)
 
@@ -110,7 +117,8 @@ def row_norm_scales(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 def row_stats_with_norm_scales(a: torch.Tensor):
     """((tau, bit_span, nonfinite), norm_scales): row_stats(a) and row_norm_scales(a, tau) in one
-    call (on CUDA one read of a)."""
+    call (on CUDA one read of a). On CUDA a may also be B's columns in place (is_column_view, 2-D or
+    3-D): the values of a.reshape(-1, k)'s rows."""
     tau, bit_span, nonfinite, norm_scales = torch.ops.ozaki.row_stats_with_norm_scales(a)
     return RowStats((tau, bit_span, nonfinite)), norm_scales
 

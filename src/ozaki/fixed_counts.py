@@ -78,7 +78,8 @@ def _rows_of_elements(picked, span, usable):
 def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combine_sum):
     """The sampled (|A||B|)_ij 2^-(tau_i + tau_j) (norms None: scheme I) or (|A||B|)_ij c_i c_j
     (norms: the norm scale codes of a's and bt's rows, scheme II) of a @ bt^T, for a (m, k),
-    bt (n, k) or batches (E, m, k), (E, n, k); +inf where not usable. combine_sum adds k-shards'
+    bt (n, k) or batches (E, m, k), (E, n, k), bt possibly B's columns in place on CUDA
+    (product.in_place_bt, read as they lie); +inf where not usable. combine_sum adds k-shards'
     values up (identity on one device)."""
     k, m, n = a.shape[-1], a.shape[-2], bt.shape[-2]
     elements = a.shape[0] if a.dim() == 3 else 1
@@ -92,7 +93,8 @@ def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combin
         rows_a = _rows_of_elements(picked, span_a, use_a)
         rows_b = _rows_of_elements(picked, span_b, use_b)
     norm_a, norm_b = norms if norms is not None else (None, None)
-    return combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt.reshape(-1, k), stats_a[0],
+    bt_rows = bt if _ops.is_column_view(bt) else bt.reshape(-1, k)
+    return combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt_rows, stats_a[0],
                                                stats_b[0], usable_a, usable_b, rows_a, rows_b,
                                                m, n, norm_a, norm_b))
 

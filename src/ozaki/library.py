@@ -95,7 +95,8 @@ def _row_norm_scales_fake(a, tau):
 
 @torch.library.register_fake("ozaki::row_stats_with_norm_scales")
 def _row_stats_with_norm_scales_fake(a):
-    return (*_row_stats_fake(a), a.new_empty(a.shape[0], dtype=torch.int32))
+    rows = a.reshape(-1, a.shape[-1])  # a 3-D a is B's columns in place: batch * n rows
+    return (*_row_stats_fake(rows), a.new_empty(rows.shape[0], dtype=torch.int32))
 
 
 @torch.library.register_fake("ozaki::crt_row_scales")

@@ -60,15 +60,17 @@ def row_operands(A, B):
 
 
 def in_place_bt(B, options):
-    """bt for the default plan's reads (ozaki::crt_plan_reads, crt_kept_plan_reads) and scheme
-    II's truncated product (ozaki::gemm_crt), which read a contiguous B's columns in place on
-    CUDA (docs/algorithm.md, "B's columns in place"): B.mT itself there, else B's columns as rows
-    (row_operand)."""
+    """bt for the plan's reads (ozaki::crt_plan_reads, crt_kept_plan_reads for the default plan;
+    row_stats_with_norm_scales and the fixed-count check's sampled_magnitudes for a fixed moduli
+    count) and scheme II's truncated product (ozaki::gemm_crt), which read a contiguous B's
+    columns in place on CUDA (docs/algorithm.md, "B's columns in place"): B.mT itself there,
+    else B's columns as rows (row_operand)."""
     bt = B.mT
     if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
-            and _default_scheme_two_plan(B.shape[-2], options)):
+            and _truncated_scheme_two_reads(B.shape[-2], options)):
         return bt
     return row_operand(bt)
+
 
 
 def row_operand(x):
@@ -93,8 +95,8 @@ def row_stats(x):
 
 def _row_stats_and_norms(x):
     """(row_stats, norm scale codes) of every row of a matrix or of a batch's matrices, in one call
-    (on CUDA one read of x instead of two)."""
-    return _ops.row_stats_with_norm_scales(_flat_rows(x))
+    (on CUDA one read of x instead of two; B's columns read in place where x is their view)."""
+    return _ops.row_stats_with_norm_scales(x if _ops.is_column_view(x) else _flat_rows(x))
 
 
 def _scheme_two_considered(k, options):
@@ -102,6 +104,13 @@ def _scheme_two_considered(k, options):
     options (it then needs the rows' norm scales)."""
     return (options.backend in ("auto", "crt") and options.slices is None
             and options.fast is None and k <= crt.MAX_INNER)
+
+
+def _truncated_scheme_two_reads(k, options):
+    """Whether the plan is made for truncated scheme II's product (the default plan, or a fixed
+    moduli count without rounding), whose reads take B's columns in place (in_place_bt); plans
+    that end elsewhere copy them into rows (Estimates.bt)."""
+    return options.rounding is None and _scheme_two_considered(k, options)
 
 
 def _default_scheme_two_plan(k, options):
@@ -186,7 +195,7 @@ class Estimates:
     def fixed_count_sample(self, norms=None):
         """The sampled magnitudes that a fixed count's check reads (fixed_counts.sample_magnitudes;
         norms: scheme II's norm scale codes of a's and bt's rows)."""
-        return fixed_counts.sample_magnitudes(self.a, self.bt, self.stats_a, self.stats_b,
+        return fixed_counts.sample_magnitudes(self.a, self.bt_read, self.stats_a, self.stats_b,
                                               _usable_rows(self.stats_a),
                                               _usable_rows(self.stats_b), norms, self.combine_sum)
 
