@@ -230,17 +230,16 @@ OZAKI_HD void magnitude_digits(double a, int tau, int r, double* high, double* l
 // device: lane t adds the terms l = t, t + kSampleLanes, t + 2 kSampleLanes, ... in turn
 // (sampled_lane_sum), then the lanes are added pairwise, lane t += lane t + s for s = kSampleLanes / 2
 // down to 1. Non-finite entries count as 0. Every operation is one IEEE float64 rounding, so the
-// CPU and the GPU give the same bits. b_step: the distance between b_row's entries (B's columns
-// read in place).
+// CPU and the GPU give the same bits.
 constexpr int kSampleLanes = 128;
 
 template <typename T>
 OZAKI_HD double sampled_lane_sum(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k,
-                                 int lane, int64_t b_step = 1) {
+                                 int lane) {
   double sum = 0.0;
   for (int64_t l = lane; l < k; l += kSampleLanes) {
     const double x = abs_value(scaled_entry(static_cast<double>(a_row[l]), tau_a));
-    const double y = abs_value(scaled_entry(static_cast<double>(b_row[l * b_step]), tau_b));
+    const double y = abs_value(scaled_entry(static_cast<double>(b_row[l]), tau_b));
     sum += x * y;
   }
   return sum;

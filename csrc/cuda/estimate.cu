@@ -8,6 +8,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -99,10 +100,11 @@ namespace {
 
 // One block of kSampleLanes threads per entry (r, c) of ozaki::sampled_magnitudes: thread t sums
 // lane t, then the lanes are added pairwise in csrc/scheme.h's order (the CPU kernel's) and the
-// sum goes through sampled_entry. An index outside its operand gives NaN.
+// sum goes through sampled_entry. An index outside its operand gives NaN. bt_gathered: bt's row
+// rows_b[c] is row c of bt (gather_sampled_columns), else row rows_b[c].
 template <typename T>
 __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, const T* bt,
-                                          BtLayout bt_layout, int64_t rows_b_total, int64_t k,
+                                          bool bt_gathered, int64_t rows_b_total, int64_t k,
                                           SampledRows rows, const int64_t* rows_a,
                                           const int64_t* rows_b, int64_t count_b, double* out) {
   __shared__ double lanes[kSampleLanes];
@@ -113,10 +115,31 @@ __global__ void sampled_magnitudes_kernel(const T* a, int64_t rows_a_total, cons
     return;
   }
   const int t = threadIdx.x;
-  lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], bt + bt_layout.start(j, k), rows.tau_b[j],
-                              k, t, bt_layout.step());
+  const T* b_row = bt + (bt_gathered ? pair % count_b : j) * k;
+  lanes[t] = sampled_lane_sum(a + i * k, rows.tau_a[i], b_row, rows.tau_b[j], k, t);
   const double total = lanes_added_pairwise(lanes);
   if (t == 0) out[pair] = sampled_entry(total, i, j, rows);
+}
+
+constexpr int kGatherThreads = 256;
+constexpr int kMostGatherBlocksY = 65535;
+
+// Row c of out (count_b, k) = row rows_b[c] of bt, B's columns in place (layout): each sampled
+// column read once from B, for sampled_magnitudes_kernel's contiguous reads, instead of at B's
+// stride by every lane of every pair. Rows outside bt are left unwritten (their pairs give NaN).
+template <typename T>
+__global__ void gather_sampled_columns_kernel(const T* b, BtLayout layout, int64_t rows_total,
+                                              int64_t k, const int64_t* rows_b, int64_t count_b,
+                                              T* out) {
+  for (int64_t c = blockIdx.y; c < count_b; c += gridDim.y) {
+    const int64_t j = rows_b[c];
+    if (j < 0 || j >= rows_total) continue;
+    const T* column = b + layout.start(j, k);
+    for (int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; l < k;
+         l += int64_t(gridDim.x) * blockDim.x) {
+      out[c * k + l] = column[l * layout.step()];
+    }
+  }
 }
 
 // One block of kSampleLanes threads: crt_entry_bound_sum of each element's exponents in turn, the
@@ -157,13 +180,25 @@ at::Tensor sampled_magnitudes(const at::Tensor& a, const at::Tensor& bt, const a
   TORCH_CHECK(count_a * count_b < (int64_t(1) << 31), op, ": at most 2^31 - 1 entries, got ",
               count_a, " x ", count_b);
   const SampledRows rows = sampled_rows(tau_a, tau_b, usable_a, usable_b, m, n, norm_a, norm_b);
+  const int64_t k = a.size(1);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  // B's columns in place: the sampled ones gathered into rows first
+  const bool gathered = is_column_view(bt);
+  const at::Tensor bt_rows = gathered ? at::empty({count_b, k}, bt.options()) : bt;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
+    if (gathered && k > 0) {
+      const dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div(k, kGatherThreads), 64)),
+                      static_cast<unsigned>(std::min<int64_t>(count_b, kMostGatherBlocksY)));
+      gather_sampled_columns_kernel<scalar_t><<<grid, kGatherThreads, 0, stream>>>(
+          bt.const_data_ptr<scalar_t>(), bt_layout_of(bt), rows_bt, k,
+          rows_b.const_data_ptr<int64_t>(), count_b, bt_rows.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
     sampled_magnitudes_kernel<scalar_t>
-        <<<static_cast<unsigned>(count_a * count_b), kSampleLanes, 0,
-           at::cuda::getCurrentCUDAStream()>>>(
-            a.const_data_ptr<scalar_t>(), a.size(0), bt.const_data_ptr<scalar_t>(),
-            bt_layout_of(bt), rows_bt, a.size(1), rows, rows_a.const_data_ptr<int64_t>(),
-            rows_b.const_data_ptr<int64_t>(), count_b, out.mutable_data_ptr<double>());
+        <<<static_cast<unsigned>(count_a * count_b), kSampleLanes, 0, stream>>>(
+            a.const_data_ptr<scalar_t>(), a.size(0), bt_rows.const_data_ptr<scalar_t>(), gathered,
+            rows_bt, k, rows, rows_a.const_data_ptr<int64_t>(), rows_b.const_data_ptr<int64_t>(),
+            count_b, out.mutable_data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;
