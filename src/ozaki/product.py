@@ -66,11 +66,10 @@ def in_place_bt(B, options):
     columns in place on CUDA (docs/algorithm.md, "B's columns in place"): B.mT itself there,
     else B's columns as rows (row_operand)."""
     bt = B.mT
-    if (B.device.type == "cuda" and B.is_contiguous() and not bt.is_contiguous()
+    if (B.device.type == "cuda" and _ops.is_column_view(bt)
             and _truncated_scheme_two_reads(B.shape[-2], options)):
         return bt
     return row_operand(bt)
-
 
 
 def row_operand(x):
@@ -116,8 +115,7 @@ def _truncated_scheme_two_reads(k, options):
 def _default_scheme_two_plan(k, options):
     """Whether plan_for makes scheme II's default plan (scheme II considered, no fixed moduli count
     or rounding), whose reads run in one call (ozaki::crt_plan_reads, crt_kept_plan_reads)."""
-    return (options.moduli is None and options.rounding is None
-            and _scheme_two_considered(k, options))
+    return options.moduli is None and _truncated_scheme_two_reads(k, options)
 
 
 def _estimates(a, bt, options):
