@@ -257,6 +257,33 @@ def test_batched_and_complex_calls_warn_once():
     assert len(caught) == 1
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("moduli", [12, 16])
+@pytest.mark.parametrize("case", CASES)
+def test_fixed_counts_reading_b_in_place_give_the_cpu_bits_and_plan(case, moduli):
+    """On CUDA a fixed moduli count reads a contiguous B's columns in place (their statistics,
+    norm scales and the check's sampled columns, docs/algorithm.md, "B's columns in place"): on
+    every wide-span case its product, its plan (the check's predicted error) and its warning are
+    the CPU's, bit for bit."""
+    from ozaki import product
+    from ozaki.options import Options
+    A, B = CASES[case]()
+    A, B = A.contiguous(), B.contiguous()
+    options = Options(moduli=moduli)
+    Bc = B.cuda()
+    if B.shape[1] > 1:  # one column is a row already
+        assert product.in_place_bt(Bc, options).data_ptr() == Bc.data_ptr()
+    with warnings.catch_warnings(record=True) as on_cpu:
+        warnings.simplefilter("always")
+        expected, expected_plan = product.real_product(A, B, A.dtype, options)
+    with warnings.catch_warnings(record=True) as on_cuda:
+        warnings.simplefilter("always")
+        got, plan = product.real_product(A.cuda(), Bc, A.dtype, options)
+    assert_bitwise_equal(got.cpu(), expected)
+    assert plan == expected_plan
+    assert [str(w.message) for w in on_cuda] == [str(w.message) for w in on_cpu]
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_a_fixed_count_that_meets_native_does_not_warn(device, dtype):
