@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits); TESTS
 # overrides the test paths of the tests step (default: tests).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
@@ -25,7 +25,10 @@
 # (scripts/probes/call_kernels.py; CALLS_SHAPES overrides its shapes, as m,k,n ..., and CALLS_ARGS
 # adds arguments, such as --b-rows);
 # gaps (not in all) writes gpu_gaps.log: the GPU's idle stretches inside an eager default call and
-# what the host did meanwhile (scripts/probes/gpu_gaps.py; GAPS_SHAPES overrides its shapes);
+# what the host did meanwhile (scripts/probes/gpu_gaps.py; GAPS_SHAPES overrides its shapes and
+# GAPS_ARGS adds arguments, such as --replayed --timeline);
+# quick (not in all) writes quick_replay.log: replayed default calls with and without the quick
+# path, against native (scripts/probes/quick_replay.py; QUICK_SHAPES overrides its shapes);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
 # (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
 # PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
@@ -123,7 +126,12 @@ if [[ ,$what, == *,programs,* ]]; then
 fi
 if [[ ,$what, == *,gaps,* ]]; then
   echo "== where the GPU waits inside an eager default call"
-  python3 scripts/probes/gpu_gaps.py ${GAPS_SHAPES:+--shapes $GAPS_SHAPES} 2>&1 | tee "$OUT/gpu_gaps.log"
+  python3 scripts/probes/gpu_gaps.py ${GAPS_SHAPES:+--shapes $GAPS_SHAPES} ${GAPS_ARGS:-} 2>&1 | tee "$OUT/gpu_gaps.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,quick,* ]]; then
+  echo "== replayed calls with and without the quick path"
+  python3 scripts/probes/quick_replay.py ${QUICK_SHAPES:+--shapes $QUICK_SHAPES} 2>&1 | tee "$OUT/quick_replay.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ ,$what, == *,calls,* ]]; then

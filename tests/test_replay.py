@@ -90,6 +90,115 @@ def test_every_crt_path_replays_its_bits(monkeypatch):
                 assert [e["result"] for e in replay.info()] == ["moved"], path
 
 
+def full_path_calls(monkeypatch):
+    """A list that grows by one each time a call reaches replay.product_of (the full path), not
+    served by replay.quick_product."""
+    calls = []
+    product_of = replay.product_of
+    monkeypatch.setattr(replay, "product_of", lambda *args: calls.append(1) or product_of(*args))
+    return calls
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+def test_repeated_default_calls_are_found_at_once(dtype, phi, monkeypatch):
+    """Once captured, the entry of a default call is found by quick_product through every public
+    entry (dgemm/sgemm, matmul, gemm, torch.matmul under ozaki.enable): the full path is never
+    reached, every call replays, and the bits are the eager call's."""
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, phi, seed=19, dtype=dtype, device="cuda")
+    gemm = REAL_GEMMS[dtype]
+    expected = eager(lambda: gemm(A, B), monkeypatch)
+    for _ in range(CALLS):
+        gemm(A, B)
+    assert len(replay.info()) == 1, replay.last_failure
+    full = full_path_calls(monkeypatch)
+    before = replays()
+    entries = [lambda: gemm(A, B), lambda: ozaki.matmul(A, B), lambda: ozaki.gemm(A, B),
+               lambda: ozaki.gemm(A, B, beta=0.0, alpha=1.0)]
+    for call in entries:
+        assert_bitwise_equal(call(), expected)
+    with ozaki.enable(dtypes=(dtype,)):
+        assert_bitwise_equal(A @ B, expected)
+        assert_bitwise_equal(torch.matmul(A, B), expected)
+    assert full == [] and replays() == before + len(entries) + 2
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("change", ["grad", "options", "prepared", "path", "workspace", "view",
+                                    "disabled", "plan"])
+def test_calls_that_may_differ_take_the_full_path(change, monkeypatch):
+    """quick_product serves none of the calls whose entry or plan could differ: each reaches the
+    full path (or runs eagerly) and gives the CPU's bits (references on the CPU, which neither
+    replays nor guesses plans)."""
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, 0.5, seed=20, device="cuda")
+    for _ in range(CALLS):
+        ozaki.dgemm(A, B)
+    assert len(replay.info()) == 1, replay.last_failure
+    full = full_path_calls(monkeypatch)
+    before = replays()
+    call = ozaki.dgemm
+    if change == "grad":
+        A.requires_grad_()
+    elif change == "options":
+        call = lambda a, b: ozaki.dgemm(a, b, backend="crt")  # noqa: E731
+    elif change == "prepared":
+        monkeypatch.setattr(replay.prepared, "REGISTRY", {"another operand": None})
+    elif change == "path":
+        monkeypatch.setenv("OZAKI_CRT_PATH", "cublas")
+    elif change == "workspace":
+        monkeypatch.setenv("OZAKI_WORKSPACE_MB", "64")
+    elif change == "view":  # the address and shape of a kept entry's operand, other strides
+        square, right = A[:, :m], B[:m]
+        for _ in range(CALLS):
+            ozaki.dgemm(square, right)
+        assert len(replay.info()) == 2, replay.last_failure
+        full.clear()
+        A, B = square.t(), right
+    elif change == "disabled":
+        monkeypatch.setattr(replay, "ENABLED", False)
+    elif change == "plan":  # data whose plan is another: replayed against the guess once
+        with torch.no_grad():
+            A.copy_(phi_pair(m, k, n, 3.0, seed=21)[0])
+    expected = call(A.detach().cpu(), B.cpu())
+    assert_bitwise_equal(call(A, B), expected)
+    if change == "plan":
+        assert full == [] and replays() == before + 1  # replayed, then the plan's product ran
+        assert_bitwise_equal(call(A, B), expected)
+        assert full == [1]  # no guess now: the full path decides
+    elif change == "disabled":
+        assert full == [] and replays() == before
+    else:
+        assert full == [1]
+
+
+@pytest.mark.cuda
+def test_calls_under_the_profiler_are_not_replayed(monkeypatch):
+    A, B = phi_pair(*SHAPE, 0.5, seed=22, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    for _ in range(CALLS):
+        ozaki.dgemm(A, B)
+    before = replays()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+    assert replays() == before
+
+
+@pytest.mark.cuda
+def test_dropped_entries_leave_the_quick_index(monkeypatch):
+    shapes = [(70, 300, 9), (33, 100, 65), (128, 64, 40)]
+    pairs = [phi_pair(*shape, 0.5, seed=23 + i, device="cuda") for i, shape in enumerate(shapes)]
+    monkeypatch.setattr(replay, "MAX_ENTRIES", 2)
+    for _ in range(CALLS):
+        for A, B in pairs:
+            ozaki.dgemm(A, B)
+    assert sorted(replay._quick.values()) == sorted(replay._entries)
+    assert len(replay._quick) == 2
+    replay.clear()
+    assert replay._quick == {}
+
+
 @pytest.mark.cuda
 def test_batched_products_replay(monkeypatch):
     g = torch.Generator().manual_seed(4)

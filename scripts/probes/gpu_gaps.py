@@ -4,8 +4,11 @@ profiler, so every call runs eagerly), its kernels and copies laid out on the ho
 each stretch of at least --gap microseconds in which no kernel or copy ran, from the call's start
 to its synchronize, listed with the host events that overlapped it (the innermost of them, such
 as cudaStreamSynchronize or cudaMemcpyAsync, say whether the host was waiting or launching).
+--replayed profiles replayed calls instead (ozaki.replay.UNDER_PROFILER), and --timeline lists
+every kernel, copy and CUDA runtime call of the last call on one clock.
 
     python scripts/probes/gpu_gaps.py [--shapes 16384,1024,16384 ...] [--gap 20] [--calls 3]
+        [--replayed] [--timeline]
 """
 
 import argparse
@@ -18,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crt_paths import phi_operands, shape_value, timed  # noqa: E402
 
 import ozaki  # noqa: E402
+from ozaki import replay  # noqa: E402
 
 SHAPES = ["16384,1024,16384", "2048,2048,2048", "6000,6000,16"]
 CALL = "gpu_gaps.call"
@@ -70,7 +74,12 @@ def main():
     parser.add_argument("--gap", type=float, default=20.0, help="least idle stretch listed, µs")
     parser.add_argument("--calls", type=int, default=3, help="calls profiled; the last is shown")
     parser.add_argument("--moduli", type=int, help="a fixed moduli count instead of the default")
+    parser.add_argument("--replayed", action="store_true",
+                        help="replay repeated default calls under the profiler too")
+    parser.add_argument("--timeline", action="store_true",
+                        help="list the last call's kernels, copies and CUDA runtime calls")
     args = parser.parse_args()
+    replay.UNDER_PROFILER = args.replayed
     print("#", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
@@ -100,6 +109,15 @@ def main():
             print(f"   idle {start - call_start:9.0f} .. {end - call_start:9.0f} us "
                   f"({end - start:7.0f}): " + "; ".join(innermost_overlaps(host, start, end)),
                   flush=True)
+        if args.replayed:
+            print(f"   replayed entries: {[(e['a'], e['replays']) for e in replay.info()]}")
+        if args.timeline:
+            runtime = [h for h in host if h[2].startswith("cuda") and h[1] > call_start
+                       and h[0] < call_end]
+            for start, end, name, where in sorted([(*g, "gpu ") for g in gpu]
+                                                  + [(*h, "host") for h in runtime]):
+                print(f"   {where} {start - call_start:9.1f} .. {end - call_start:9.1f} us "
+                      f"({end - start:7.1f}) {name[:90]}")
         del A, B
         torch.cuda.empty_cache()
 

@@ -26,7 +26,7 @@ class Options:
         the argument and the value received."""
         if (backend == "auto" and slices is None and fast is None and moduli is None
                 and rounding is None and cls is Options):
-            return _DEFAULT  # the usual call: nothing to check
+            return DEFAULT  # the usual call: nothing to check
         _check(name, slices, fast, rounding, backend, moduli)
         return cls(backend, slices, fast, moduli, rounding)
 
@@ -39,7 +39,8 @@ class Options:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
-_DEFAULT = Options()
+#: The default options, the one object Options.checked returns for them (compared by identity).
+DEFAULT = Options()
 
 
 def _check(name, slices, fast, rounding, backend, moduli):

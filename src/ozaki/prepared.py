@@ -33,7 +33,7 @@ KEPT_PLANS = 2
 _OWN_ROWS = "A's own rows"
 
 #: Handles by the identity of their operand; an entry leaves with its handle.
-_REGISTRY = weakref.WeakValueDictionary()
+REGISTRY = weakref.WeakValueDictionary()
 
 
 def _tensors(part):
@@ -61,7 +61,7 @@ class Prepared:
         self._key = identity(A)
         self._version = A._version
         self._clear()
-        _REGISTRY[self._key] = self
+        REGISTRY[self._key] = self
 
     def _clear(self):
         self._rows = None  # A's rows copied contiguous, _OWN_ROWS where A's rows serve
@@ -218,8 +218,8 @@ class Prepared:
     def release(self):
         """Frees the kept parts; later products compute everything again."""
         self._clear()
-        if _REGISTRY.get(self._key) is self:
-            del _REGISTRY[self._key]
+        if REGISTRY.get(self._key) is self:
+            del REGISTRY[self._key]
 
     def __enter__(self):
         return self
@@ -253,7 +253,7 @@ def prepare(A, *, max_bytes=None):
 
 def find(A):
     """The current Prepared handle of left operand A, or None."""
-    if A.dim() != 2 or not _REGISTRY or A.is_inference():
+    if A.dim() != 2 or not REGISTRY or A.is_inference():
         return None
-    kept = _REGISTRY.get(identity(A))
+    kept = REGISTRY.get(identity(A))
     return None if kept is None else kept.current()

@@ -6,7 +6,10 @@ allocations around two short bursts of GPU work (the plan's reads, then the prod
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
 and later calls on the same operands (the same addresses, shapes, strides and dtype; any
-contents) replay them: two graph launches and the values' copy to the host. Before each replay
+contents) replay them: two graph launches and the values' copy to the host. Calls with the default
+options find their entry in one lookup by what they can read at once (quick_product, from
+ozaki::gemm's entry: the operands' addresses, shapes, strides, dtypes and devices), before the
+layers a first call passes through. Before each replay
 the product graph's result writers are pointed at a fresh tensor (csrc/graph_result.h), which is
 the call's result; where the graph cannot be read for them, the graph's own result is copied
 instead. The graphs run the same kernels on the same data as the eager call, so the bits are the
@@ -27,8 +30,9 @@ import typing
 
 import torch
 
-from . import _C, _ops, product, speculation
+from . import _C, _ops, prepared, product, repeated, speculation
 from .host_copy import HostCopy
+from .options import DEFAULT
 from .streams import current_stream
 
 #: Whether calls may be replayed at all.
@@ -44,6 +48,9 @@ MAX_ENTRY_BYTES = 384 << 20
 MAX_MULTIPLY_ADDS = 1 << 33
 #: Captures per operand shape, after which its calls stay eager (plans that keep changing).
 MAX_CAPTURES = 8
+#: Whether calls are replayed under torch's profiler too. Off: a trace shows each kernel of the
+#: eager call; scripts/probes/gpu_gaps.py --replayed turns it on to see the replayed call itself.
+UNDER_PROFILER = False
 
 #: Whether this torch keeps a captured graph for reading and updates its instantiated form
 #: (CUDAGraph(keep_graph=True), raw_cuda_graph_exec): without, every replay copies its result.
@@ -53,6 +60,7 @@ MOVES_RESULTS = hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
 last_failure = None
 
 _entries = collections.OrderedDict()
+_quick = {}  # quick_key() -> the key of the entry of default options that quick_product replays
 _captures = collections.Counter()
 _lock = threading.Lock()
 
@@ -72,6 +80,8 @@ class _Entry:
     done: torch.cuda.Event  # recorded after the last call's work on the graphs' memory
     stream: object  # the stream of the last call
     nbytes: int
+    guess_key: typing.Optional[tuple] = None  # speculation.key_of() of the calls it serves
+    quick_key: typing.Optional[tuple] = None  # its key in _quick, for default options
     replays: int = 0
 
 
@@ -91,7 +101,7 @@ def applies(A, B, options):
         return False
     return not (torch._C._cuda_isCurrentStreamCapturing() or torch.compiler.is_compiling()
                 or torch._C._len_torch_dispatch_stack() > 0
-                or torch._C._autograd._profiler_enabled())
+                or (torch._C._autograd._profiler_enabled() and not UNDER_PROFILER))
 
 
 def product_of(A, B, dtype, options, kept):
@@ -116,6 +126,51 @@ def product_of(A, B, dtype, options, kept):
         except _NotMoved:
             _drop(key)  # its graph may be half moved: never replayed again
             return None
+
+
+def quick_product(A, B, options):
+    """C = A @ B replayed from the entry product_of would replay, found with the least host work
+    (ozaki::gemm's eager calls try it first, their operands checked: matrices or batches of one
+    real dtype on one device); None where that entry is not found at once, the options are not
+    the default, or anything else could change the call: autograd, torch.compile, dispatch and
+    function modes, functorch transforms, the profiler, graph capture, another current device, a
+    prepared or repeated left operand, a plan guessed differently now (the full path then runs
+    and gives the same bits)."""
+    if not _quick or options is not DEFAULT or type(A) is not torch.Tensor \
+            or type(B) is not torch.Tensor:
+        return None
+    key = _quick.get(quick_key(A, B))
+    if key is None or A.get_device() != torch._C._cuda_getDevice():
+        return None
+    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):
+        return None
+    if (torch._C._cuda_isCurrentStreamCapturing() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._functorch.peek_interpreter_stack() is not None
+            or torch._C._autograd._profiler_enabled() or torch.compiler.is_compiling()):
+        return None
+    if (prepared.REGISTRY or A.numel() * B.shape[-1] > MAX_MULTIPLY_ADDS
+            or (repeated.ENABLED and A.numel() >= repeated.MIN_ENTRIES)
+            or os.environ.get("OZAKI_CRT_PATH") != key.crt_path
+            or _ops.workspace_bytes() != key.workspace):
+        return None
+    with _lock:
+        entry = _entries.get(key) if ENABLED else None
+        if entry is None or speculation.guess_of_key(entry.guess_key) != entry.guess:
+            return None  # product_of drops or captures it
+        _entries.move_to_end(key)
+        try:
+            return _replayed(entry, A, B, A.dtype, options, None)[0]
+        except _NotMoved:
+            _drop(key)  # its graph may be half moved; the call runs eagerly, as product_of's
+    C, _ = product.planned_product(product.estimates_of(A, B, options), A.dtype, options)
+    return C
+
+
+def quick_key(A, B):
+    """What quick_product finds an entry by: everything of the operands the graphs depend on."""
+    return (A.data_ptr(), B.data_ptr(), A.shape, B.shape, A.stride(), B.stride(), A.dtype,
+            B.dtype, A.get_device(), B.get_device())
 
 
 def info():
@@ -144,7 +199,10 @@ def clear():
 
 def _drop(key):
     """Frees an entry once the GPU is done with its graphs' memory (the last call's work)."""
-    _entries.pop(key).done.synchronize()
+    entry = _entries.pop(key)
+    if entry.quick_key is not None and _quick.get(entry.quick_key) == key:
+        del _quick[entry.quick_key]
+    entry.done.synchronize()
 
 
 class _Key(typing.NamedTuple):
@@ -202,6 +260,10 @@ def _captured(A, B, dtype, options, kept, guess, key):
         return None
     _make_room(entry.nbytes)
     _entries[key] = entry
+    entry.guess_key = speculation.key_of(A.device, dtype, A.shape, B.mT.shape, options)
+    if options is DEFAULT and kept is None:
+        entry.quick_key = quick_key(A, B)
+        _quick[entry.quick_key] = key
     return entry
 
 

@@ -1,0 +1,86 @@
+"""What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm
+repeated on the same operands, with the quick path and with every call taking the full path
+(quick_product patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure
+is the median over rounds of synchronized calls (the call and its synchronize) and of loops of
+calls issued back to back (one synchronize per loop, divided by the calls).
+
+    python scripts/probes/quick_replay.py [--shapes 1024,1024,1024 2048,2048,2048] [--rounds 7]
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from crt_paths import phi_operands, shape_value  # noqa: E402
+
+import ozaki  # noqa: E402
+from ozaki import replay  # noqa: E402
+
+SHAPES = ["1024,1024,1024", "2048,2048,2048"]
+
+
+def synchronized(call, repeats):
+    """Median seconds of `repeats` calls, each synchronized on its own."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def looped(call, repeats):
+    """Seconds per call of `repeats` calls issued back to back, one synchronize at the end."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", type=shape_value,
+                        default=[shape_value(s) for s in SHAPES])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    print("#", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
+    quick = replay.quick_product
+    full_path = lambda *_: None  # noqa: E731  (quick_product finding nothing)
+    for m, k, n in args.shapes:
+        A, B = phi_operands(m, k, n)
+        calls = {"native": lambda: A @ B, "default, quick": lambda: ozaki.dgemm(A, B),
+                 "default, full path": lambda: ozaki.dgemm(A, B)}
+        for _ in range(6):  # the guess, the capture, then replays
+            ozaki.dgemm(A, B)
+        figures = {name: {"synchronized": [], "looped": []} for name in calls}
+        for _ in range(args.rounds):
+            for name, call in calls.items():
+                replay.quick_product = full_path if name.endswith("full path") else quick
+                figures[name]["synchronized"].append(synchronized(call, args.repeats))
+                figures[name]["looped"].append(looped(call, args.repeats))
+        replay.quick_product = quick
+        native = statistics.median(figures["native"]["synchronized"])
+        print(f"== {m}x{k}x{n}: replayed entries {[(e['a'], e['replays']) for e in replay.info()]}")
+        print("| call | synchronized ms | x native | looped ms per call |")
+        print("|---|---|---|---|")
+        for name, figure in figures.items():
+            sync = statistics.median(figure["synchronized"])
+            print(f"| {name} | {sync * 1e3:.4f} | {native / sync:.3f} | "
+                  f"{statistics.median(figure['looped']) * 1e3:.4f} |", flush=True)
+        del A, B
+        replay.clear()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
