@@ -1,5 +1,6 @@
-// ozaki._C.graph_result_sites and ozaki._C.retarget_graph_result (csrc/graph_result.h): the Python
-// side of moving a captured product graph's result, and the registry of result-writing kernels.
+// ozaki._C.graph_result_sites, ozaki._C.retarget_graph_result and ozaki._C.copy_to_host
+// (csrc/graph_result.h): the Python side of moving a captured product graph's result and of the
+// reads graph's copy of the plan's values, and the registry of result-writing kernels.
 #include "graph_result.h"
 
 #include <Python.h>
@@ -72,6 +73,19 @@ PyObject* retarget_graph_result(PyObject*, PyObject* args) {
   });
 }
 
+// copy_to_host(device, source, target, bytes) -> None
+PyObject* copy_to_host(PyObject*, PyObject* args) {
+  int device;
+  long long source, target, bytes;
+  if (!PyArg_ParseTuple(args, "iLLL", &device, &source, &target, &bytes) || !hooks_built()) {
+    return nullptr;
+  }
+  return python_call([&]() -> PyObject* {
+    graph_result_hooks().copy_to_host(device, source, target, bytes);
+    Py_RETURN_NONE;
+  });
+}
+
 }  // namespace
 
 GraphResultHooks& graph_result_hooks() {
@@ -97,6 +111,10 @@ PyMethodDef graph_result_methods[] = {
     {"retarget_graph_result", retarget_graph_result, METH_VARARGS,
      "retarget_graph_result(device, exec, sites, target): the sites' result argument in the "
      "instantiated graph set to target"},
+    {"copy_to_host", copy_to_host, METH_VARARGS,
+     "copy_to_host(device, source, target, bytes): a copy of bytes from device memory at source "
+     "into pinned host memory at target, queued on the device's current stream (captured as a "
+     "graph node while that stream is captured)"},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace ozaki

@@ -3,8 +3,13 @@
 // pointer argument; before each replay those arguments of the instantiated graph are set to the
 // fresh tensor's address, so no copy of the graph's own result is needed.
 //
-// Python (ozaki/replay.py) reaches this through two functions of ozaki._C (csrc/graph_result.cpp);
-// the CUDA backend (csrc/cuda/graph_result.cu) supplies them. A CPU build has none and raises.
+// The plan's values reach the host inside the captured reads graph: a copy into pinned memory
+// queued on the current stream, which a capture records as a graph node (no separate copy, and no
+// gap between graphs, per replay).
+//
+// Python (ozaki/replay.py) reaches this through three functions of ozaki._C
+// (csrc/graph_result.cpp); the CUDA backend (csrc/cuda/graph_result.cu) supplies them. A CPU build
+// has none and raises.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,9 @@ struct GraphResultHooks {
   // Sets the result argument of each site in the instantiated graph `exec` to `target`.
   void (*retarget)(int device, int64_t exec, const std::vector<int64_t>& sites,
                    int64_t target) = nullptr;
+  // Queues a copy of `bytes` from device memory at `source` into pinned host memory at `target`
+  // on the current stream of `device` (a graph node where that stream is being captured).
+  void (*copy_to_host)(int device, int64_t source, int64_t target, int64_t bytes) = nullptr;
 };
 
 GraphResultHooks& graph_result_hooks();

@@ -200,6 +200,31 @@ def test_dropped_entries_leave_the_quick_index(monkeypatch):
 
 
 @pytest.mark.cuda
+def test_the_values_copy_to_the_host_inside_a_graph():
+    """ozaki._C.copy_to_host queues its copy on the current stream: captured, each replay copies
+    the values the device holds then."""
+    values = torch.randn(6, dtype=torch.float64, device="cuda")
+    host = torch.zeros(8, dtype=torch.float64, pin_memory=True)
+    replay._C.copy_to_host(values.get_device(), values.data_ptr(), host.data_ptr(), 48)
+    torch.cuda.current_stream().synchronize()
+    assert_bitwise_equal(host[:6], values)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        replay._C.copy_to_host(values.get_device(), values.data_ptr(), host.data_ptr(), 48)
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        values.copy_(torch.randn(6, dtype=torch.float64, generator=g))
+        graph.replay()
+        torch.cuda.current_stream().synchronize()
+        assert_bitwise_equal(host[:6], values)
+    assert host[6:].eq(0).all()
+
+
+@pytest.mark.cuda
 def test_batched_products_replay(monkeypatch):
     g = torch.Generator().manual_seed(4)
     A = torch.randn(3, 40, 130, generator=g, dtype=torch.float64).cuda()

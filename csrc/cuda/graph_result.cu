@@ -1,7 +1,9 @@
 // The CUDA side of csrc/graph_result.h: a captured product graph's nodes read for the places that
-// reach its result, and the result argument of its writers set in the instantiated graph.
+// reach its result, the result argument of its writers set in the instantiated graph, and the copy
+// of the plan's values to the host queued on the current stream.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -160,10 +162,19 @@ void retarget_result(int device, int64_t exec_handle, const std::vector<int64_t>
   }
 }
 
+void copy_to_host(int device, int64_t source, int64_t target, int64_t bytes) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  C10_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(target),
+                                 reinterpret_cast<const void*>(source), static_cast<size_t>(bytes),
+                                 cudaMemcpyDeviceToHost,
+                                 c10::cuda::getCurrentCUDAStream(device).stream()));
+}
+
 const bool hooks_set = [] {
   GraphResultHooks& hooks = graph_result_hooks();
   hooks.sites = &result_sites;
   hooks.retarget = &retarget_result;
+  hooks.copy_to_host = &copy_to_host;
   return true;
 }();
 

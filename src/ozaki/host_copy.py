@@ -25,6 +25,14 @@ class HostCopy:
         else:
             self._host, self._copied = values, None
 
+    @classmethod
+    def queued(cls, host, copied):
+        """Values whose copy into pinned tensor `host` earlier work queued (a replayed graph's
+        copy node), with event `copied` recorded after that work."""
+        read = cls.__new__(cls)
+        read._host, read._copied = host, copied
+        return read
+
     def values(self):
         """The values as a Python number (0-d) or list."""
         if self._copied is not None:

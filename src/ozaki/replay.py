@@ -6,7 +6,8 @@ allocations around two short bursts of GPU work (the plan's reads, then the prod
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
 and later calls on the same operands (the same addresses, shapes, strides and dtype; any
-contents) replay them: two graph launches and the values' copy to the host. Calls with the default
+contents) replay them: two graph launches, the reads graph ending with the values' copy to pinned
+host memory (csrc/graph_result.h). Calls with the default
 options find their entry in one lookup by what they can read at once (quick_product, from
 ozaki::gemm's entry: the operands' addresses, shapes, strides, dtypes and devices), before the
 layers a first call passes through. Before each replay
@@ -48,6 +49,8 @@ MAX_ENTRY_BYTES = 384 << 20
 MAX_MULTIPLY_ADDS = 1 << 33
 #: Captures per operand shape, after which its calls stay eager (plans that keep changing).
 MAX_CAPTURES = 8
+#: float64 values the reads graph copies to the host at most (the plan's values are 5 or 6).
+MAX_VALUES = 8
 #: Whether calls are replayed under torch's profiler too. Off: a trace shows each kernel of the
 #: eager call; scripts/probes/gpu_gaps.py --replayed turns it on to see the replayed call itself.
 UNDER_PROFILER = False
@@ -75,7 +78,7 @@ class _Entry:
     result: torch.Tensor
     sites: list  # the product graph's result writers (graph_result_sites); [] copies the result
     kept_parts: tuple  # the kept tensors the graphs read (ozaki.prepare), None without
-    host: torch.Tensor  # pinned buffer of the values
+    host: torch.Tensor  # pinned copy of the values, written by the reads graph
     copied: torch.cuda.Event
     done: torch.cuda.Event  # recorded after the last call's work on the graphs' memory
     stream: object  # the stream of the last call
@@ -136,8 +139,9 @@ def quick_product(A, B, options):
     function modes, functorch transforms, the profiler, graph capture, another current device, a
     prepared or repeated left operand, a plan guessed differently now (the full path then runs
     and gives the same bits)."""
-    if not _quick or options is not DEFAULT or type(A) is not torch.Tensor \
-            or type(B) is not torch.Tensor:
+    # torch.compile first: traced, the rest would guard on this module's state
+    if torch.compiler.is_compiling() or not _quick or options is not DEFAULT \
+            or type(A) is not torch.Tensor or type(B) is not torch.Tensor:
         return None
     key = _quick.get(quick_key(A, B))
     if key is None or A.get_device() != torch._C._cuda_getDevice():
@@ -147,7 +151,7 @@ def quick_product(A, B, options):
     if (torch._C._cuda_isCurrentStreamCapturing() or torch._C._len_torch_dispatch_stack() > 0
             or torch._C._is_torch_function_mode_enabled()
             or torch._C._functorch.peek_interpreter_stack() is not None
-            or torch._C._autograd._profiler_enabled() or torch.compiler.is_compiling()):
+            or torch._C._autograd._profiler_enabled()):
         return None
     if (prepared.REGISTRY or A.numel() * B.shape[-1] > MAX_MULTIPLY_ADDS
             or (repeated.ENABLED and A.numel() >= repeated.MIN_ENTRIES)
@@ -279,12 +283,20 @@ def _capture(A, B, options, kept, kept_parts, guess):
                      else torch.cuda.CUDAGraph())
     reserved = torch.cuda.memory_reserved(device)
     kind, moduli = guess
+    host = torch.empty(MAX_VALUES, dtype=torch.float64, pin_memory=True)
     with torch.cuda.stream(side):
         reads.capture_begin(capture_error_mode="thread_local")
         try:
             est = product.estimates_of(A, B, options, kept)
             inputs = product._CrtInputs(est)
             values = est._magnitude_values(inputs.norm_a, inputs.norm_b, floor=kind == "wide")
+            if (values.dtype != torch.float64 or values.dim() != 1 or not values.is_contiguous()
+                    or values.numel() > MAX_VALUES):
+                raise RuntimeError(f"ozaki: the plan's values ({values.dtype}, "
+                                   f"{tuple(values.shape)}) do not fit the replay's host copy")
+            host = host[:values.numel()]
+            _C.copy_to_host(device.index, values.data_ptr(), host.data_ptr(),
+                            values.numel() * values.element_size())
         finally:
             reads.capture_end()
         product_graph.capture_begin(pool=reads.pool(), capture_error_mode="thread_local")
@@ -302,9 +314,8 @@ def _capture(A, B, options, kept, kept_parts, guess):
     bt = None if est.bt_read.data_ptr() == B.data_ptr() else est.bt_read
     return _Entry(guess, reads, product_graph,
                   (a, bt, est.stats_a, est.stats_b, inputs.norm_a, inputs.norm_b, values),
-                  result, sites, kept_parts,
-                  torch.empty(values.shape, dtype=values.dtype, pin_memory=True),
-                  torch.cuda.Event(), torch.cuda.Event(), current, max(size, 0))
+                  result, sites, kept_parts, host, torch.cuda.Event(), torch.cuda.Event(),
+                  current, max(size, 0))
 
 
 def _result_sites(graph, result):
@@ -352,13 +363,14 @@ def _replayed(entry, A, B, dtype, options, kept):
         stream.wait_event(entry.done)
         entry.stream = stream
     entry.reads.replay()
+    entry.copied.record(stream)  # after the reads graph's copy of the values
     try:  # while the reads run
         C = _moved_result(entry)
     except _NotMoved:  # the call runs eagerly; the entry is dropped once the reads are done
         entry.done.record(stream)
         raise
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
-    read = HostCopy(values, entry.host, entry.copied, stream)
+    read = HostCopy.queued(entry.host, entry.copied)
     entry.product.replay()
     entry.replays += 1
     if C is None:
