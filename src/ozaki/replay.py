@@ -7,12 +7,11 @@ plan is guessed (ozaki/speculation.py: the last two products of the key planned 
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
 and later calls on the same operands (the same addresses, shapes, strides and dtype; any
 contents) replay them: two graph launches, the reads graph ending with the values' copy to pinned
-host memory (csrc/graph_result.h). Calls with the default
-options find their entry in one lookup by what they can read at once (quick_product, from
-ozaki::gemm's entry: the operands' addresses, shapes, strides, dtypes and devices), before the
-layers a first call passes through. Before each replay
-the product graph's result writers are pointed at a fresh tensor (csrc/graph_result.h), which is
-the call's result; where the graph cannot be read for them, the graph's own result is copied
+host memory (csrc/graph_result.h). Calls with the default options find their entry in one lookup
+by what they can read at once (quick_product, from ozaki::gemm's entry: the operands' addresses,
+shapes, strides, dtypes and devices), before the layers a first call passes through. Before each
+replay the product graph's result writers are pointed at a fresh tensor, which is the call's
+result; where the graph cannot be read for them, the graph's own result is copied
 instead. The graphs run the same kernels on the same data as the eager call, so the bits are the
 same; every call still reads its plan's values, plans on the host and keeps the product only
 where the plan is the guess (else the plan's product runs eagerly, as without replay).
