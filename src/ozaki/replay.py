@@ -163,11 +163,13 @@ def quick_product(A, B, options):
             return None  # product_of drops or captures it
         _entries.move_to_end(key)
         try:
-            return _replayed(entry, A, B, A.dtype, options, None)[0]
+            C = _replayed(entry, A, B, A.dtype, options, None)[0]
         except _NotMoved:
             _drop(key)  # its graph may be half moved; the call runs eagerly, as product_of's
-    C, _ = product.planned_product(product.estimates_of(A, B, options), A.dtype, options)
-    return C
+            C = None
+    if C is None:
+        C, _ = product.planned_product(product.estimates_of(A, B, options), A.dtype, options)
+    return C if C.is_contiguous() else C.contiguous()  # as ozaki::gemm returns its results
 
 
 def quick_key(A, B):
