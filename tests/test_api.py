@@ -34,6 +34,21 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"A must be 2-D, got {len(shape)}-D"):
             gemm(torch.ones(shape, dtype=dtype), ok(dtype, 3, 2))
 
+    @pytest.mark.parametrize("arg", ["A", "B"])
+    @pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr"])
+    def test_sparse_operands(self, gemm, dtype, arg, layout):
+        A, B = ok(dtype, 2, 3), ok(dtype, 3, 2)
+        sparse = {"sparse_coo": torch.Tensor.to_sparse, "sparse_csr": torch.Tensor.to_sparse_csr}
+        if arg == "A":
+            A = sparse[layout](A)
+        else:
+            B = sparse[layout](B)
+        message = rf"{arg} must be a dense \(strided\) tensor, got layout torch.{layout}"
+        with pytest.raises(TypeError, match=message):
+            gemm(A, B)
+        with pytest.raises(TypeError, match=message):
+            ozaki.plan(A, B)
+
     def test_inner_sizes_differ(self, gemm, dtype):
         with pytest.raises(ValueError, match=r"inner dimensions differ: A is \(2, 3\) and B is \(4, 5\)"):
             gemm(ok(dtype, 2, 3), ok(dtype, 4, 5))

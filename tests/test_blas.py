@@ -359,6 +359,10 @@ ERRORS = [
      r"A must be torch.float64, torch.float32, torch.complex128 or torch.complex64, "
      r"got torch.int32"),
     ("A-not-a-tensor", ([[1.0]], _t(1, 2)), {}, TypeError, r"A must be a torch.Tensor, got list"),
+    ("A-sparse", (_t(3, 4).to_sparse(), _t(4, 2)), {}, TypeError,
+     r"A must be a dense \(strided\) tensor, got layout torch.sparse_coo"),
+    ("B-sparse-csr", (_t(3, 4), _t(4, 2).to_sparse_csr()), {}, TypeError,
+     r"B must be a dense \(strided\) tensor, got layout torch.sparse_csr"),
     ("A-1d", (_t(4), _t(4, 2)), {}, ValueError, r"A must be 2-D or 3-D, got 1-D with shape \(4,\)"),
     ("4d", (_t(1, 2, 3, 4), _t(1, 2, 4, 2)), {}, ValueError, r"A must be 2-D or 3-D"),
     ("batch-sizes", (_t(2, 3, 4), _t(3, 4, 2)), {}, ValueError,

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import ozaki
+from ozaki import dropin
 from helpers import assert_bitwise_equal, cpu_and_cuda, phi_tensor, seeded
 
 
@@ -177,6 +178,27 @@ def test_calls_not_intercepted_stay_native(device):
     with ozaki.enable(**OPTIONS):
         for call, expected in zip(calls, native):
             assert_bitwise_equal(call(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_sparse_operands_stay_with_torch(device, monkeypatch):
+    """torch.mm, matmul and addmm of a sparse operand inside the mode are torch's own: ozaki,
+    which reads dense operands only, is never called (torch's sparse kernels need not give the
+    same bits twice, so the results are compared with torch's to within rounding)."""
+    a, b, c = operands([(6, 9), (9, 5), (6, 5)], 9, device)
+    sparse = a.to_sparse()
+    calls = [lambda: torch.mm(sparse, b), lambda: torch.matmul(sparse, b),
+             lambda: torch.addmm(c, sparse, b)]
+    native = [call().to_dense() for call in calls]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("ozaki was called with a sparse operand")
+
+    monkeypatch.setattr(dropin, "matmul", refused)
+    monkeypatch.setattr(dropin, "gemm", refused)
+    with ozaki.enable(**OPTIONS):
+        for call, expected in zip(calls, native):
+            torch.testing.assert_close(call().to_dense(), expected, rtol=1e-14, atol=0)
 
 
 def bad_calls(device):

@@ -362,6 +362,11 @@ MATMUL_ERRORS = [
      r"ozaki.matmul: b must be torch.float64, .* or torch.complex64, got torch.float16"),
     ("not-a-tensor", (_t(3, 4), [[1.0]]), {}, TypeError,
      r"ozaki.matmul: b must be a torch.Tensor, got list"),
+    ("sparse-a", (_t(3, 4).to_sparse(), _t(4, 2)), {}, TypeError,
+     r"ozaki.matmul: a must be a dense \(strided\) tensor, got layout torch.sparse_coo "
+     r"\(a.to_dense\(\) gives one\)"),
+    ("sparse-csr-b", (_t(3, 4), _t(4, 2).to_sparse_csr()), {}, TypeError,
+     r"ozaki.matmul: b must be a dense \(strided\) tensor, got layout torch.sparse_csr"),
     ("0d-a", (_t(), _t(4, 2)), {}, ValueError,
      r"ozaki.matmul: a must be at least 1-D, got 0-D with shape \(\)"),
     ("0d-b", (_t(4), _t()), {}, ValueError,

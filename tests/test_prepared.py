@@ -347,6 +347,8 @@ ERRORS = [
      r"ozaki.prepare: A must be a torch.Tensor, got list"),
     ("int", (ones(3, 3, dtype=torch.int32),), {}, TypeError,
      r"ozaki.prepare: A must be torch.float64 or torch.float32, got torch.int32"),
+    ("sparse", (ones(3, 3).to_sparse(),), {}, TypeError,
+     r"ozaki.prepare: A must be a dense \(strided\) tensor, got layout torch.sparse_coo"),
     ("3-D", (ones(2, 3, 3),), {}, ValueError,
      r"ozaki.prepare: A must be 2-D, got 3-D with shape \(2, 3, 3\)"),
     ("max-bytes-negative", (ones(3, 3),), {"max_bytes": -1}, ValueError,

@@ -14,10 +14,12 @@ from .options import Options
 
 
 def _operands(mode, *tensors):
-    """Whether ozaki takes these operands: tensors of one of the mode's dtypes, one device."""
+    """Whether ozaki takes these operands: dense tensors of one of the mode's dtypes, one device
+    (sparse and nested ones stay with torch)."""
     first = tensors[0]
     return all(isinstance(t, torch.Tensor) and t.dtype == first.dtype and t.device == first.device
-               for t in tensors) and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda")
+               and t.layout == torch.strided for t in tensors) \
+        and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda")
 
 
 def _broadcasts(shape, target):

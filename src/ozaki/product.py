@@ -25,7 +25,7 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
     """Validate user input with messages that name the argument and the value received. ranks: 2
     (matrices) and/or 3 (batches of matrices, the same batch size in A and B)."""
     if (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype == dtype == B.dtype
-            and A.dim() == B.dim() and A.dim() in ranks and A.shape[:-2] == B.shape[:-2]
+            and A.layout == torch.strided == B.layout and A.dim() == B.dim() and A.dim() in ranks and A.shape[:-2] == B.shape[:-2]
             and A.shape[-1] == B.shape[-2] and A.device == B.device
             and (A.is_cuda and _ops.CUDA_BUILT or A.device.type == "cpu")):
         return  # the usual call, in fewer steps: everything below holds
