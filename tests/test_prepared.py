@@ -406,3 +406,31 @@ def test_entry_bound_is_read_with_the_estimate_once_a_product_needed_it(device):
     assert_bitwise_equal(first, expected[0][0])
     assert_bitwise_equal(second, expected[1][0])
     assert str(ozaki.plan(A, B2)) == expected[1][1]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("kept", ["prepared", "repeated", "replayed"])
+@pytest.mark.parametrize("first", ["plain", "negated"])
+def test_views_of_opposite_sign_are_kept_apart(device, kept, first, monkeypatch):
+    """x.imag and x.conj().imag share their address, shape and strides but hold opposite values
+    (the second carries torch's negative bit): the kept parts of one (ozaki.prepare, ozaki.repeated)
+    and its replayed graphs (CUDA) never serve the other. Each call gives the bits of the same
+    product of a fresh copy of its operand."""
+    replay.clear()
+    repeated.clear()
+    m, k, n = 70, 300, 9
+    x = torch.complex(phi_pair(m, k, n, 0.5, seed=33, device=device)[0],
+                      phi_pair(m, k, n, 0.5, seed=34, device=device)[0])
+    B = phi_pair(m, k, n, 0.5, seed=35, device=device)[1]
+    views = {"plain": x.imag, "negated": x.conj().imag}
+    assert views["negated"].is_neg() and views["plain"].data_ptr() == views["negated"].data_ptr()
+    expected = {name: ozaki.dgemm(view.resolve_neg().clone(), B) for name, view in views.items()}
+    assert not torch.equal(expected["plain"], expected["negated"])
+    second = "negated" if first == "plain" else "plain"
+    monkeypatch.setattr(repeated, "MIN_ENTRIES", 0)
+    monkeypatch.setattr(repeated, "ENABLED", kept == "repeated")
+    with ozaki.prepare(views[first]) if kept == "prepared" else contextlib.nullcontext():
+        for name in [first] * 4 + [second] * 4 + [first, second] * 2:
+            assert_bitwise_equal(ozaki.dgemm(views[name], B), expected[name])
+    replay.clear()
+    repeated.clear()

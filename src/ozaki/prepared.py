@@ -46,8 +46,9 @@ def _tensors(part):
 
 
 def identity(A):
-    """What a kept operand is found by: its device, dtype, address, shape and strides."""
-    return (A.device, A.dtype, A.data_ptr(), tuple(A.shape), A.stride())
+    """What a kept operand is found by: its device, dtype, address, shape and strides, and its
+    negative bit (x.imag and x.conj().imag share all the rest but hold opposite values)."""
+    return (A.device, A.dtype, A.data_ptr(), tuple(A.shape), A.stride(), A.is_neg())
 
 
 class Prepared:

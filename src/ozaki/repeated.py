@@ -55,9 +55,10 @@ _lock = threading.RLock()  # RLock: an operand freed while the lock is held drop
 
 def _identity(A):
     """What a kept operand is found by: its storage (by address: a weak reference to it keeps
-    another from taking the address), offset, shape, strides, dtype and device."""
+    another from taking the address), offset, shape, strides, dtype, device and negative bit (as
+    prepared.identity)."""
     return (A.device, A.dtype, A.untyped_storage()._cdata, A.storage_offset(), tuple(A.shape),
-            A.stride())
+            A.stride(), A.is_neg())
 
 
 class _Kept(prepared.Prepared):

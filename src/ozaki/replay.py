@@ -5,8 +5,8 @@ A small default call on CUDA is paced by the host: about fifteen kernel launches
 allocations around two short bursts of GPU work (the plan's reads, then the product). Where the
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
-and later calls on the same operands (the same addresses, shapes, strides and dtype; any
-contents) replay them: two graph launches, the reads graph ending with the values' copy to pinned
+and later calls on the same operands (the same addresses, shapes, strides, dtype and negative
+bits; any contents) replay them: two graph launches, the reads graph ending with the values' copy to pinned
 host memory (csrc/graph_result.h). Calls with the default options find their entry in one lookup
 by what they can read at once (quick_product, from ozaki::gemm's entry: the operands' addresses,
 shapes, strides, dtypes and devices), before the layers a first call passes through. Before each
@@ -175,7 +175,7 @@ def quick_product(A, B, options):
 def quick_key(A, B):
     """What quick_product finds an entry by: everything of the operands the graphs depend on."""
     return (A.data_ptr(), B.data_ptr(), A.shape, B.shape, A.stride(), B.stride(), A.dtype,
-            B.dtype, A.get_device(), B.get_device())
+            B.dtype, A.get_device(), B.get_device(), A.is_neg(), B.is_neg())
 
 
 def info():
@@ -220,6 +220,7 @@ class _Key(typing.NamedTuple):
     b_shape: tuple
     b_strides: tuple
     b_address: typing.Optional[int]
+    negated: tuple  # the operands' negative bits: views of one memory with opposite values
     options: object
     prepared: bool
     crt_path: object  # OZAKI_CRT_PATH
@@ -232,7 +233,7 @@ class _Key(typing.NamedTuple):
 
 def _key(A, B, dtype, options, kept):
     return _Key(A.device, dtype, tuple(A.shape), A.stride(), A.data_ptr(), tuple(B.shape),
-                B.stride(), B.data_ptr(), options, kept is not None,
+                B.stride(), B.data_ptr(), (A.is_neg(), B.is_neg()), options, kept is not None,
                 os.environ.get("OZAKI_CRT_PATH"), _ops.workspace_bytes())
 
 
