@@ -93,14 +93,14 @@ def run_gemm(A, B, C, alpha, beta, options):
     check. The operator runs wherever anything may need to see it: autograd (an operand that
     requires grad, in grad mode), torch.compile, functorch transforms, tensor subclasses, torch
     function and dispatch modes. Under the profiler the direct call is recorded as ozaki::gemm.
-    A repeated default product whose graphs are kept is replayed first (ozaki/replay.py,
-    quick_product: the same bits)."""
+    A direct call of a repeated default product whose graphs are kept is replayed first
+    (ozaki/replay.py, quick_product: the same bits)."""
+    if not _direct(A, B, C):
+        return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options.op_arguments())
     if C is None and alpha == 1:
         replayed = replay.quick_product(A, B, options)
         if replayed is not None:
             return replayed
-    if not _direct(A, B, C):
-        return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options.op_arguments())
     shape = (*A.shape[:-1], B.shape[-1])
     if torch._C._autograd._profiler_enabled():
         with torch.profiler.record_function("ozaki::gemm"):

@@ -131,26 +131,19 @@ def product_of(A, B, dtype, options, kept):
 
 
 def quick_product(A, B, options):
-    """C = A @ B replayed from the entry product_of would replay, found with the least host work
-    (ozaki::gemm's eager calls try it first, their operands checked: matrices or batches of one
-    real dtype on one device); None where that entry is not found at once, the options are not
-    the default, or anything else could change the call: autograd, torch.compile, dispatch and
-    function modes, functorch transforms, the profiler, graph capture, another current device, a
+    """C = A @ B replayed from the entry product_of would replay, found with the least host work,
+    for a call that ozaki::gemm runs directly (gemm_op.run_gemm after gemm_op._direct: plain
+    tensors, checked, no autograd, torch.compile, dispatch or function mode or functorch
+    transform); None where that entry is not found at once, the options are not the default, or
+    anything else could change the call: the profiler, graph capture, another current device, a
     prepared or repeated left operand, a plan guessed differently now (the full path then runs
     and gives the same bits)."""
-    # torch.compile first: traced, the rest would guard on this module's state
-    if torch.compiler.is_compiling() or not _quick or options is not DEFAULT \
-            or type(A) is not torch.Tensor or type(B) is not torch.Tensor:
+    if not _quick or options is not DEFAULT:
         return None
     key = _quick.get(quick_key(A, B))
     if key is None or A.get_device() != torch._C._cuda_getDevice():
         return None
-    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):
-        return None
-    if (torch._C._cuda_isCurrentStreamCapturing() or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._is_torch_function_mode_enabled()
-            or torch._C._functorch.peek_interpreter_stack() is not None
-            or torch._C._autograd._profiler_enabled()):
+    if torch._C._cuda_isCurrentStreamCapturing() or torch._C._autograd._profiler_enabled():
         return None
     if (prepared.REGISTRY or A.numel() * B.shape[-1] > MAX_MULTIPLY_ADDS
             or (repeated.ENABLED and A.numel() >= repeated.MIN_ENTRIES)
