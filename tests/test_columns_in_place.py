@@ -58,11 +58,26 @@ def as_column_view(B):
     return bt
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES + LONG_WIDE_SHAPES,
-                         ids=lambda s: "x".join(map(str, s)))
+def every_column_pass(test):
+    """test over both dtypes, a matrix and a batch, and shapes that reach every configuration of
+    the column pass (on CUDA)."""
+    test = pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES + LONG_WIDE_SHAPES,
+                                   ids=lambda s: "x".join(map(str, s)))(test)
+    test = pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])(test)
+    test = pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
+                                   ids=["float64", "float32"])(test)
+    return pytest.mark.cuda(test)
+
+
+def assert_zero_and_inf_columns_unusable(stats_b, batch, m, n):
+    """Of operands() B's columns, the zero column and the Inf column are not usable, the others
+    are (where there are rows and columns enough)."""
+    if m > 1 and n > 2:
+        usable = stats_b.usable.reshape(*batch, n)
+        assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+
+
+@every_column_pass
 def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
     """ozaki::crt_plan_reads of B's columns in place returns, bit for bit, what it returns for
     the same columns copied into rows: statistics, norm scales, usable flags and the values
@@ -79,17 +94,10 @@ def test_the_plan_reads_of_columns_are_those_of_rows(shape, batch, dtype):
                 assert_bitwise_equal(g, e)
             else:
                 assert torch.equal(g, e)
-    if m > 1 and n > 2:  # the zero column and the Inf column are not usable, the others are
-        stats_b = in_place[2]
-        usable = stats_b.usable.reshape(*batch, n)
-        assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+    assert_zero_and_inf_columns_unusable(in_place[2], batch, m, n)
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batch"])
-@pytest.mark.parametrize("shape", SHAPES + WIDE_GROUP_SHAPES + LONG_WIDE_SHAPES,
-                         ids=lambda s: "x".join(map(str, s)))
+@every_column_pass
 def test_the_statistics_and_norms_of_columns_are_those_of_rows(shape, batch, dtype):
     """ozaki::row_stats_with_norm_scales of B's columns in place (2-D, or 3-D for a batch: its
     batch * n columns) returns, bit for bit, what it returns for the columns copied into rows: the
@@ -101,9 +109,7 @@ def test_the_statistics_and_norms_of_columns_are_those_of_rows(shape, batch, dty
     for got, expected in zip((*stats, norms), (*expected_stats, expected_norms)):
         assert got.shape == expected.shape == (B.numel() // k,)
         assert torch.equal(got, expected)
-    if m > 1 and n > 2:  # the zero column and the Inf column are not usable, the others are
-        usable = stats.usable.reshape(*batch, n)
-        assert not usable[..., 0].any() and not usable[..., -1].any() and usable[..., 1].all()
+    assert_zero_and_inf_columns_unusable(stats, batch, m, n)
 
 
 @pytest.mark.cuda

@@ -186,20 +186,6 @@ def test_calls_under_the_profiler_are_not_replayed(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_dropped_entries_leave_the_quick_index(monkeypatch):
-    shapes = [(70, 300, 9), (33, 100, 65), (128, 64, 40)]
-    pairs = [phi_pair(*shape, 0.5, seed=23 + i, device="cuda") for i, shape in enumerate(shapes)]
-    monkeypatch.setattr(replay, "MAX_ENTRIES", 2)
-    for _ in range(CALLS):
-        for A, B in pairs:
-            ozaki.dgemm(A, B)
-    assert sorted(replay._quick.values()) == sorted(replay._entries)
-    assert len(replay._quick) == 2
-    replay.clear()
-    assert replay._quick == {}
-
-
-@pytest.mark.cuda
 def test_the_values_copy_to_the_host_inside_a_graph():
     """ozaki._C.copy_to_host queues its copy on the current stream: captured, each replay copies
     the values the device holds then."""
@@ -308,6 +294,8 @@ def test_memory_is_bounded_and_visible(monkeypatch):
     entries = replay.info()
     assert len(entries) == 2 and [e["a"] for e in entries] == [(33, 100), (128, 64)]
     assert replay.nbytes() == sum(e["bytes"] for e in entries) > 0
+    # the dropped entry left quick_product's index too
+    assert sorted(replay._quick.values()) == sorted(replay._entries) and len(replay._quick) == 2
     monkeypatch.setattr(replay, "MAX_BYTES", max(e["bytes"] for e in entries))
     replay.clear()
     for _ in range(CALLS):
@@ -315,7 +303,7 @@ def test_memory_is_bounded_and_visible(monkeypatch):
             ozaki.dgemm(A, B)
     assert len(replay.info()) <= 1 and replay.nbytes() <= replay.MAX_BYTES
     replay.clear()
-    assert replay.info() == [] and replay.nbytes() == 0
+    assert replay.info() == [] and replay.nbytes() == 0 and replay._quick == {}
 
 
 @pytest.mark.cuda
