@@ -1,8 +1,8 @@
-"""What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm
-repeated on the same operands, with the quick path and with every call taking the full path
-(quick_product patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure
-is the median over rounds of synchronized calls (the call and its synchronize) and of loops of
-calls issued back to back (one synchronize per loop, divided by the calls).
+"""What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm repeated
+on the same operands, with the quick path and with every call taking the full path (quick_product
+patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure is the median over
+rounds of synchronized calls (crt_paths.timed: the call and its synchronize, median of --repeats)
+and of loops of calls issued back to back (one synchronize per loop, divided by the calls).
 
     python scripts/probes/quick_replay.py [--shapes 1024,1024,1024 2048,2048,2048] [--rounds 7]
 """
@@ -16,24 +16,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from crt_paths import phi_operands, shape_value  # noqa: E402
+from crt_paths import phi_operands, shape_value, timed  # noqa: E402
 
 import ozaki  # noqa: E402
 from ozaki import replay  # noqa: E402
 
 SHAPES = ["1024,1024,1024", "2048,2048,2048"]
-
-
-def synchronized(call, repeats):
-    """Median seconds of `repeats` calls, each synchronized on its own."""
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def looped(call, repeats):
@@ -66,7 +54,7 @@ def main():
         for _ in range(args.rounds):
             for name, call in calls.items():
                 replay.quick_product = full_path if name.endswith("full path") else quick
-                figures[name]["synchronized"].append(synchronized(call, args.repeats))
+                figures[name]["synchronized"].append(timed(call, args.repeats)[0])
                 figures[name]["looped"].append(looped(call, args.repeats))
         replay.quick_product = quick
         native = statistics.median(figures["native"]["synchronized"])
