@@ -1,5 +1,5 @@
-"""What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm repeated
-on the same operands, with the quick path and with every call taking the full path (quick_product
+"""What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm
+repeated on the same operands, with the quick path and with every call taking the full path (quick_product
 patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure is the median over
 rounds of synchronized calls (crt_paths.timed: the call and its synchronize, median of --repeats)
 and of loops of calls issued back to back (one synchronize per loop, divided by the calls).

@@ -6,10 +6,11 @@ allocations around two short bursts of GPU work (the plan's reads, then the prod
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
 and later calls on the same operands (the same addresses, shapes, strides, dtype and negative
-bits; any contents) replay them: two graph launches, the reads graph ending with the values' copy to pinned
-host memory (csrc/graph_result.h). Calls with the default options find their entry in one lookup
-by what they can read at once (quick_product, from ozaki::gemm's entry: the operands' addresses,
-shapes, strides, dtypes and devices), before the layers a first call passes through. Before each
+bits; any contents) replay them: two graph launches, the reads graph ending with the values' copy
+to pinned host memory (csrc/graph_result.h). Calls with the default options find their entry in
+one lookup by what they can read at once (quick_product, from ozaki::gemm's direct calls: the
+operands' addresses, shapes, strides, dtypes, devices and negative bits), before the layers a
+first call passes through. Before each
 replay the product graph's result writers are pointed at a fresh tensor, which is the call's
 result; where the graph cannot be read for them, the graph's own result is copied
 instead. The graphs run the same kernels on the same data as the eager call, so the bits are the
