@@ -1,8 +1,9 @@
 """What the quick path of replayed calls (ozaki.replay.quick_product) saves: the default dgemm
-repeated on the same operands, with the quick path and with every call taking the full path (quick_product
-patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure is the median over
-rounds of synchronized calls (crt_paths.timed: the call and its synchronize, median of --repeats)
-and of loops of calls issued back to back (one synchronize per loop, divided by the calls).
+repeated on the same operands, with the quick path and with every call taking the full path
+(quick_product patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure is
+the median over rounds of synchronized calls (crt_paths.timed: the call and its synchronize,
+median of --repeats) and of loops of calls issued back to back (one synchronize per loop, divided
+by the calls).
 
     python scripts/probes/quick_replay.py [--shapes 1024,1024,1024 2048,2048,2048] [--rounds 7]
 """
