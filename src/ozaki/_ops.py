@@ -1,5 +1,6 @@
 """Thin wrappers over the C++ operators (schemas in csrc/ozaki.cpp)."""
 
+import math
 import os
 
 import torch
@@ -34,6 +35,18 @@ def is_column_view(bt: torch.Tensor) -> bool:
     """Whether bt (n, k) or (batch, n, k) is B.mT of a contiguous B: B's columns, which the CUDA
     operators that say so read in place (csrc/checks.h, is_column_view)."""
     return bt.dim() in (2, 3) and not bt.is_contiguous() and bt.mT.is_contiguous()
+
+
+def flat_rows(x: torch.Tensor) -> torch.Tensor:
+    """The rows of a matrix or of a batch's matrices as one (rows, k) matrix (row e*m + i); sizes
+    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard). A matrix is itself."""
+    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+def rows_as_read(x: torch.Tensor) -> torch.Tensor:
+    """x's rows as the per-row operators that read B's columns in place take them: x itself where
+    it is B's columns (is_column_view), else flat_rows(x)."""
+    return x if is_column_view(x) else flat_rows(x)
 
 
 def transposed(b: torch.Tensor) -> torch.Tensor:

@@ -93,10 +93,9 @@ def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combin
         rows_a = _rows_of_elements(picked, span_a, use_a)
         rows_b = _rows_of_elements(picked, span_b, use_b)
     norm_a, norm_b = norms if norms is not None else (None, None)
-    bt_rows = bt if _ops.is_column_view(bt) else bt.reshape(-1, k)
-    return combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), bt_rows, stats_a[0],
-                                               stats_b[0], usable_a, usable_b, rows_a, rows_b,
-                                               m, n, norm_a, norm_b))
+    return combine_sum(_ops.sampled_magnitudes(a.reshape(-1, k), _ops.rows_as_read(bt),
+                                               stats_a[0], stats_b[0], usable_a, usable_b, rows_a,
+                                               rows_b, m, n, norm_a, norm_b))
 
 
 def smallest_positive(values) -> torch.Tensor:

@@ -4,7 +4,6 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import functools
-import math
 from fractions import Fraction
 
 import torch
@@ -25,8 +24,8 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
     """Validate user input with messages that name the argument and the value received. ranks: 2
     (matrices) and/or 3 (batches of matrices, the same batch size in A and B)."""
     if (type(A) is torch.Tensor and type(B) is torch.Tensor and A.dtype == dtype == B.dtype
-            and A.layout == torch.strided == B.layout and A.dim() == B.dim() and A.dim() in ranks and A.shape[:-2] == B.shape[:-2]
-            and A.shape[-1] == B.shape[-2] and A.device == B.device
+            and A.layout == torch.strided == B.layout and A.dim() == B.dim() and A.dim() in ranks
+            and A.shape[:-2] == B.shape[:-2] and A.shape[-1] == B.shape[-2] and A.device == B.device
             and (A.is_cuda and _ops.CUDA_BUILT or A.device.type == "cpu")):
         return  # the usual call, in fewer steps: everything below holds
     other = {("ozaki.dgemm", torch.float64): "ozaki.sgemm",
@@ -81,21 +80,15 @@ def row_operand(x):
     return _ops.transposed(x.mT)
 
 
-def _flat_rows(x):
-    """The rows of a matrix or of a batch's matrices as one (rows, k) matrix (row e*m + i); sizes
-    spelled out, as -1 is ambiguous for k = 0 (an empty k-shard). A matrix is itself."""
-    return x if x.dim() == 2 else x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-
-
 def row_stats(x):
     """row_stats of every row of a matrix or of a batch's matrices (flattened: row e*m + i)."""
-    return _ops.row_stats(_flat_rows(x))
+    return _ops.row_stats(_ops.flat_rows(x))
 
 
 def _row_stats_and_norms(x):
     """(row_stats, norm scale codes) of every row of a matrix or of a batch's matrices, in one call
     (on CUDA one read of x instead of two; B's columns read in place where x is their view)."""
-    return _ops.row_stats_with_norm_scales(x if _ops.is_column_view(x) else _flat_rows(x))
+    return _ops.row_stats_with_norm_scales(_ops.rows_as_read(x))
 
 
 def _scheme_two_considered(k, options):
@@ -226,8 +219,8 @@ class Estimates:
         c = (16 + f) 2^(e - 4) with ||row||_2 c <= 1 that the row's exact norm bound proves."""
         if self.norms is not None:
             return self.norms
-        return (_ops.row_norm_scales(_flat_rows(self.a), self.stats_a[0]),
-                _ops.row_norm_scales(_flat_rows(self.bt), self.stats_b[0]))
+        return (_ops.row_norm_scales(_ops.flat_rows(self.a), self.stats_a[0]),
+                _ops.row_norm_scales(_ops.flat_rows(self.bt), self.stats_b[0]))
 
     def exact_norm_bound(self, norm_a, norm_b) -> Fraction:
         """Exact scheme II: an upper bound of every |A'B'|_ij, A' and B' the rows scaled to
