@@ -1,6 +1,6 @@
 // ozaki._C.graph_result_sites, ozaki._C.retarget_graph_result and ozaki._C.copy_to_host
-// (csrc/graph_result.h): the Python side of moving a captured product graph's result and of the
-// reads graph's copy of the plan's values, and the registry of result-writing kernels.
+// (csrc/graph_result.h): the Python side of moving a captured graph's result and of the
+// copy of the plan's values inside it, and the registry of result-writing kernels.
 #include "graph_result.h"
 
 #include <Python.h>

@@ -1,11 +1,10 @@
 // A replayed product's result written straight into a fresh tensor (docs/algorithm.md, "Replayed
-// calls"): the captured product graph's kernels that write the result take its address as a plain
-// pointer argument; before each replay those arguments of the instantiated graph are set to the
-// fresh tensor's address, so no copy of the graph's own result is needed.
+// calls"): the captured graph's kernels that write the result take its address as a plain pointer
+// argument; those arguments of the instantiated graph are set to a fresh tensor's address for the
+// next replay, so no copy of the graph's own result is needed.
 //
-// The plan's values reach the host inside the captured reads graph: a copy into pinned memory
-// queued on the current stream, which a capture records as a graph node (no separate copy, and no
-// gap between graphs, per replay).
+// The plan's values reach the host inside the captured graph: a copy into pinned memory queued on
+// the current stream, which a capture records as a graph node (no separate copy per replay).
 //
 // Python (ozaki/replay.py) reaches this through three functions of ozaki._C
 // (csrc/graph_result.cpp); the CUDA backend (csrc/cuda/graph_result.cu) supplies them. A CPU build
@@ -20,8 +19,11 @@ namespace ozaki {
 struct GraphResultHooks {
   // The sites (node handle, then its argument count, per site) of the graph's kernels that write
   // the result at [address, address + bytes), or nothing where the graph cannot be moved to
-  // another result: a node reaches the range in any other way (another kernel, an argument inside
-  // a structure or past the start, a copy or fill, a node of a kind not read).
+  // another result: a node that does not run before every writer reaches the range in any other
+  // way (another kernel, an argument inside a structure or past the start, a copy or fill) or
+  // cannot be read (a kernel of unknown arguments, a node of a kind not read). Nodes that run
+  // before every writer may touch the range (temporaries of the plan's reads in the block the
+  // result later took): nothing reads the result through them.
   std::vector<int64_t> (*sites)(int device, int64_t graph, int64_t address,
                                int64_t bytes) = nullptr;
   // Sets the result argument of each site in the instantiated graph `exec` to `target`.

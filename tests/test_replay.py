@@ -7,7 +7,7 @@ import torch
 
 import ozaki
 from helpers import REAL_GEMMS, assert_bitwise_equal, crt_paths, phi_pair
-from ozaki import repeated, replay, speculation
+from ozaki import product, repeated, replay, speculation
 from ozaki.options import Options
 
 #: (id, dtype, phi): truncated scheme II in both dtypes, wide and exact scheme II.
@@ -370,32 +370,35 @@ def test_a_failed_capture_leaves_the_eager_call(monkeypatch):
     assert replay.info() == []
 
 
-def poisoned_call(call, like, kept):
+def poisoned_call(call, like, kept, poisoned=None):
     """call() right after a NaN-filled tensor shaped like `like` is freed, so that a fresh result
-    allocated by the call likely takes its block: an entry that no replayed kernel wrote then holds
-    NaN. The results stay in `kept` (their blocks are not the poison's). Returns (result, whether
-    the result took the poisoned block)."""
+    allocated then (by this call or, where each call makes the next one's result, by this call for
+    the next) likely takes its block: an entry that no replayed kernel wrote then holds NaN. The
+    results stay in `kept` (their blocks are not the poison's). poisoned: the set of every poison's
+    address so far, which this call's poison joins. Returns (result, whether the result took a
+    poisoned block)."""
+    poisoned = set() if poisoned is None else poisoned
     poison = torch.full_like(like, float("nan"))
-    address = poison.data_ptr()
+    poisoned.add(poison.data_ptr())
     del poison
     result = call()
     kept.append(result)
-    return result, result.data_ptr() == address
+    return result, result.data_ptr() in poisoned
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
 def test_replays_write_their_result_into_a_fresh_tensor(dtype, phi, monkeypatch):
-    """Where the product graph's result writers can be moved, every replay writes a fresh tensor
+    """Where the graph's result writers can be moved, every replay writes a fresh tensor
     (no copy of the graph's own result): every entry written with the eager bits, also where the
     tensor's memory held NaN just before, and the results of earlier calls left as they were."""
     m, k, n = SHAPE
     A, B = phi_pair(m, k, n, phi, seed=15, dtype=dtype, device="cuda")
     gemm = REAL_GEMMS[dtype]
     expected = eager(lambda: gemm(A, B), monkeypatch)
-    kept, hits = [], 0
+    kept, hits, poisoned = [], 0, set()
     for _ in range(2 * CALLS):
-        got, hit = poisoned_call(lambda: gemm(A, B), expected, kept)
+        got, hit = poisoned_call(lambda: gemm(A, B), expected, kept, poisoned)
         assert_bitwise_equal(got, expected)
         hits += hit
     for got in kept:
@@ -404,6 +407,33 @@ def test_replays_write_their_result_into_a_fresh_tensor(dtype, phi, monkeypatch)
     if "reduced" in crt_paths() and replay.MOVES_RESULTS:  # the default path on this GPU
         assert [e["result"] for e in replay.info()] == ["moved"]
         assert hits >= CALLS, "the poisoned block was never the result's: the test saw nothing"
+
+
+@pytest.mark.cuda
+def test_a_kernel_reading_the_result_after_its_writers_keeps_it_copied(monkeypatch):
+    """The graph's result writers are moved only where no other node touches the result after
+    them (the plan's reads before them may: the poisoned tests above replay those moved): with a
+    kernel that reads the product's result captured after it, each replay copies the graph's own
+    result instead, with the same bits."""
+    if "reduced" not in crt_paths() or not replay.MOVES_RESULTS:
+        pytest.skip("this GPU's default path copies its replayed results")
+    scheme_two_product = product.scheme_two_product
+
+    def read_after(*args):
+        result = scheme_two_product(*args)
+        torch.abs(result)  # a node after the writers with the result among its arguments
+        return result
+
+    monkeypatch.setattr(product, "scheme_two_product", read_after)
+    A, B = phi_pair(*SHAPE, 0.5, seed=19, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    kept = []
+    for _ in range(CALLS):
+        assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0], expected)
+    for got in kept:
+        assert_bitwise_equal(got, expected)
+    assert replays() >= CALLS - 2, replay.last_failure
+    assert [e["result"] for e in replay.info()] == ["copied"]
 
 
 @pytest.mark.cuda

@@ -1,4 +1,4 @@
-// The CUDA side of csrc/graph_result.h: a captured product graph's nodes read for the places that
+// The CUDA side of csrc/graph_result.h: a captured graph's nodes read for the places that
 // reach its result, the result argument of its writers set in the instantiated graph, and the copy
 // of the plan's values to the host queued on the current stream.
 #include <c10/cuda/CUDAException.h>
@@ -9,7 +9,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "../graph_result.h"
@@ -83,6 +87,39 @@ Reach kernel_reach(cudaGraphNode_t node, const Span& result, size_t* arguments) 
   return writes ? Reach::writer : Reach::none;
 }
 
+// The nodes that run before every node of `last` (ancestors of each of them, by the graph's edges).
+std::unordered_set<cudaGraphNode_t> common_ancestors(cudaGraph_t graph,
+                                                     const std::vector<cudaGraphNode_t>& last) {
+  size_t count = 0;
+  C10_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  std::vector<cudaGraphNode_t> from(count), to(count);
+  std::vector<cudaGraphEdgeData> data(count);
+  C10_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &count));
+  std::unordered_multimap<cudaGraphNode_t, cudaGraphNode_t> before;
+  for (size_t e = 0; e < count; ++e) before.emplace(to[e], from[e]);
+  std::unordered_set<cudaGraphNode_t> common;
+  for (size_t i = 0; i < last.size(); ++i) {
+    std::unordered_set<cudaGraphNode_t> seen;
+    std::vector<cudaGraphNode_t> pending{last[i]};
+    while (!pending.empty()) {
+      const cudaGraphNode_t node = pending.back();
+      pending.pop_back();
+      const auto range = before.equal_range(node);
+      for (auto it = range.first; it != range.second; ++it) {
+        if (seen.insert(it->second).second) pending.push_back(it->second);
+      }
+    }
+    if (i == 0) {
+      common = std::move(seen);
+    } else {
+      for (auto it = common.begin(); it != common.end();) {
+        it = seen.count(*it) ? std::next(it) : common.erase(it);
+      }
+    }
+  }
+  return common;
+}
+
 std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t address,
                                   int64_t bytes) {
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
@@ -93,6 +130,11 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
   std::vector<cudaGraphNode_t> nodes(count);
   C10_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
   std::vector<int64_t> sites;
+  std::vector<cudaGraphNode_t> writers;
+  // Nodes that reach the range otherwise, or cannot be read: allowed only where they run before
+  // every writer (the plan's reads, whose freed temporaries the result's block may have held, and
+  // torch's own kernels among them: nothing reads the result through them).
+  std::vector<cudaGraphNode_t> others;
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type;
     C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
@@ -100,10 +142,11 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
       case cudaGraphNodeTypeKernel: {
         size_t arguments = 0;
         const Reach reach = kernel_reach(node, result, &arguments);
-        if (reach == Reach::other) return {};
+        if (reach == Reach::other) others.push_back(node);
         if (reach == Reach::writer) {
           sites.push_back(reinterpret_cast<int64_t>(node));
           sites.push_back(static_cast<int64_t>(arguments));
+          writers.push_back(node);
         }
         break;
       }
@@ -114,7 +157,7 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
              pitched_span(copy.srcPtr, copy.srcPos, copy.extent).meets(result)) ||
             (copy.dstPtr.ptr != nullptr &&
              pitched_span(copy.dstPtr, copy.dstPos, copy.extent).meets(result))) {
-          return {};
+          others.push_back(node);
         }
         break;
       }
@@ -125,7 +168,7 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
         const uint64_t rows = std::max<uint64_t>(fill.height, 1);
         const uint64_t row_bytes = uint64_t(fill.width) * fill.elementSize;
         const Span filled{begin, begin + rows * std::max<uint64_t>(fill.pitch, row_bytes)};
-        if (filled.meets(result)) return {};
+        if (filled.meets(result)) others.push_back(node);
         break;
       }
       case cudaGraphNodeTypeEmpty:
@@ -133,7 +176,14 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
       case cudaGraphNodeTypeEventRecord:
         break;
       default:  // child graphs, host nodes, allocations, conditionals: not read
-        return {};
+        others.push_back(node);
+    }
+  }
+  if (writers.empty()) return {};
+  if (!others.empty()) {
+    const auto earlier = common_ancestors(graph, writers);
+    for (cudaGraphNode_t node : others) {
+      if (!earlier.count(node)) return {};
     }
   }
   return sites;

@@ -3,9 +3,12 @@ repeated on the same operands, with the quick path and with every call taking th
 (quick_product patched out), against native DGEMM, in interleaved rounds on one GPU. Each figure is
 the median over rounds of synchronized calls (crt_paths.timed: the call and its synchronize,
 median of --repeats) and of loops of calls issued back to back (one synchronize per loop, divided
-by the calls).
+by the calls). --largest raises the replay's size limits (replay.MAX_MULTIPLY_ADDS to that many
+multiply-adds, MAX_ENTRY_BYTES and MAX_BYTES to --entry-bytes) to see what replay would give larger
+products; the row "not replayed" runs with replay off.
 
     python scripts/probes/quick_replay.py [--shapes 1024,1024,1024 2048,2048,2048] [--rounds 7]
+        [--largest 4096**3 --entry-bytes 2**31]
 """
 
 import argparse
@@ -41,25 +44,34 @@ def main():
                         default=[shape_value(s) for s in SHAPES])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--largest", type=eval, default=None, help="multiply-adds replayed at most")
+    parser.add_argument("--entry-bytes", type=eval, default=None, help="bytes an entry may keep")
     args = parser.parse_args()
+    if args.largest is not None:
+        replay.MAX_MULTIPLY_ADDS = args.largest
+    if args.entry_bytes is not None:
+        replay.MAX_ENTRY_BYTES = replay.MAX_BYTES = args.entry_bytes
     print("#", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     quick = replay.quick_product
     full_path = lambda *_: None  # noqa: E731  (quick_product finding nothing)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
         calls = {"native": lambda: A @ B, "default, quick": lambda: ozaki.dgemm(A, B),
-                 "default, full path": lambda: ozaki.dgemm(A, B)}
+                 "default, full path": lambda: ozaki.dgemm(A, B),
+                 "default, not replayed": lambda: ozaki.dgemm(A, B)}
         for _ in range(6):  # the guess, the capture, then replays
             ozaki.dgemm(A, B)
         figures = {name: {"synchronized": [], "looped": []} for name in calls}
         for _ in range(args.rounds):
             for name, call in calls.items():
                 replay.quick_product = full_path if name.endswith("full path") else quick
+                replay.ENABLED = not name.endswith("not replayed")
                 figures[name]["synchronized"].append(timed(call, args.repeats)[0])
                 figures[name]["looped"].append(looped(call, args.repeats))
-        replay.quick_product = quick
+        replay.quick_product, replay.ENABLED = quick, True
         native = statistics.median(figures["native"]["synchronized"])
-        print(f"== {m}x{k}x{n}: replayed entries {[(e['a'], e['replays']) for e in replay.info()]}")
+        entries = [(e["a"], e["replays"], e["bytes"]) for e in replay.info()]
+        print(f"== {m}x{k}x{n}: replayed entries (shape, replays, bytes) {entries}")
         print("| call | synchronized ms | x native | looped ms per call |")
         print("|---|---|---|---|")
         for name, figure in figures.items():

@@ -4,27 +4,29 @@
 A small default call on CUDA is paced by the host: about fifteen kernel launches and two dozen
 allocations around two short bursts of GPU work (the plan's reads, then the product). Where the
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
-call's device work is captured once into two CUDA graphs, the plan's reads and the guessed product,
-and later calls on the same operands (the same addresses, shapes, strides, dtype and negative
-bits; any contents) replay them: two graph launches, the reads graph ending with the values' copy
-to pinned host memory (csrc/graph_result.h). Calls with the default options find their entry in
-one lookup by what they can read at once (quick_product, from ozaki::gemm's direct calls: the
-operands' addresses, shapes, strides, dtypes, devices and negative bits), before the layers a
-first call passes through. Before each
-replay the product graph's result writers are pointed at a fresh tensor, which is the call's
-result; where the graph cannot be read for them, the graph's own result is copied
-instead. The graphs run the same kernels on the same data as the eager call, so the bits are the
-same; every call still reads its plan's values, plans on the host and keeps the product only
-where the plan is the guess (else the plan's product runs eagerly, as without replay).
+call's device work is captured once into one CUDA graph, the plan's reads followed by the guessed
+product, and later calls on the same operands (the same addresses, shapes, strides, dtype and
+negative bits; any contents) replay it: one graph launch. The values' copy to pinned host memory
+(csrc/graph_result.h) branches off after the reads, beside the product, and ends in an event
+record node (an external event) that the host waits for, so the host plans while the product
+runs. Calls with the default options find their entry in one lookup by what they can read at once
+(quick_product, from ozaki::gemm's direct calls: the operands' addresses, shapes, strides, dtypes,
+devices and negative bits), before the layers a first call passes through. At the end of each
+call, while its GPU work runs, the graph's result writers are pointed at a fresh tensor, the next
+call's result; where the graph cannot be read for them, the graph's own result is copied instead.
+The graph runs the same kernels on the same data as the eager call, so the bits are the same;
+every call still reads its plan's values, plans on the host and keeps the product only where the
+plan is the guess (else the plan's product runs eagerly, as without replay).
 
-The graphs keep their memory (workspace, residues, result) between calls: at most MAX_ENTRIES
-entries, MAX_ENTRY_BYTES each and MAX_BYTES of GPU memory in all, least recently used dropped
-first; info() lists them and clear() frees them. Products of more than MAX_MULTIPLY_ADDS
-multiply-adds are not replayed (the GPU, not the host, sets their pace).
+The graphs keep their memory (workspace, residues, result, the next call's result) between calls:
+at most MAX_ENTRIES entries, MAX_ENTRY_BYTES each and MAX_BYTES of GPU memory in all, least
+recently used dropped first; info() lists them and clear() frees them. Products of more than
+MAX_MULTIPLY_ADDS multiply-adds are not replayed (the GPU, not the host, sets their pace).
 """
 
 import collections
 import dataclasses
+import inspect
 import os
 import threading
 import typing
@@ -49,7 +51,7 @@ MAX_ENTRY_BYTES = 384 << 20
 MAX_MULTIPLY_ADDS = 1 << 33
 #: Captures per operand shape, after which its calls stay eager (plans that keep changing).
 MAX_CAPTURES = 8
-#: float64 values the reads graph copies to the host at most (the plan's values are 5 or 6).
+#: float64 values the graph copies to the host at most (the plan's values are 5 or 6).
 MAX_VALUES = 8
 #: Whether calls are replayed under torch's profiler too. Off: a trace shows each kernel of the
 #: eager call; scripts/probes/gpu_gaps.py --replayed turns it on to see the replayed call itself.
@@ -58,6 +60,9 @@ UNDER_PROFILER = False
 #: Whether this torch keeps a captured graph for reading and updates its instantiated form
 #: (CUDAGraph(keep_graph=True), raw_cuda_graph_exec): without, every replay copies its result.
 MOVES_RESULTS = hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
+#: Whether this torch records events as graph nodes that the host can wait for (Event(external=
+#: True)); without, calls are not replayed (their host would wait for the whole graph).
+EXTERNAL_EVENTS = "external" in inspect.signature(torch.cuda.Event.__new__).parameters
 
 #: Why the last capture that failed did (its calls then ran eagerly); None if none failed.
 last_failure = None
@@ -70,19 +75,19 @@ _lock = threading.Lock()
 
 @dataclasses.dataclass
 class _Entry:
-    """One key's graphs and the tensors they write (the graphs' own memory)."""
+    """One key's graph and the tensors it writes (the graph's own memory)."""
     guess: tuple  # (kind, moduli) of the product captured
-    reads: torch.cuda.CUDAGraph  # the plan's reads: est's statistics, norms and values
-    product: torch.cuda.CUDAGraph  # the guessed product, into result
+    graph: torch.cuda.CUDAGraph  # the plan's reads (est's statistics, norms, values), the product
     est_parts: tuple  # (a or None, bt or None, stats_a, stats_b, norm_a, norm_b, values)
     result: torch.Tensor
-    sites: list  # the product graph's result writers (graph_result_sites); [] copies the result
-    kept_parts: tuple  # the kept tensors the graphs read (ozaki.prepare), None without
-    host: torch.Tensor  # pinned copy of the values, written by the reads graph
-    copied: torch.cuda.Event
-    done: torch.cuda.Event  # recorded after the last call's work on the graphs' memory
+    sites: list  # the graph's result writers (graph_result_sites); [] copies the result
+    kept_parts: tuple  # the kept tensors the graph reads (ozaki.prepare), None without
+    host: torch.Tensor  # pinned copy of the values, written by the graph
+    copied: torch.cuda.Event  # external: recorded by the graph once the values' copy is done
+    done: torch.cuda.Event  # recorded after the last call's work on the graph's memory
     stream: object  # the stream of the last call
     nbytes: int
+    next_result: typing.Optional[torch.Tensor] = None  # what the graph writes at its next replay
     guess_key: typing.Optional[tuple] = None  # speculation.key_of() of the calls it serves
     quick_key: typing.Optional[tuple] = None  # its key in _quick, for default options
     replays: int = 0
@@ -91,9 +96,9 @@ class _Entry:
 def applies(A, B, options):
     """Whether a call of validated operands A and B with these options may be replayed: a default
     plan (scheme II considered, no fixed count or rounding) on the current CUDA device (where the
-    graphs are captured and replayed), small enough, outside graph capture, torch.compile,
+    graph is captured and replayed), small enough, outside graph capture, torch.compile,
     dispatch modes and the profiler (whose traces then show each kernel)."""
-    if not ENABLED or A.device.type != "cuda":
+    if not (ENABLED and EXTERNAL_EVENTS) or A.device.type != "cuda":
         return False
     if not product._default_scheme_two_plan(A.shape[-1], options):
         return False
@@ -108,7 +113,7 @@ def applies(A, B, options):
 
 
 def product_of(A, B, dtype, options, kept):
-    """(C, plan) of A @ B from the key's graphs, captured now where the plan is guessed and none
+    """(C, plan) of A @ B from the key's graph, captured now where the plan is guessed and none
     are kept; None where the call is not replayed (then it runs eagerly)."""
     guess = speculation.guess_of(A.device, dtype, A.shape, B.mT.shape, options)
     if guess is None:
@@ -167,7 +172,7 @@ def quick_product(A, B, options):
 
 
 def quick_key(A, B):
-    """What quick_product finds an entry by: everything of the operands the graphs depend on."""
+    """What quick_product finds an entry by: everything of the operands the graph depends on."""
     return (A.data_ptr(), B.data_ptr(), A.shape, B.shape, A.stride(), B.stride(), A.dtype,
             B.dtype, A.get_device(), B.get_device(), A.is_neg(), B.is_neg())
 
@@ -197,7 +202,7 @@ def clear():
 
 
 def _drop(key):
-    """Frees an entry once the GPU is done with its graphs' memory (the last call's work)."""
+    """Frees an entry once the GPU is done with its graph's memory (the last call's work)."""
     entry = _entries.pop(key)
     if entry.quick_key is not None and _quick.get(entry.quick_key) == key:
         del _quick[entry.quick_key]
@@ -205,7 +210,7 @@ def _drop(key):
 
 
 class _Key(typing.NamedTuple):
-    """What an entry is found by: everything its graphs read by address or fixed at capture."""
+    """What an entry is found by: everything its graph reads by address or fixed at capture."""
     device: torch.device
     dtype: torch.dtype
     a_shape: tuple
@@ -232,7 +237,7 @@ def _key(A, B, dtype, options, kept):
 
 
 def _kept_parts_hold(entry, kept):
-    """Whether the kept tensors the entry's graphs read are still the ones kept."""
+    """Whether the kept tensors the entry's graph reads are still the ones kept."""
     if entry.kept_parts is None:
         return kept is None
     parts = None if kept is None else kept.kept_parts(*entry.guess)
@@ -240,7 +245,7 @@ def _kept_parts_hold(entry, kept):
 
 
 def _captured(A, B, dtype, options, kept, guess, key):
-    """A new entry for key, its graphs captured from this call's operands (nothing runs yet), or
+    """A new entry for key, its graph captured from this call's operands (nothing runs yet), or
     None where the shape has been captured MAX_CAPTURES times, the kept parts are incomplete, the
     capture failed (the call then runs eagerly, and reports any error itself) or the entry would
     take more than MAX_ENTRY_BYTES or MAX_BYTES."""
@@ -268,20 +273,22 @@ def _captured(A, B, dtype, options, kept, guess, key):
 
 
 def _capture(A, B, options, kept, kept_parts, guess):
-    """The entry of graphs captured from this call's operands."""
+    """The entry of the graph captured from this call's operands: the plan's reads, then the
+    guessed product; the values' copy on a branch of its own after the reads, ending in the
+    external event `copied`, so that neither the product waits for the copy nor the host for the
+    product."""
     device = A.device
     current = current_stream(device.index)
-    side = torch.cuda.Stream(device)
+    side, branch = torch.cuda.Stream(device), torch.cuda.Stream(device)
     side.wait_stream(current)
-    reads = torch.cuda.CUDAGraph()
-    # the product graph kept for graph_result_sites, instantiated once read
-    product_graph = (torch.cuda.CUDAGraph(keep_graph=True) if MOVES_RESULTS
-                     else torch.cuda.CUDAGraph())
+    # kept for graph_result_sites, instantiated once read
+    graph = torch.cuda.CUDAGraph(keep_graph=True) if MOVES_RESULTS else torch.cuda.CUDAGraph()
+    copied = torch.cuda.Event(external=True)
     reserved = torch.cuda.memory_reserved(device)
     kind, moduli = guess
     host = torch.empty(MAX_VALUES, dtype=torch.float64, pin_memory=True)
     with torch.cuda.stream(side):
-        reads.capture_begin(capture_error_mode="thread_local")
+        graph.capture_begin(capture_error_mode="thread_local")
         try:
             est = product.estimates_of(A, B, options, kept)
             inputs = product._CrtInputs(est)
@@ -291,32 +298,34 @@ def _capture(A, B, options, kept, kept_parts, guess):
                 raise RuntimeError(f"ozaki: the plan's values ({values.dtype}, "
                                    f"{tuple(values.shape)}) do not fit the replay's host copy")
             host = host[:values.numel()]
-            _C.copy_to_host(device.index, values.data_ptr(), host.data_ptr(),
-                            values.numel() * values.element_size())
-        finally:
-            reads.capture_end()
-        product_graph.capture_begin(pool=reads.pool(), capture_error_mode="thread_local")
-        try:
+            branch.wait_stream(side)
+            with torch.cuda.stream(branch):
+                _C.copy_to_host(device.index, values.data_ptr(), host.data_ptr(),
+                                values.numel() * values.element_size())
+                copied.record(branch)
             result = product.scheme_two_product(est, inputs, kind, moduli, kept)
+            side.wait_stream(branch)  # the branch joins before the capture ends
         finally:
-            product_graph.capture_end()
+            graph.capture_end()
     current.wait_stream(side)
     sites = []
     if MOVES_RESULTS:
-        sites = _result_sites(product_graph, result)
-        product_graph.instantiate()
-    size = torch.cuda.memory_reserved(device) - reserved
+        sites = _result_sites(graph, result)
+        graph.instantiate()
+    size = max(torch.cuda.memory_reserved(device) - reserved, 0)
+    if sites:  # the next call's result, made at the end of each call
+        size += result.numel() * result.element_size()
     a = None if est.a.data_ptr() == A.data_ptr() else est.a
     bt = None if est.bt_read.data_ptr() == B.data_ptr() else est.bt_read
-    return _Entry(guess, reads, product_graph,
+    return _Entry(guess, graph,
                   (a, bt, est.stats_a, est.stats_b, inputs.norm_a, inputs.norm_b, values),
-                  result, sites, kept_parts, host, torch.cuda.Event(), torch.cuda.Event(),
-                  current, max(size, 0))
+                  result, sites, kept_parts, host, copied, torch.cuda.Event(), current, size)
 
 
 def _result_sites(graph, result):
     """The kept graph's result writers, where its result is one whole storage of its own and every
-    node that reaches it is such a writer; else [] (each replay then copies the result)."""
+    node that reaches it, except those that run before every writer (the plan's reads), is such a
+    writer; else [] (each replay then copies the result)."""
     nbytes = result.numel() * result.element_size()
     if (not result.is_contiguous() or result.storage_offset() != 0
             or result.untyped_storage().nbytes() != nbytes or nbytes == 0):
@@ -326,17 +335,17 @@ def _result_sites(graph, result):
 
 
 class _NotMoved(Exception):
-    """The product graph's result writers could not be pointed at the call's result."""
+    """The graph's result writers could not be pointed at a call's result."""
 
 
 def _moved_result(entry):
-    """A fresh result tensor that the entry's product graph now writes, or None where the entry
-    copies its graph's result instead."""
+    """A fresh result tensor that the entry's graph writes from its next replay on, or None where
+    the entry copies its graph's result instead."""
     if not entry.sites:
         return None
     C = torch.empty_like(entry.result)
     try:
-        _C.retarget_graph_result(C.get_device(), entry.product.raw_cuda_graph_exec(), entry.sites,
+        _C.retarget_graph_result(C.get_device(), entry.graph.raw_cuda_graph_exec(), entry.sites,
                                  C.data_ptr())
     except RuntimeError as error:
         raise _NotMoved(str(error)) from error
@@ -351,34 +360,36 @@ def _make_room(size):
 
 
 def _replayed(entry, A, B, dtype, options, kept):
-    """(C, plan): the entry's graphs replayed on A and B, the plan read and made as the eager call
+    """(C, plan): the entry's graph replayed on A and B, the plan read and made as the eager call
     makes it; the guessed product is the result where the plan is the guess, else the plan's
-    product runs eagerly on the replayed reads."""
+    product runs eagerly on the replayed reads. The graph is pointed at the next call's result
+    once this call's work is queued."""
     stream = current_stream(A.get_device())
-    if stream is not entry.stream:  # the last call's reads of the graphs' tensors may be queued
+    if stream is not entry.stream:  # the last call's reads of the graph's tensors may be queued
         stream.wait_event(entry.done)
         entry.stream = stream
-    entry.reads.replay()
-    entry.copied.record(stream)  # after the reads graph's copy of the values
-    try:  # while the reads run
+        entry.next_result = None  # made on the other stream: the graph writes it no more
         C = _moved_result(entry)
-    except _NotMoved:  # the call runs eagerly; the entry is dropped once the reads are done
-        entry.done.record(stream)
-        raise
-    a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
-    read = HostCopy.queued(entry.host, entry.copied)
-    entry.product.replay()
+    else:
+        C = entry.next_result if entry.next_result is not None else _moved_result(entry)
+    entry.next_result = None
+    entry.graph.replay()
     entry.replays += 1
     if C is None:
         C = entry.result.clone()
     entry.done.record(stream)
+    try:  # while the graph runs
+        entry.next_result = _moved_result(entry)
+    except _NotMoved:  # the graph may be half moved: the caller drops the entry
+        raise
+    a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
     a = A if a is None else a
     bt = B.mT if bt is None else bt
     if kept is None:
         est = product.Estimates(a, bt, stats_a, stats_b, norms=(norm_a, norm_b), values=values)
     else:
         est = product.KeptEstimates(kept, bt, stats_b, norm_b, values)
-    est._started = (norm_a, norm_b, read)
+    est._started = (norm_a, norm_b, HostCopy.queued(entry.host, entry.copied))
     plan, inputs = product.plan_for(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
     if speculation.kind_and_moduli(plan) == entry.guess:
