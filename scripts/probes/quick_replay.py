@@ -28,6 +28,12 @@ from ozaki import replay  # noqa: E402
 SHAPES = ["1024,1024,1024", "2048,2048,2048"]
 
 
+def power(text):
+    """An integer written as N or N**E (4096**3)."""
+    base, _, exponent = text.partition("**")
+    return int(base) ** int(exponent or 1)
+
+
 def looped(call, repeats):
     """Seconds per call of `repeats` calls issued back to back, one synchronize at the end."""
     torch.cuda.synchronize()
@@ -44,8 +50,8 @@ def main():
                         default=[shape_value(s) for s in SHAPES])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--largest", type=eval, default=None, help="multiply-adds replayed at most")
-    parser.add_argument("--entry-bytes", type=eval, default=None, help="bytes an entry may keep")
+    parser.add_argument("--largest", type=power, default=None, help="multiply-adds replayed at most")
+    parser.add_argument("--entry-bytes", type=power, default=None, help="bytes an entry may keep")
     args = parser.parse_args()
     if args.largest is not None:
         replay.MAX_MULTIPLY_ADDS = args.largest
