@@ -3,8 +3,12 @@
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
 # STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
-# build of an earlier call (to run steps in another order, or under separate time limits); TESTS
-# overrides the test paths of the tests step (default: tests).
+# build of an earlier call (to run steps in another order, or under separate time limits), from
+# src/ozaki (PYTHONPATH), so that a fresh machine can run an extension built before:
+# OZAKI_SAVE_BUILD=1 writes the built extension, stripped of its debug sections, to
+# $OUT/ozaki_C.so (about 7.5 MB); copied here to src/ozaki/_C.cpython-312-x86_64-linux-gnu.so and
+# carried, it spares the next calls the build as long as no C++ or CUDA source changes. TESTS overrides the test paths of the
+# tests step (default: tests).
 # all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
@@ -66,11 +70,15 @@ echo "== build"
 start=$(date +%s)
 if [[ ${OZAKI_SKIP_BUILD:-0} == 1 ]]; then
   echo "skipped (OZAKI_SKIP_BUILD=1: the build of an earlier step is used)"
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 elif ! OZAKI_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   exit 1
 fi
 echo "built in $(( $(date +%s) - start )) s"
+if [[ ${OZAKI_SAVE_BUILD:-0} == 1 ]]; then
+  strip --strip-debug -o "$OUT/ozaki_C.so" src/ozaki/_C*.so && ls -l "$OUT/ozaki_C.so"
+fi
 
 if wants tests; then
   echo "== tests"
