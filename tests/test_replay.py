@@ -386,6 +386,21 @@ def poisoned_call(call, like, kept, poisoned=None):
     return result, result.data_ptr() in poisoned
 
 
+def assert_replays_copy_their_result(seed, monkeypatch):
+    """Repeated default calls on fresh phi = 0.5 operands replay with their graph's own result
+    copied out: the eager bits, also where the result's memory held NaN just before, and earlier
+    results keep theirs."""
+    A, B = phi_pair(*SHAPE, 0.5, seed=seed, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+    kept = []
+    for _ in range(CALLS):
+        assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0], expected)
+    for got in kept:
+        assert_bitwise_equal(got, expected)
+    assert replays() >= CALLS - 2, replay.last_failure
+    assert [e["result"] for e in replay.info()] == ["copied"]
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
 def test_replays_write_their_result_into_a_fresh_tensor(dtype, phi, monkeypatch):
@@ -425,15 +440,7 @@ def test_a_kernel_reading_the_result_after_its_writers_keeps_it_copied(monkeypat
         return result
 
     monkeypatch.setattr(product, "scheme_two_product", read_after)
-    A, B = phi_pair(*SHAPE, 0.5, seed=19, device="cuda")
-    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
-    kept = []
-    for _ in range(CALLS):
-        assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0], expected)
-    for got in kept:
-        assert_bitwise_equal(got, expected)
-    assert replays() >= CALLS - 2, replay.last_failure
-    assert [e["result"] for e in replay.info()] == ["copied"]
+    assert_replays_copy_their_result(seed=19, monkeypatch=monkeypatch)
 
 
 @pytest.mark.cuda
@@ -468,12 +475,4 @@ def test_without_graph_updates_replays_copy_their_result(monkeypatch):
     """Where torch cannot keep a captured graph for reading (replay.MOVES_RESULTS off), each replay
     copies the graph's own result: the same bits, and earlier results keep theirs."""
     monkeypatch.setattr(replay, "MOVES_RESULTS", False)
-    A, B = phi_pair(*SHAPE, 0.5, seed=18, device="cuda")
-    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
-    kept = []
-    for _ in range(CALLS):
-        assert_bitwise_equal(poisoned_call(lambda: ozaki.dgemm(A, B), expected, kept)[0], expected)
-    for got in kept:
-        assert_bitwise_equal(got, expected)
-    assert replays() >= CALLS - 2, replay.last_failure
-    assert [e["result"] for e in replay.info()] == ["copied"]
+    assert_replays_copy_their_result(seed=18, monkeypatch=monkeypatch)

@@ -93,7 +93,7 @@ def run_gemm(A, B, C, alpha, beta, options):
     check. The operator runs wherever anything may need to see it: autograd (an operand that
     requires grad, in grad mode), torch.compile, functorch transforms, tensor subclasses, torch
     function and dispatch modes. Under the profiler the direct call is recorded as ozaki::gemm.
-    A direct call of a repeated default product whose graphs are kept is replayed first
+    A direct call of a repeated default product whose graph is kept is replayed first
     (ozaki/replay.py, quick_product: the same bits)."""
     if not _direct(A, B, C):
         return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options.op_arguments())

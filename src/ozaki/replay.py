@@ -368,20 +368,16 @@ def _replayed(entry, A, B, dtype, options, kept):
     if stream is not entry.stream:  # the last call's reads of the graph's tensors may be queued
         stream.wait_event(entry.done)
         entry.stream = stream
-        entry.next_result = None  # made on the other stream: the graph writes it no more
-        C = _moved_result(entry)
-    else:
-        C = entry.next_result if entry.next_result is not None else _moved_result(entry)
+        entry.next_result = None  # made on the other stream: a fresh one below
+    C = entry.next_result if entry.next_result is not None else _moved_result(entry)
     entry.next_result = None
     entry.graph.replay()
     entry.replays += 1
     if C is None:
         C = entry.result.clone()
     entry.done.record(stream)
-    try:  # while the graph runs
-        entry.next_result = _moved_result(entry)
-    except _NotMoved:  # the graph may be half moved: the caller drops the entry
-        raise
+    # while the graph runs; _NotMoved here (the graph may be half moved) drops the entry
+    entry.next_result = _moved_result(entry)
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
     a = A if a is None else a
     bt = B.mT if bt is None else bt
