@@ -476,3 +476,124 @@ def test_without_graph_updates_replays_copy_their_result(monkeypatch):
     copies the graph's own result: the same bits, and earlier results keep theirs."""
     monkeypatch.setattr(replay, "MOVES_RESULTS", False)
     assert_replays_copy_their_result(seed=18, monkeypatch=monkeypatch)
+
+
+def in_layout(X, layout):
+    """X (contents unchanged) as rows (itself), columns (the transpose of a contiguous matrix) or
+    rows at a storage offset of one row."""
+    if layout == "columns":
+        return X.t().contiguous().t()
+    if layout == "offset":
+        padded = torch.empty((X.shape[0] + 1, X.shape[1]), dtype=X.dtype, device=X.device)
+        padded[1:] = X
+        return padded[1:]
+    return X
+
+
+def scaled_pairs(A, B, count, layout):
+    """`count` pairs at addresses of their own, all alive: (A, B) scaled by (-2)^i and 2^-i (the
+    same plan, each pair's product another), in the layout."""
+    return [(in_layout(A * (-2.0) ** i, layout), in_layout(B * 2.0 ** -i, layout))
+            for i in range(count)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["rows", "columns", "offset"])
+@pytest.mark.parametrize("dtype, phi", [pytest.param(d, p, id=i) for i, d, p in KINDS])
+def test_fresh_operands_replay_the_shapes_staged_entry(dtype, phi, layout, monkeypatch):
+    """Calls on operands at new addresses (fresh tensors of one shape each call) replay the shape's
+    staged entry, found at once: its graph reads its own copies of each call's operands. Every
+    result is the eager call's (a read of an earlier call's operands would be off by a power of
+    two), and the operands of the shape's first capture keep their own entry."""
+    m, k, n = SHAPE
+    gemm = REAL_GEMMS[dtype]
+    pairs = scaled_pairs(*phi_pair(m, k, n, phi, seed=30, dtype=dtype, device="cuda"), 8, layout)
+    expected = [eager(lambda: gemm(A, B), monkeypatch) for A, B in pairs]
+    for (A, B), want in zip(pairs, expected):
+        assert_bitwise_equal(gemm(A, B), want)
+    entries = replay.info()
+    assert [e["staged"] for e in entries] == [False, True], replay.last_failure
+    assert entries[1]["replays"] >= 4
+    full = full_path_calls(monkeypatch)
+    before = replays()
+    for (A, B), want in reversed(list(zip(pairs, expected))):
+        assert_bitwise_equal(gemm(A, B), want)
+    assert full == [] and replays() == before + len(pairs)
+    assert len(replay.info()) == 2
+
+
+@pytest.mark.cuda
+def test_a_staged_call_reads_its_operands_before_later_writes(monkeypatch):
+    """The copies into the staged entry's operands are queued before the call returns: writes to
+    the operands right after it (on the same stream) do not reach its result, nor the results
+    of other streams' calls made after the last call's reads."""
+    pairs = scaled_pairs(*phi_pair(*SHAPE, 0.5, seed=31, device="cuda"), 6, "rows")
+    expected = [eager(lambda: ozaki.dgemm(A, B), monkeypatch) for A, B in pairs]
+    results = []
+    for A, B in pairs:
+        results.append(ozaki.dgemm(A, B))
+        A.mul_(3.0)
+        B.fill_(float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    fresh = scaled_pairs(*phi_pair(*SHAPE, 0.5, seed=32, device="cuda"), 2, "rows")
+    fresh_expected = [eager(lambda: ozaki.dgemm(A, B), monkeypatch) for A, B in fresh]
+    with torch.cuda.stream(side):
+        fresh_results = [ozaki.dgemm(A, B) for A, B in fresh]
+    torch.cuda.current_stream().wait_stream(side)
+    for got, want in zip(results + fresh_results, expected + fresh_expected):
+        assert_bitwise_equal(got, want)
+    assert any(e["staged"] and e["replays"] >= 4 for e in replay.info()), replay.last_failure
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("operands", ["negative view", "expanded", "prepared"])
+def test_operands_a_copy_cannot_hold_are_not_staged(operands, monkeypatch):
+    """Operands with a negative bit, overlapping entries (an expanded column) or a prepared left
+    operand get no staged entry: their calls give the eager bits by the other paths."""
+    m, k, n = SHAPE
+    pairs = scaled_pairs(*phi_pair(m, k, n, 0.5, seed=33, device="cuda"), 5, "rows")
+    if operands == "negative view":
+        pairs = [(torch._neg_view(A), B) for A, B in pairs]
+    elif operands == "expanded":
+        pairs = [(A, B[:, :1].expand(k, n)) for A, B in pairs]
+    expected = [eager(lambda: ozaki.dgemm(A, B), monkeypatch) for A, B in pairs]
+    if operands == "prepared":
+        handles = [ozaki.prepare(A) for A, _ in pairs]
+    for (A, B), want in zip(pairs, expected):
+        assert_bitwise_equal(ozaki.dgemm(A, B), want)
+    assert not any(e["staged"] for e in replay.info())
+    if operands == "prepared":
+        for handle in handles:
+            handle.release()
+
+
+def test_which_operands_a_staged_entry_takes():
+    """replay.stageable: plain tensors whose shape and strides a copy holds exactly."""
+    A, B = torch.randn(6, 5, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    assert replay.stageable(A, B)
+    assert replay.stageable(A.t().contiguous().t(), B[1:])
+    assert not replay.stageable(A[:, ::2], B[:3])  # gaps between rows' entries
+    assert not replay.stageable(A, B[:, :1].expand(5, 4))  # overlapping entries
+    assert not replay.stageable(torch._neg_view(A), B)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert not replay.stageable(A.as_subclass(Sub), B)
+
+
+@pytest.mark.cuda
+def test_a_staged_entry_counts_its_operands_memory(monkeypatch):
+    pairs = scaled_pairs(*phi_pair(*SHAPE, 0.5, seed=34, device="cuda"), 4, "rows")
+    for A, B in pairs:
+        ozaki.dgemm(A, B)
+    entries = replay.info()
+    assert [e["staged"] for e in entries] == [False, True], replay.last_failure
+    A, B = pairs[0]
+    operands = A.numel() * A.element_size() + B.numel() * B.element_size()
+    assert entries[1]["bytes"] >= entries[0]["bytes"] - 1024 + operands
+    assert replay.nbytes() == sum(e["bytes"] for e in entries)
+    replay.clear()
+    assert replay._quick == {} and replay.nbytes() == 0
+

@@ -5,13 +5,16 @@ the median over rounds of synchronized calls (crt_paths.timed: the call and its 
 median of --repeats) and of loops of calls issued back to back (one synchronize per loop, divided
 by the calls). --largest raises the replay's size limits (replay.MAX_MULTIPLY_ADDS to that many
 multiply-adds, MAX_ENTRY_BYTES and MAX_BYTES to --entry-bytes) to see what replay would give larger
-products; the row "not replayed" runs with replay off.
+products; the row "not replayed" runs with replay off. The "fresh operands" rows cycle through
+--pool copies of the operands at addresses of their own, as a program that multiplies new tensors
+of one shape each call: replayed from the shape's staged entry, and not replayed.
 
     python scripts/probes/quick_replay.py [--shapes 1024,1024,1024 2048,2048,2048] [--rounds 7]
         [--largest 4096**3 --entry-bytes 2**31]
 """
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -52,6 +55,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--largest", type=power, default=None, help="multiply-adds replayed at most")
     parser.add_argument("--entry-bytes", type=power, default=None, help="bytes an entry may keep")
+    parser.add_argument("--pool", type=int, default=8, help="copies of the operands cycled through")
     args = parser.parse_args()
     if args.largest is not None:
         replay.MAX_MULTIPLY_ADDS = args.largest
@@ -62,11 +66,18 @@ def main():
     full_path = lambda *_: None  # noqa: E731  (quick_product finding nothing)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
+        pool = itertools.cycle([(A.clone(), B.clone()) for _ in range(args.pool)])
         calls = {"native": lambda: A @ B, "default, quick": lambda: ozaki.dgemm(A, B),
                  "default, full path": lambda: ozaki.dgemm(A, B),
-                 "default, not replayed": lambda: ozaki.dgemm(A, B)}
+                 "default, not replayed": lambda: ozaki.dgemm(A, B),
+                 "default, fresh operands": lambda: ozaki.dgemm(*next(pool)),
+                 "default, fresh operands, not replayed": lambda: ozaki.dgemm(*next(pool))}
         for _ in range(6):  # the guess, the capture, then replays
-            ozaki.dgemm(A, B)
+            expected = ozaki.dgemm(A, B)
+        for _ in range(3):  # the staged entry's capture, then replays
+            fresh = ozaki.dgemm(*next(pool))
+        same = torch.equal(fresh.view(torch.int64), expected.view(torch.int64))
+        print(f"== {m}x{k}x{n}: a fresh operands' call gives the same bits: {same}")
         figures = {name: {"synchronized": [], "looped": []} for name in calls}
         for _ in range(args.rounds):
             for name, call in calls.items():
@@ -76,15 +87,15 @@ def main():
                 figures[name]["looped"].append(looped(call, args.repeats))
         replay.quick_product, replay.ENABLED = quick, True
         native = statistics.median(figures["native"]["synchronized"])
-        entries = [(e["a"], e["replays"], e["bytes"]) for e in replay.info()]
-        print(f"== {m}x{k}x{n}: replayed entries (shape, replays, bytes) {entries}")
+        entries = [(e["a"], e["staged"], e["replays"], e["bytes"]) for e in replay.info()]
+        print(f"== {m}x{k}x{n}: replayed entries (shape, staged, replays, bytes) {entries}")
         print("| call | synchronized ms | x native | looped ms per call |")
         print("|---|---|---|---|")
         for name, figure in figures.items():
             sync = statistics.median(figure["synchronized"])
             print(f"| {name} | {sync * 1e3:.4f} | {native / sync:.3f} | "
                   f"{statistics.median(figure['looped']) * 1e3:.4f} |", flush=True)
-        del A, B
+        del A, B, pool
         replay.clear()
         torch.cuda.empty_cache()
 

@@ -6,19 +6,25 @@ allocations around two short bursts of GPU work (the plan's reads, then the prod
 plan is guessed (ozaki/speculation.py: the last two products of the key planned alike), the
 call's device work is captured once into one CUDA graph, the plan's reads followed by the guessed
 product, and later calls on the same operands (the same addresses, shapes, strides, dtype and
-negative bits; any contents) replay it: one graph launch. The values' copy to pinned host memory
-(csrc/graph_result.h) branches off after the reads, beside the product, and ends in an event
-record node (an external event) that the host waits for, so the host plans while the product
-runs. Calls with the default options find their entry in one lookup by what they can read at once
-(quick_product, from ozaki::gemm's direct calls: the operands' addresses, shapes, strides, dtypes,
-devices and negative bits), before the layers a first call passes through. At the end of each
+negative bits; any contents) replay it: one graph launch. Operands of a shape captured before, at
+other addresses (fresh tensors each call), get the shape's staged entry: its graph reads tensors
+of its own, and each call first copies its operands into them (two copies on the GPU; the same
+bits, as the graph computes on the operands' exact contents), so that operands that keep moving
+neither capture a graph per call nor push the shape's other entries out. The values' copy to
+pinned host memory (csrc/graph_result.h) branches off after the reads, beside the product, and
+ends in an event record node (an external event) that the host waits for, so the host plans
+while the product runs. Calls with the default options find their entry in one lookup by what
+they can read at once (quick_product, from ozaki::gemm's direct calls: the operands' addresses,
+shapes, strides, dtypes, devices and negative bits, then the same without the addresses for a
+staged entry), before the layers a first call passes through. At the end of each
 call, while its GPU work runs, the graph's result writers are pointed at a fresh tensor, the next
 call's result; where the graph cannot be read for them, the graph's own result is copied instead.
 The graph runs the same kernels on the same data as the eager call, so the bits are the same;
 every call still reads its plan's values, plans on the host and keeps the product only where the
 plan is the guess (else the plan's product runs eagerly, as without replay).
 
-The graphs keep their memory (workspace, residues, result, the next call's result) between calls:
+The graphs keep their memory (workspace, residues, result, the next call's result, a staged
+entry's operands) between calls:
 at most MAX_ENTRIES entries, MAX_ENTRY_BYTES each and MAX_BYTES of GPU memory in all, least
 recently used dropped first; info() lists them and clear() frees them. Products of more than
 MAX_MULTIPLY_ADDS multiply-adds are not replayed (the GPU, not the host, sets their pace).
@@ -90,6 +96,7 @@ class _Entry:
     next_result: typing.Optional[torch.Tensor] = None  # what the graph writes at its next replay
     guess_key: typing.Optional[tuple] = None  # speculation.key_of() of the calls it serves
     quick_key: typing.Optional[tuple] = None  # its key in _quick, for default options
+    staging: typing.Optional[tuple] = None  # (A, B) copies the graph reads: a staged entry's
     replays: int = 0
 
 
@@ -120,10 +127,15 @@ def product_of(A, B, dtype, options, kept):
         return None
     key = _key(A, B, dtype, options, kept)
     with _lock:
-        entry = _entries.get(key)
-        if entry is not None and (entry.guess != guess or not _kept_parts_hold(entry, kept)):
-            _drop(key)  # its plan changed, or the kept parts it reads were dropped
-            entry = None
+        entry = _current_entry(key, guess, kept)
+        if entry is None and kept is None and stageable(A, B):
+            # operands at other addresses than the shape's first capture: its staged entry
+            staged_key = key.for_staging()
+            entry = _current_entry(staged_key, guess, kept)
+            if entry is None and _captures[key.of_shape()] > 0:
+                entry = _captured(A, B, dtype, options, kept, guess, staged_key)
+            if entry is not None:
+                key = staged_key
         if entry is None:
             entry = _captured(A, B, dtype, options, kept, guess, key)
             if entry is None:
@@ -136,6 +148,33 @@ def product_of(A, B, dtype, options, kept):
             return None
 
 
+def stageable(A, B):
+    """Whether a staged entry may serve operands A and B: plain tensors that copies of their shape
+    and strides hold exactly (no overlapping entries, no gaps, no negative bit)."""
+    return all(type(X) is torch.Tensor and not X.is_neg() and _dense(X) for X in (A, B))
+
+
+def _dense(X):
+    """Whether X's entries fill a block of memory, each once: ordered by stride, each dimension's
+    stride is the product of the sizes of those before it (dimensions of one entry aside)."""
+    expected = 1
+    for stride, size in sorted((t, s) for s, t in zip(X.shape, X.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _current_entry(key, guess, kept):
+    """The entry of key where it still replays this call's plan guess and kept parts; an entry
+    whose plan changed, or whose kept parts were dropped, is dropped."""
+    entry = _entries.get(key)
+    if entry is not None and (entry.guess != guess or not _kept_parts_hold(entry, kept)):
+        _drop(key)
+        entry = None
+    return entry
+
+
 def quick_product(A, B, options):
     """C = A @ B replayed from the entry product_of would replay, found with the least host work,
     for a call that ozaki::gemm runs directly (gemm_op.run_gemm after gemm_op._direct: plain
@@ -143,10 +182,13 @@ def quick_product(A, B, options):
     transform); None where that entry is not found at once, the options are not the default, or
     anything else could change the call: the profiler, graph capture, another current device, a
     prepared or repeated left operand, a plan guessed differently now (the full path then runs
-    and gives the same bits)."""
+    and gives the same bits). Operands at other addresses than the entry's are served by their
+    shape's staged entry, if it has one."""
     if not _quick or options is not DEFAULT:
         return None
     key = _quick.get(quick_key(A, B))
+    if key is None:
+        key = _quick.get(quick_key(A, B, staged=True))
     if key is None or A.get_device() != torch._C._cuda_getDevice():
         return None
     if torch._C._cuda_isCurrentStreamCapturing() or torch._C._autograd._profiler_enabled():
@@ -171,10 +213,12 @@ def quick_product(A, B, options):
     return C if C.is_contiguous() else C.contiguous()  # as ozaki::gemm returns its results
 
 
-def quick_key(A, B):
-    """What quick_product finds an entry by: everything of the operands the graph depends on."""
-    return (A.data_ptr(), B.data_ptr(), A.shape, B.shape, A.stride(), B.stride(), A.dtype,
-            B.dtype, A.get_device(), B.get_device(), A.is_neg(), B.is_neg())
+def quick_key(A, B, staged=False):
+    """What quick_product finds an entry by: everything of the operands the graph depends on (for
+    a staged entry, which reads copies of them, all but their addresses)."""
+    a, b = (None, None) if staged else (A.data_ptr(), B.data_ptr())
+    return (a, b, A.shape, B.shape, A.stride(), B.stride(), A.dtype, B.dtype, A.get_device(),
+            B.get_device(), A.is_neg(), B.is_neg())
 
 
 def info():
@@ -183,7 +227,7 @@ def info():
     with _lock:
         return [{"a": key.a_shape, "b": key.b_shape, "dtype": key.dtype, "plan": entry.guess,
                  "bytes": entry.nbytes, "replays": entry.replays,
-                 "result": "moved" if entry.sites else "copied"}
+                 "result": "moved" if entry.sites else "copied", "staged": key.staged}
                 for key, entry in _entries.items()]
 
 
@@ -224,10 +268,15 @@ class _Key(typing.NamedTuple):
     prepared: bool
     crt_path: object  # OZAKI_CRT_PATH
     workspace: int
+    staged: bool = False  # the graph reads copies of the operands, at any addresses
 
     def of_shape(self):
         """The key without the operands' addresses (what MAX_CAPTURES counts by)."""
-        return self._replace(a_address=None, b_address=None)
+        return self._replace(a_address=None, b_address=None, staged=False)
+
+    def for_staging(self):
+        """The key of the shape's staged entry."""
+        return self.of_shape()._replace(staged=True)
 
 
 def _key(A, B, dtype, options, kept):
@@ -256,7 +305,13 @@ def _captured(A, B, dtype, options, kept, guess, key):
         return None
     _captures[shape_key] += 1
     try:
-        entry = _capture(A, B, options, kept, kept_parts, guess)
+        if key.staged:
+            staging = _staging(A, B)
+            entry = _capture(*staging, options, kept, kept_parts, guess)
+            entry.staging = staging
+            entry.nbytes += sum(X.untyped_storage().nbytes() for X in staging)
+        else:
+            entry = _capture(A, B, options, kept, kept_parts, guess)
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
         last_failure = f"{type(error).__name__}: {error}"
         return None
@@ -267,9 +322,16 @@ def _captured(A, B, dtype, options, kept, guess, key):
     _entries[key] = entry
     entry.guess_key = speculation.key_of(A.device, dtype, A.shape, B.mT.shape, options)
     if options is DEFAULT and kept is None:
-        entry.quick_key = quick_key(A, B)
+        entry.quick_key = quick_key(A, B, staged=key.staged)
         _quick[entry.quick_key] = key
     return entry
+
+
+def _staging(A, B):
+    """Tensors of A's and B's shapes and strides that a staged entry's graph reads and each of its
+    calls copies its operands into, first."""
+    return tuple(torch.empty_strided(X.shape, X.stride(), dtype=X.dtype, device=X.device)
+                 for X in (A, B))
 
 
 def _capture(A, B, options, kept, kept_parts, guess):
@@ -371,6 +433,9 @@ def _replayed(entry, A, B, dtype, options, kept):
         entry.next_result = None  # made on the other stream: a fresh one below
     C = entry.next_result if entry.next_result is not None else _moved_result(entry)
     entry.next_result = None
+    if entry.staging is not None:  # this call's operands, where the graph reads them
+        entry.staging[0].copy_(A)
+        entry.staging[1].copy_(B)
     entry.graph.replay()
     entry.replays += 1
     if C is None:
