@@ -240,9 +240,10 @@ def test_replays_read_the_operands_present_contents(monkeypatch):
             got = ozaki.dgemm(A, B)
             assert_bitwise_equal(got, expected)
             kept.append((got, expected))
-        # the last calls of each phase replayed the product of its plan
+        # the last calls of each phase replayed the product of its plan, from the operands' own
+        # entry, captured again (not the shape's staged one, which would copy them)
         planned = speculation.kind_and_moduli(ozaki.plan(A, B))
-        assert [e["plan"] for e in replay.info()] == [planned]
+        assert [(e["plan"], e["staged"]) for e in replay.info()] == [(planned, False)]
         assert replays() >= 2, (phi, replay.last_failure)
     for got, expected in kept:
         assert_bitwise_equal(got, expected)

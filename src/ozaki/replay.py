@@ -127,8 +127,9 @@ def product_of(A, B, dtype, options, kept):
         return None
     key = _key(A, B, dtype, options, kept)
     with _lock:
+        own = key in _entries  # these operands' own entry (dropped below if its plan changed)
         entry = _current_entry(key, guess, kept)
-        if entry is None and kept is None and stageable(A, B):
+        if entry is None and not own and kept is None and stageable(A, B):
             # operands at other addresses than the shape's first capture: its staged entry
             staged_key = key.for_staging()
             entry = _current_entry(staged_key, guess, kept)
