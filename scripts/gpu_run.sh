@@ -32,7 +32,8 @@
 # what the host did meanwhile (scripts/probes/gpu_gaps.py; GAPS_SHAPES overrides its shapes and
 # GAPS_ARGS adds arguments, such as --replayed --timeline);
 # quick (not in all) writes quick_replay.log: replayed default calls with and without the quick
-# path, against native (scripts/probes/quick_replay.py; QUICK_SHAPES overrides its shapes);
+# path, and on fresh operands of the same shape (the staged entry), against native
+# (scripts/probes/quick_replay.py; QUICK_SHAPES overrides its shapes);
 # paths (not in all) writes crt_paths.json/log: scheme II's CUDA paths side by side
 # (scripts/probes/crt_paths.py; PATHS_SHAPES overrides its shapes, as m,k,n m,k,n ..., and
 # PATHS_WHICH its paths, PATHS_TIMING its timing: synchronized or back-to-back);
