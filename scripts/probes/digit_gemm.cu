@@ -1,0 +1,318 @@
+// What the one design that could bring conjugate gradients to 1.5x native costs on the GPU
+// (docs/limitations.md, "Conjugate gradients"): K read once per product as float64, each entry's
+// scaled integer K' = trunc(K 2^e_row) cut on chip into 8 balanced base-256 digits, and the
+// digits multiplied by a matrix W of INT8 columns (in the library, P's residues times the
+// digits' weights 256^j mod p, for every modulus and right-hand side: 18 x 16 = 288 columns) on
+// the tensor cores (mma.sync m16n8k32), INT32 sums split over k and added in a fixed order.
+// The entries of W here are random: the probe times the kernel and checks its exact sums against
+// the host's on sampled rows, with the digits taken by the plain recurrence. Against it: one read
+// of K alone (its memory floor), and, from torch in the same run, native DGEMM of the same shape.
+//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/probes/digit_gemm.cu -o digit_gemm
+//   ./digit_gemm [m k]   (default 6000 6000; built with -DRAW_WORDS, K's bits stand for the
+//   digits, the sums are wrong, and the time says what cutting the digits costs)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <vector>
+
+#include "check.cuh"
+
+namespace {
+
+constexpr int kCols = 288;          // columns of W per block (18 moduli x 16 right-hand sides)
+constexpr int kRows = 64;           // rows of K per block: 2 x 2 warps of 32 rows x 144 columns
+constexpr int kWarpCols = kCols / 2;
+constexpr int kColTiles = kWarpCols / 8;  // n8 tiles per warp
+constexpr int kStageEntries = 8;    // entries of k per pipeline stage (64 digit columns)
+constexpr int kStages = 4;
+constexpr int kThreads = 128;
+// Shared rows 16 bytes beyond their width: the 8 rows a ldmatrix (or a warp's K loads) reads at
+// once fall in distinct banks.
+constexpr int kWPitch = kStageEntries * 8 + 16;  // bytes per column of W in a stage
+constexpr int kKPitch = kStageEntries * 8 + 16;  // bytes per row of K in a stage
+constexpr int kWStage = kCols * kWPitch;
+constexpr int kKStage = kRows * kKPitch;
+constexpr int kShared = kStages * (kWStage + kKStage);
+
+__device__ __forceinline__ void copy16(void* shared, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+}
+
+// The four balanced base-256 digits of K' = trunc(x scale) that a thread's fragment holds: the
+// low four (high = false) or the high four, packed as INT8 in one word. With y = K' + 0x80808080,
+// digit j < 4 is byte j of y minus 128, and the rest of K' after them is y >> 32 (arithmetic).
+__device__ __forceinline__ uint32_t digit_word(double x, double scale, bool high) {
+#ifdef RAW_WORDS  // -DRAW_WORDS: K's own bits as the digits (wrong sums): what the cutting costs
+  const uint64_t bits = __double_as_longlong(x);
+  return static_cast<uint32_t>(high ? bits >> 32 : bits);
+#endif
+  const long long y = __double2ll_rz(x * scale) + 0x80808080LL;
+  const uint32_t low = static_cast<uint32_t>(y);
+  const uint32_t rest = static_cast<uint32_t>(y >> 32) + 0x80808080u;
+  return (high ? rest : low) ^ 0x80808080u;
+}
+
+// Block (rows r0.., split s): partial[s][r][c] = sum over its k range of the digits of K'[r][kk]
+// times W[c][8 kk + d]. K row-major (m x k), w: W's columns, 8 k bytes each.
+__global__ void __launch_bounds__(kThreads, 2)
+    digit_gemm(const double* K, const double* scales, const int8_t* w, int m, int k,
+               int entries_per_split, int32_t* partial) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, tig = lane % 4;
+  const int warp_row = warp / 2, warp_col = warp % 2;
+  const int r0 = blockIdx.x * kRows;
+  const int k0 = blockIdx.y * entries_per_split;
+  const int stages = entries_per_split / kStageEntries;
+  const int64_t w_stride = int64_t(8) * k;
+
+  // The stage's K rows (64 x 8 doubles) and W columns (288 x 64 bytes), by cp.async.
+  const auto load_stage = [&](int stage, int slot) {
+    uint8_t* w_slot = shared + slot * (kWStage + kKStage);
+    uint8_t* k_slot = w_slot + kWStage;
+    const int e0 = k0 + stage * kStageEntries;
+    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
+      const int c = chunk / 4, part = chunk % 4;
+      copy16(w_slot + c * kWPitch + part * 16, w + c * w_stride + int64_t(8) * e0 + part * 16);
+    }
+    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
+      const int r = chunk / 4, part = chunk % 4;
+      const int row = min(r0 + r, m - 1);  // rows past m: any row's, never stored
+      copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  int32_t acc[2][kColTiles][4] = {};
+  double scale[2][2];
+  for (int mt = 0; mt < 2; ++mt) {
+    for (int h = 0; h < 2; ++h) {
+      scale[mt][h] = scales[min(r0 + warp_row * 32 + mt * 16 + group + 8 * h, m - 1)];
+    }
+  }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages) load_stage(s, s);
+    else asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    __syncthreads();
+    const int next = stage + kStages - 1;
+    if (next < stages) load_stage(next, next % kStages);
+    else asm volatile("cp.async.commit_group;\n" ::);
+    const uint8_t* w_slot = shared + (stage % kStages) * (kWStage + kKStage);
+    const double* k_slot = reinterpret_cast<const double*>(w_slot + kWStage);
+#pragma unroll
+    for (int step = 0; step < kStageEntries / 4; ++step) {
+      // A fragments: rows group (+8) of each m16 tile, digit columns 4 tig.. (entry tig / 2,
+      // its low or high digits) and 16 + 4 tig.. (entry 2 + tig / 2).
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_row * 32 + mt * 16 + group + 8 * h;
+          const double* row = k_slot + r * (kKPitch / 8) + step * 4;
+          a[mt][h] = digit_word(row[tig / 2], scale[mt][h], tig % 2);
+          a[mt][2 + h] = digit_word(row[2 + tig / 2], scale[mt][h], tig % 2);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kColTiles; nt += 2) {
+        // b0, b1 of tiles nt and nt + 1: four 8 x 16-byte matrices, one row address per lane
+        const int q = lane / 8;
+        const uint8_t* at =
+            w_slot + (warp_col * kWarpCols + (nt + q / 2) * 8 + lane % 8) * kWPitch +
+            step * 32 + (q % 2) * 16;
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(static_cast<unsigned>(__cvta_generic_to_shared(at))));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            int32_t* c = acc[mt][nt + t];
+            asm volatile(
+                "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                : "r"(a[mt][0]), "r"(a[mt][1]), "r"(a[mt][2]), "r"(a[mt][3]), "r"(b[2 * t]),
+                  "r"(b[2 * t + 1]));
+          }
+        }
+      }
+    }
+  }
+  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + warp_row * 32 + mt * 16 + group + 8 * h;
+      if (row >= m) continue;
+#pragma unroll
+      for (int nt = 0; nt < kColTiles; ++nt) {
+        const int col = warp_col * kWarpCols + nt * 8 + 2 * tig;
+        *reinterpret_cast<int2*>(out + int64_t(row) * kCols + col) =
+            make_int2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+    }
+  }
+}
+
+// The splits' partial sums added in split order (integers: any order gives the same sums).
+__global__ void add_splits(const int32_t* partial, int splits, int64_t count, int32_t* out) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int32_t sum = 0;
+    for (int s = 0; s < splits; ++s) sum += partial[s * count + t];
+    out[t] = sum;
+  }
+}
+
+// One read of K: its memory floor (the sum keeps the loads).
+__global__ void read_once(const double2* K, int64_t count, double* out) {
+  double sum = 0.0;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const double2 v = __ldg(K + t);
+    sum += v.x + v.y;
+  }
+  if (sum == 1.2345) *out = sum;
+}
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+template <typename Launch>
+float median_ms(Launch launch, int repeats = 21) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  launch();
+  launch();
+  std::vector<float> times;
+  for (int r = 0; r < repeats; ++r) {
+    CHECK(cudaEventRecord(start));
+    launch();
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  return times[repeats / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int m = argc > 2 ? std::atoi(argv[1]) : 6000;
+  const int k = argc > 2 ? std::atoi(argv[2]) : 6000;
+  if (k % kStageEntries != 0) {
+    std::printf("k must be a multiple of %d\n", kStageEntries);
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, m = %d, k = %d, %d columns of W, 8 digits per entry\n", prop.name, m, k,
+              kCols);
+  // K: random significands times 2^(-3..3), with rows of their own scales; e_row so that
+  // |K'| < 2^62 (8 balanced digits hold below 2^63 - 2^55).
+  std::vector<double> K(int64_t(m) * k), scales(m);
+  for (int64_t t = 0; t < int64_t(m) * k; ++t) {
+    const uint64_t h = mix(t);
+    K[t] = (static_cast<double>(h >> 11) * 0x1p-53 - 0.5) * std::ldexp(1.0, int(h % 7) - 3);
+  }
+  for (int r = 0; r < m; ++r) {
+    double largest = 0.0;
+    for (int c = 0; c < k; ++c) largest = std::max(largest, std::fabs(K[int64_t(r) * k + c]));
+    scales[r] = std::ldexp(1.0, 61 - std::ilogb(largest));
+  }
+  std::vector<int8_t> w(int64_t(kCols) * 8 * k);
+  for (int64_t t = 0; t < int64_t(w.size()); ++t) w[t] = static_cast<int8_t>(mix(~t) % 255) - 127;
+
+  double *K_d, *scales_d, *sink;
+  int8_t* w_d;
+  int32_t *partial, *sums;
+  constexpr int kMaxSplits = 6;
+  CHECK(cudaMalloc(&K_d, K.size() * sizeof(double)));
+  CHECK(cudaMalloc(&scales_d, m * sizeof(double)));
+  CHECK(cudaMalloc(&w_d, w.size()));
+  CHECK(cudaMalloc(&partial, int64_t(kMaxSplits) * m * kCols * sizeof(int32_t)));
+  CHECK(cudaMalloc(&sums, int64_t(m) * kCols * sizeof(int32_t)));
+  CHECK(cudaMalloc(&sink, sizeof(double)));
+  CHECK(cudaMemcpy(K_d, K.data(), K.size() * sizeof(double), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(scales_d, scales.data(), m * sizeof(double), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(w_d, w.data(), w.size(), cudaMemcpyHostToDevice));
+  CHECK(cudaFuncSetAttribute(digit_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, digit_gemm, kThreads, kShared));
+  std::printf("# %d blocks of %d threads per SM, %d bytes of shared memory each, %d SMs\n",
+              per_sm, kThreads, kShared, prop.multiProcessorCount);
+
+  // The host's sums on sampled rows, the digits by the recurrence d = low byte (signed),
+  // x = (x - d) / 256.
+  const int sampled[] = {0, 1, 31, 63, 64, m / 2, m - 1};
+  std::vector<int64_t> reference(std::size(sampled) * kCols, 0);
+  for (size_t i = 0; i < std::size(sampled); ++i) {
+    const int r = sampled[i];
+    for (int kk = 0; kk < k; ++kk) {
+      long long x = static_cast<long long>(K[int64_t(r) * k + kk] * scales[r]);
+      for (int d = 0; d < 8; ++d) {
+        const int digit = static_cast<int8_t>(x & 255);
+        x = (x - digit) / 256;
+        for (int c = 0; c < kCols; ++c) {
+          reference[i * kCols + c] += digit * w[int64_t(c) * 8 * k + 8 * kk + d];
+        }
+      }
+      if (x != 0) std::printf("entry (%d, %d): 8 digits do not hold it\n", r, kk);
+    }
+  }
+
+  const int64_t read_count = int64_t(m) * k / 2;
+  const float floor_ms = median_ms([&] { read_once<<<prop.multiProcessorCount * 8, 256>>>(
+                                             reinterpret_cast<const double2*>(K_d), read_count,
+                                             sink); });
+  std::printf("one read of K (%.0f MB): %.4f ms (%.0f GB/s)\n", K.size() * 8e-6, floor_ms,
+              K.size() * 8e-6 / floor_ms);
+  const double ops = 2.0 * m * 8.0 * k * kCols;
+  for (int splits = 1; splits <= kMaxSplits; ++splits) {
+    const int entries = k / kStageEntries;
+    if (entries % splits != 0) continue;
+    const int per_split = entries / splits * kStageEntries;
+    const dim3 grid((m + kRows - 1) / kRows, splits);
+    const auto launch = [&] {
+      digit_gemm<<<grid, kThreads, kShared>>>(K_d, scales_d, w_d, m, k, per_split, partial);
+      add_splits<<<prop.multiProcessorCount * 4, 256>>>(partial, splits, int64_t(m) * kCols,
+                                                        sums);
+    };
+    const float ms = median_ms(launch);
+    CHECK(cudaGetLastError());
+    std::vector<int32_t> got(int64_t(m) * kCols);
+    CHECK(cudaMemcpy(got.data(), sums, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int64_t wrong = 0;
+    for (size_t i = 0; i < std::size(sampled); ++i) {
+      for (int c = 0; c < kCols; ++c) {
+        wrong += got[int64_t(sampled[i]) * kCols + c] != reference[i * kCols + c];
+      }
+    }
+    std::printf("digit GEMM, %d split(s) of k (%u blocks): %.4f ms (%.0f TOPS), sampled sums %s "
+                "(%lld of %zu differ)\n",
+                splits, grid.x * grid.y, ms, ops / ms * 1e-9, wrong == 0 ? "exact" : "WRONG",
+                static_cast<long long>(wrong), std::size(sampled) * kCols);
+  }
+  return 0;
+}
