@@ -3,11 +3,15 @@
 // scaled integer K' = trunc(K 2^e_row) cut on chip into 8 balanced base-256 digits, and the
 // digits multiplied by a matrix W of INT8 columns (in the library, P's residues times the
 // digits' weights 256^j mod p, for every modulus and right-hand side: 18 x 16 = 288 columns) on
-// the tensor cores (mma.sync m16n8k32), INT32 sums split over k and added in a fixed order.
+// the tensor cores (mma.sync m16n8k32, then wgmma with the digits in registers), INT32 sums
+// split over k and added in a fixed order. The mma.sync kernel ran on the H100 on 2026-11-28
+// (docs/limitations.md); the wgmma kernel is compiled (sm_90a: four IGMMA.64x144x32 per stage,
+// 218 registers, no spills) but was not yet run on a GPU, its layouts (CuTe's K-major descriptor
+// without swizzle, A in mma.sync's m16 layout per warp) unchecked until its sampled sums are.
 // The entries of W here are random: the probe times the kernel and checks its exact sums against
 // the host's on sampled rows, with the digits taken by the plain recurrence. Against it: one read
 // of K alone (its memory floor), and, from torch in the same run, native DGEMM of the same shape.
-//   nvcc -O3 -std=c++17 -arch=sm_90 scripts/probes/digit_gemm.cu -o digit_gemm
+//   nvcc -O3 -std=c++17 -arch=sm_90a scripts/probes/digit_gemm.cu -o digit_gemm
 //   ./digit_gemm [m k]   (default 6000 6000; built with -DRAW_WORDS, K's bits stand for the
 //   digits, the sums are wrong, and the time says what cutting the digits costs)
 #include <cuda_runtime.h>
@@ -167,6 +171,150 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// ---- the same product on wgmma (sm_90a): one warpgroup per block of 64 rows x 288 columns ----
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+#define DIGIT_WGMMA 1
+#endif
+
+// W's stage in wgmma's K-major layout without swizzle: core matrices of 8 columns x 16 bytes
+// (128 contiguous bytes), the stage's four 16-byte chunks of k of a group of 8 columns side by
+// side (LBO 128 bytes), the groups 512 bytes apart (SBO).
+constexpr int kGroupBytes = (kStageEntries * 8 / 16) * 128;
+constexpr int kWStageCore = (kCols / 8) * kGroupBytes;
+constexpr int kWgmmaStage = kWStageCore + kKStage;
+constexpr int kWgmmaShared = kStages * kWgmmaStage;
+
+// The descriptor of a 32 x 144 tile of W: start (a shared address), LBO 128, SBO kGroupBytes.
+__device__ __forceinline__ uint64_t w_descriptor(const uint8_t* start) {
+  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(start));
+  return ((address >> 4) & 0x3FFF) | (uint64_t((128 >> 4) & 0x3FFF) << 16) |
+         (uint64_t((kGroupBytes >> 4) & 0x3FFF) << 32);
+}
+
+// One wgmma of the warpgroup: d (64 x 144 INT32 sums, CuTe's CLayout_64x144) += a (64 x 32
+// INT8 digits in registers, mma.sync's m16 A layout per warp) times the 32 x 144 INT8 tile of W
+// that descriptor `b` points at (K-major, no swizzle).
+__device__ __forceinline__ void wgmma_144(uint32_t (&d)[72], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.s32.s8.s8 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11,"
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
+      "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71"
+      "}, {%72, %73, %74, %75}, %76, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+        "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+        "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+        "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+        "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+        "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+        "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+        "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
+        "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    digit_gemm_wgmma(const double* K, const double* scales, const int8_t* w, int m, int k,
+                     int entries_per_split, int32_t* partial) {
+#ifdef DIGIT_WGMMA
+  extern __shared__ __align__(128) uint8_t shared[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, tig = lane % 4;
+  const int r0 = blockIdx.x * kRows;
+  const int k0 = blockIdx.y * entries_per_split;
+  const int stages = entries_per_split / kStageEntries;
+  const int64_t w_stride = int64_t(8) * k;
+
+  const auto load_stage = [&](int stage, int slot) {
+    uint8_t* w_slot = shared + slot * kWgmmaStage;
+    uint8_t* k_slot = w_slot + kWStageCore;
+    const int e0 = k0 + stage * kStageEntries;
+    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
+      const int c = chunk / 4, part = chunk % 4;
+      copy16(w_slot + (c / 8) * kGroupBytes + part * 128 + (c % 8) * 16,
+             w + c * w_stride + int64_t(8) * e0 + part * 16);
+    }
+    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
+      const int r = chunk / 4, part = chunk % 4;
+      const int row = min(r0 + r, m - 1);
+      copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  uint32_t acc[2][72];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) acc[j][i] = 0;
+  }
+  const double scale[2] = {scales[min(r0 + 16 * warp + group, m - 1)],
+                           scales[min(r0 + 16 * warp + group + 8, m - 1)]};
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < stages) load_stage(s, s);
+    else asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int stage = 0; stage < stages; ++stage) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    __syncthreads();
+    // the copies' writes visible to wgmma's reads (the async proxy)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    const int next = stage + kStages - 1;
+    if (next < stages) load_stage(next, next % kStages);
+    else asm volatile("cp.async.commit_group;\n" ::);
+    const uint8_t* w_slot = shared + (stage % kStages) * kWgmmaStage;
+    const double* k_slot = reinterpret_cast<const double*>(w_slot + kWStageCore);
+    uint32_t a[kStageEntries / 4][4];
+#pragma unroll
+    for (int step = 0; step < kStageEntries / 4; ++step) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const double* row = k_slot + (16 * warp + group + 8 * h) * (kKPitch / 8) + step * 4;
+        a[step][h] = digit_word(row[tig / 2], scale[h], tig % 2);
+        a[step][2 + h] = digit_word(row[2 + tig / 2], scale[h], tig % 2);
+      }
+    }
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int step = 0; step < kStageEntries / 4; ++step) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        wgmma_144(acc[j], a[step], w_descriptor(w_slot + (j * 18) * kGroupBytes + step * 256));
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    // the sums stay in their registers across the asynchronous products (no copies meanwhile)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
+    }
+  }
+  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = r0 + 16 * warp + group + 8 * h;
+    if (row >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int nt = 0; nt < 18; ++nt) {
+        const int col = j * 144 + nt * 8 + 2 * tig;
+        *reinterpret_cast<int2*>(out + int64_t(row) * kCols + col) =
+            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
+                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
+      }
+    }
+  }
+#endif
+}
+
 // The splits' partial sums added in split order (integers: any order gives the same sums).
 __global__ void add_splits(const int32_t* partial, int splits, int64_t count, int32_t* out) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
@@ -289,30 +437,45 @@ int main(int argc, char** argv) {
   std::printf("one read of K (%.0f MB): %.4f ms (%.0f GB/s)\n", K.size() * 8e-6, floor_ms,
               K.size() * 8e-6 / floor_ms);
   const double ops = 2.0 * m * 8.0 * k * kCols;
-  for (int splits = 1; splits <= kMaxSplits; ++splits) {
-    const int entries = k / kStageEntries;
-    if (entries % splits != 0) continue;
-    const int per_split = entries / splits * kStageEntries;
-    const dim3 grid((m + kRows - 1) / kRows, splits);
-    const auto launch = [&] {
-      digit_gemm<<<grid, kThreads, kShared>>>(K_d, scales_d, w_d, m, k, per_split, partial);
-      add_splits<<<prop.multiProcessorCount * 4, 256>>>(partial, splits, int64_t(m) * kCols,
-                                                        sums);
-    };
-    const float ms = median_ms(launch);
-    CHECK(cudaGetLastError());
-    std::vector<int32_t> got(int64_t(m) * kCols);
-    CHECK(cudaMemcpy(got.data(), sums, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    int64_t wrong = 0;
-    for (size_t i = 0; i < std::size(sampled); ++i) {
-      for (int c = 0; c < kCols; ++c) {
-        wrong += got[int64_t(sampled[i]) * kCols + c] != reference[i * kCols + c];
+  CHECK(cudaFuncSetAttribute(digit_gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kWgmmaShared));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, digit_gemm_wgmma, kThreads,
+                                                      kWgmmaShared));
+  std::printf("# wgmma: %d blocks of %d threads per SM, %d bytes of shared memory each\n", per_sm,
+              kThreads, kWgmmaShared);
+  for (const bool wgmma : {false, true}) {
+    for (int splits = 1; splits <= kMaxSplits; ++splits) {
+      const int entries = k / kStageEntries;
+      if (entries % splits != 0) continue;
+      const int per_split = entries / splits * kStageEntries;
+      const dim3 grid((m + kRows - 1) / kRows, splits);
+      CHECK(cudaMemset(sums, 0, int64_t(m) * kCols * sizeof(int32_t)));
+      const auto launch = [&] {
+        if (wgmma) {
+          digit_gemm_wgmma<<<grid, kThreads, kWgmmaShared>>>(K_d, scales_d, w_d, m, k, per_split,
+                                                             partial);
+        } else {
+          digit_gemm<<<grid, kThreads, kShared>>>(K_d, scales_d, w_d, m, k, per_split, partial);
+        }
+        add_splits<<<prop.multiProcessorCount * 4, 256>>>(partial, splits, int64_t(m) * kCols,
+                                                          sums);
+      };
+      const float ms = median_ms(launch);
+      CHECK(cudaGetLastError());
+      std::vector<int32_t> got(int64_t(m) * kCols);
+      CHECK(cudaMemcpy(got.data(), sums, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+      int64_t wrong = 0;
+      for (size_t i = 0; i < std::size(sampled); ++i) {
+        for (int c = 0; c < kCols; ++c) {
+          wrong += got[int64_t(sampled[i]) * kCols + c] != reference[i * kCols + c];
+        }
       }
+      std::printf("digit GEMM on %s, %d split(s) of k (%u blocks): %.4f ms (%.0f TOPS), sampled "
+                  "sums %s (%lld of %zu differ)\n",
+                  wgmma ? "wgmma" : "mma.sync", splits, grid.x * grid.y, ms, ops / ms * 1e-9,
+                  wrong == 0 ? "exact" : "WRONG", static_cast<long long>(wrong),
+                  std::size(sampled) * kCols);
     }
-    std::printf("digit GEMM, %d split(s) of k (%u blocks): %.4f ms (%.0f TOPS), sampled sums %s "
-                "(%lld of %zu differ)\n",
-                splits, grid.x * grid.y, ms, ops / ms * 1e-9, wrong == 0 ? "exact" : "WRONG",
-                static_cast<long long>(wrong), std::size(sampled) * kCols);
   }
   return 0;
 }
