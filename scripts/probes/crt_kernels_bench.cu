@@ -19,6 +19,7 @@
 #include "../../csrc/crt.h"
 #include "check.cuh"
 #include "random_x.cuh"
+#include "timing.cuh"
 
 using namespace ozaki;
 
@@ -303,30 +304,6 @@ bool g_pipelined = false;  // --pipelined: also the reconstruction from bytes wi
 int g_repeats = 7;  // 1 with --profile: no warm-up either
 bool g_check = true;  // the host's bits on sampled entries (--bytes: on the first round only)
 
-template <typename Launch>
-float median_ms(Launch launch) {
-  const int repeats = g_repeats;
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  if (repeats > 1) {
-    launch();
-    launch();
-  }
-  std::vector<float> times;
-  for (int r = 0; r < repeats; ++r) {
-    CHECK(cudaEventRecord(start));
-    launch();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[repeats / 2];
-}
-
 dim3 grid_2d(int64_t rows, int64_t per_row, int threads, int sms) {
   const int64_t x =
       std::max<int64_t>(1, std::min<int64_t>((per_row + threads - 1) / threads, sms * 32));
@@ -378,8 +355,10 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       reconstruct<N, V, T><<<grid, 256>>>(products, n, n, scale_a, scale_b, o);
     }
   };
-  const float library = median_ms([&] { launch(std::integral_constant<int, kLibrary>{}, out[0]); });
-  const float floor = median_ms([&] { launch(std::integral_constant<int, kLoadsOnly>{}, out[1]); });
+  const float library =
+      median_ms([&] { launch(std::integral_constant<int, kLibrary>{}, out[0]); }, g_repeats);
+  const float floor =
+      median_ms([&] { launch(std::integral_constant<int, kLoadsOnly>{}, out[1]); }, g_repeats);
   CHECK(cudaGetLastError());
   // The host's bits for a sample of entries (every 61st).
   int64_t checked = 0, differing = 0, zeros = 0;
@@ -410,13 +389,13 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       const int blocks = sms * 16;
       const float ms = median_ms([&] {
         reconstruct_wide<N, E, kLibrary, T><<<blocks, 256>>>(bytes, n, n, scale_a, scale_b, out[1]);
-      });
+      }, g_repeats);
       CHECK(cudaMemcpy(wide.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
       const bool same = std::memcmp(wide.data(), reference.data(), plane * sizeof(T)) == 0;
       const float loads = median_ms([&] {
         reconstruct_wide<N, E, kLoadsOnly, T><<<blocks, 256>>>(bytes, n, n, scale_a, scale_b,
                                                                 out[1]);
-      });
+      }, g_repeats);
       std::printf("  %2d entries per thread: %.3f ms, loads and stores only %.3f ms, %s\n", E, ms,
                   loads, same ? "the same bits" : "OTHER BITS");
     };
@@ -443,7 +422,7 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       CHECK(cudaMemset(out[1], 0, plane * sizeof(T)));
       const float ms = median_ms([&] {
         kernel<<<g, 256, shared>>>(bytes, n, n, scale_a, scale_b, out[1]);
-      });
+      }, g_repeats);
       CHECK(cudaGetLastError());
       CHECK(cudaMemcpy(other.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
       const bool same = std::memcmp(other.data(), reference.data(), plane * sizeof(T)) == 0;
@@ -486,8 +465,8 @@ void run_residues(int64_t n, int sms) {
   make_scales<<<sms * 4, 256>>>(scale, n, 50 - 2, 3);
   CHECK(cudaDeviceSynchronize());
   const dim3 grid = grid_2d(n, n / 8, 256, sms);
-  const float t0 = median_ms([&] { residues<N, true><<<grid, 256>>>(a, n, n, scale, out); });
-  const float t1 = median_ms([&] { residues<N, false><<<grid, 256>>>(a, n, n, scale, out); });
+  const float t0 = median_ms([&] { residues<N, true><<<grid, 256>>>(a, n, n, scale, out); }, g_repeats);
+  const float t1 = median_ms([&] { residues<N, false><<<grid, 256>>>(a, n, n, scale, out); }, g_repeats);
   CHECK(cudaGetLastError());
   const double bytes = double(n) * n * (8 + N);
   std::printf("residues    float64 %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "check.cuh"
+#include "random_x.cuh"
+#include "timing.cuh"
 
 namespace {
 
@@ -62,6 +64,31 @@ __device__ __forceinline__ uint32_t digit_word(double x, double scale, bool high
   return (high ? rest : low) ^ 0x80808080u;
 }
 
+// Stage `stage` of a block's k range (entries k0 + 8 stage..) into slot stage % kStages of
+// `shared` (slot_bytes each) by cp.async, as one commit group (empty past the last stage): W's
+// 288 columns, their 16-byte chunk (c, part) at w_place(c, part) in the slot, then K's 64 rows
+// from w_bytes on, kKPitch apart (rows past m: any row's, never stored).
+template <class WPlace>
+__device__ __forceinline__ void load_stage(int stage, int stages, uint8_t* shared, int slot_bytes,
+                                           int w_bytes, WPlace w_place, const double* K,
+                                           const int8_t* w, int m, int k, int r0, int k0) {
+  if (stage < stages) {
+    uint8_t* w_slot = shared + (stage % kStages) * slot_bytes;
+    uint8_t* k_slot = w_slot + w_bytes;
+    const int e0 = k0 + stage * kStageEntries;
+    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
+      const int c = chunk / 4, part = chunk % 4;
+      copy16(w_slot + w_place(c, part), w + c * (int64_t(8) * k) + int64_t(8) * e0 + part * 16);
+    }
+    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
+      const int r = chunk / 4, part = chunk % 4;
+      const int row = min(r0 + r, m - 1);
+      copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
 // Block (rows r0.., split s): partial[s][r][c] = sum over its k range of the digits of K'[r][kk]
 // times W[c][8 kk + d]. K row-major (m x k), w: W's columns, 8 k bytes each.
 __global__ void __launch_bounds__(kThreads, 2)
@@ -74,23 +101,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int r0 = blockIdx.x * kRows;
   const int k0 = blockIdx.y * entries_per_split;
   const int stages = entries_per_split / kStageEntries;
-  const int64_t w_stride = int64_t(8) * k;
-
-  // The stage's K rows (64 x 8 doubles) and W columns (288 x 64 bytes), by cp.async.
-  const auto load_stage = [&](int stage, int slot) {
-    uint8_t* w_slot = shared + slot * (kWStage + kKStage);
-    uint8_t* k_slot = w_slot + kWStage;
-    const int e0 = k0 + stage * kStageEntries;
-    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
-      const int c = chunk / 4, part = chunk % 4;
-      copy16(w_slot + c * kWPitch + part * 16, w + c * w_stride + int64_t(8) * e0 + part * 16);
-    }
-    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
-      const int r = chunk / 4, part = chunk % 4;
-      const int row = min(r0 + r, m - 1);  // rows past m: any row's, never stored
-      copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
+  // W's columns kWPitch bytes apart
+  const auto load = [&](int stage) {
+    load_stage(stage, stages, shared, kWStage + kKStage, kWStage,
+               [](int c, int part) { return c * kWPitch + part * 16; }, K, w, m, k, r0, k0);
   };
 
   int32_t acc[2][kColTiles][4] = {};
@@ -100,16 +114,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       scale[mt][h] = scales[min(r0 + warp_row * 32 + mt * 16 + group + 8 * h, m - 1)];
     }
   }
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < stages) load_stage(s, s);
-    else asm volatile("cp.async.commit_group;\n" ::);
-  }
+  for (int s = 0; s < kStages - 1; ++s) load(s);
   for (int stage = 0; stage < stages; ++stage) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
     __syncthreads();
-    const int next = stage + kStages - 1;
-    if (next < stages) load_stage(next, next % kStages);
-    else asm volatile("cp.async.commit_group;\n" ::);
+    load(stage + kStages - 1);
     const uint8_t* w_slot = shared + (stage % kStages) * (kWStage + kKStage);
     const double* k_slot = reinterpret_cast<const double*>(w_slot + kWStage);
 #pragma unroll
@@ -228,23 +237,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int r0 = blockIdx.x * kRows;
   const int k0 = blockIdx.y * entries_per_split;
   const int stages = entries_per_split / kStageEntries;
-  const int64_t w_stride = int64_t(8) * k;
-
-  const auto load_stage = [&](int stage, int slot) {
-    uint8_t* w_slot = shared + slot * kWgmmaStage;
-    uint8_t* k_slot = w_slot + kWStageCore;
-    const int e0 = k0 + stage * kStageEntries;
-    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
-      const int c = chunk / 4, part = chunk % 4;
-      copy16(w_slot + (c / 8) * kGroupBytes + part * 128 + (c % 8) * 16,
-             w + c * w_stride + int64_t(8) * e0 + part * 16);
-    }
-    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
-      const int r = chunk / 4, part = chunk % 4;
-      const int row = min(r0 + r, m - 1);
-      copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
+  // W's columns in core matrices (w_descriptor)
+  const auto load = [&](int stage) {
+    load_stage(stage, stages, shared, kWgmmaStage, kWStageCore,
+               [](int c, int part) { return (c / 8) * kGroupBytes + part * 128 + (c % 8) * 16; },
+               K, w, m, k, r0, k0);
   };
 
   uint32_t acc[2][72];
@@ -255,18 +252,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const double scale[2] = {scales[min(r0 + 16 * warp + group, m - 1)],
                            scales[min(r0 + 16 * warp + group + 8, m - 1)]};
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < stages) load_stage(s, s);
-    else asm volatile("cp.async.commit_group;\n" ::);
-  }
+  for (int s = 0; s < kStages - 1; ++s) load(s);
   for (int stage = 0; stage < stages; ++stage) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
     __syncthreads();
     // the copies' writes visible to wgmma's reads (the async proxy)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    const int next = stage + kStages - 1;
-    if (next < stages) load_stage(next, next % kStages);
-    else asm volatile("cp.async.commit_group;\n" ::);
+    load(stage + kStages - 1);
     const uint8_t* w_slot = shared + (stage % kStages) * kWgmmaStage;
     const double* k_slot = reinterpret_cast<const double*>(w_slot + kWStageCore);
     uint32_t a[kStageEntries / 4][4];
@@ -336,34 +328,6 @@ __global__ void read_once(const double2* K, int64_t count, double* out) {
   if (sum == 1.2345) *out = sum;
 }
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-template <typename Launch>
-float median_ms(Launch launch, int repeats = 21) {
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  launch();
-  launch();
-  std::vector<float> times;
-  for (int r = 0; r < repeats; ++r) {
-    CHECK(cudaEventRecord(start));
-    launch();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  return times[repeats / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -431,9 +395,12 @@ int main(int argc, char** argv) {
   }
 
   const int64_t read_count = int64_t(m) * k / 2;
-  const float floor_ms = median_ms([&] { read_once<<<prop.multiProcessorCount * 8, 256>>>(
-                                             reinterpret_cast<const double2*>(K_d), read_count,
-                                             sink); });
+  const float floor_ms = median_ms(
+      [&] {
+        read_once<<<prop.multiProcessorCount * 8, 256>>>(reinterpret_cast<const double2*>(K_d),
+                                                         read_count, sink);
+      },
+      21);
   std::printf("one read of K (%.0f MB): %.4f ms (%.0f GB/s)\n", K.size() * 8e-6, floor_ms,
               K.size() * 8e-6 / floor_ms);
   const double ops = 2.0 * m * 8.0 * k * kCols;
@@ -460,7 +427,7 @@ int main(int argc, char** argv) {
         add_splits<<<prop.multiProcessorCount * 4, 256>>>(partial, splits, int64_t(m) * kCols,
                                                           sums);
       };
-      const float ms = median_ms(launch);
+      const float ms = median_ms(launch, 21);
       CHECK(cudaGetLastError());
       std::vector<int32_t> got(int64_t(m) * kCols);
       CHECK(cudaMemcpy(got.data(), sums, got.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));

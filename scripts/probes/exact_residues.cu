@@ -15,6 +15,7 @@
 #include "../../csrc/crt_exact.h"
 #include "check.cuh"
 #include "random_x.cuh"
+#include "timing.cuh"
 using namespace ozaki;
 
 constexpr int kGroup = 8;
@@ -152,18 +153,6 @@ int64_t wrong_samples(const std::vector<double>& a, const std::vector<int8_t>& o
   return wrong;
 }
 
-template <typename Launch>
-float median_ms(Launch launch) {
-  cudaEvent_t start, stop; CHECK(cudaEventCreate(&start)); CHECK(cudaEventCreate(&stop));
-  launch(); launch();
-  std::vector<float> times;
-  for (int r = 0; r < 7; ++r) {
-    CHECK(cudaEventRecord(start)); launch(); CHECK(cudaEventRecord(stop)); CHECK(cudaEventSynchronize(stop));
-    float ms; CHECK(cudaEventElapsedTime(&ms, start, stop)); times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end()); return times[3];
-}
-
 template <int N>
 void run(int64_t n, int sms, int exponent) {
   const int64_t k = n, k_stride = (n + 15) / 16 * 16, rows = n;
@@ -201,11 +190,11 @@ void run(int64_t n, int sms, int exponent) {
     std::printf("exact residues N=%2d %5lld^2 E=%d %-34s %.3f ms (%.2f TB/s) differ %lld wrong %lld\n", N, (long long)n,
                 exponent, name, ms, bytes / ms * 1e-9, (long long)differ, (long long)wrong);
   };
-  report("loop over run-time moduli", median_ms([&] { loop_kernel<<<grid, block>>>(a, rows, k, k_stride, exponent, crt, table, out[0]); }), -1);
-  report("loop, 4 blocks per SM", median_ms([&] { loop_kernel<<<capped, block>>>(a, rows, k, k_stride, exponent, crt, table, out[1]); }), 0);
-  report("loads and stores only", median_ms([&] { floor_kernel<<<grid, block>>>(a, rows, k, k_stride, N, out[1]); }), -1);
-  report("compile-time moduli", median_ms([&] { unrolled<N><<<grid, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }), 0);
-  report("compile-time moduli, 4 blocks/SM", median_ms([&] { unrolled<N><<<capped, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }), 0);
+  report("loop over run-time moduli", median_ms([&] { loop_kernel<<<grid, block>>>(a, rows, k, k_stride, exponent, crt, table, out[0]); }, 7), -1);
+  report("loop, 4 blocks per SM", median_ms([&] { loop_kernel<<<capped, block>>>(a, rows, k, k_stride, exponent, crt, table, out[1]); }, 7), 0);
+  report("loads and stores only", median_ms([&] { floor_kernel<<<grid, block>>>(a, rows, k, k_stride, N, out[1]); }, 7), -1);
+  report("compile-time moduli", median_ms([&] { unrolled<N><<<grid, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }, 7), 0);
+  report("compile-time moduli, 4 blocks/SM", median_ms([&] { unrolled<N><<<capped, block>>>(a, rows, k, k_stride, exponent, table, out[1]); }, 7), 0);
   CHECK(cudaGetLastError());
   CHECK(cudaFree(a)); for (auto& o : out) CHECK(cudaFree(o)); CHECK(cudaFree(table));
 }
