@@ -3,17 +3,27 @@
 // scaled integer K' = trunc(K 2^e_row) cut on chip into 8 balanced base-256 digits, and the
 // digits multiplied by a matrix W of INT8 columns (in the library, P's residues times the
 // digits' weights 256^j mod p, for every modulus and right-hand side: 18 x 16 = 288 columns) on
-// the tensor cores (mma.sync m16n8k32, then wgmma with the digits in registers), INT32 sums
-// split over k and added in a fixed order. The mma.sync kernel ran on the H100 on 2026-11-28
-// (docs/limitations.md); the wgmma kernel is compiled (sm_90a: four IGMMA.64x144x32 per stage,
-// 218 registers, no spills) but was not yet run on a GPU, its layouts (CuTe's K-major descriptor
-// without swizzle, A in mma.sync's m16 layout per warp) unchecked until its sampled sums are.
-// The entries of W here are random: the probe times the kernel and checks its exact sums against
-// the host's on sampled rows, with the digits taken by the plain recurrence. Against it: one read
-// of K alone (its memory floor), and, from torch in the same run, native DGEMM of the same shape.
+// the tensor cores, INT32 sums split over k and added in a fixed order. Five kernels:
+//   mma.sync m16n8k32, 64 rows per block, cp.async stages;
+//   wgmma with the digits in registers (mma.sync's m16 A layout per warp, W by CuTe's K-major
+//   descriptor without swizzle), one warpgroup, each stage's products waited for;
+//   wgmma pipelined: two warpgroups (128 rows), a stage's products left in flight while the next
+//   stage's digits are cut, cp.async stages;
+//   wgmma fed by the tensor memory accelerator: W stored stage by stage in the shared layout (one
+//   bulk copy a stage), K's 128 x 16 tile by a 2-D tensor copy (128-byte swizzle), mbarriers,
+//   any number of splits of k;
+//   the same with each stage of W multicast to a cluster of two blocks.
+// The entries of W here are random: the probe times each kernel and checks its exact sums against
+// the host's on sampled rows, with the digits taken by the plain recurrence; against them, one
+// read of K alone (its memory floor). Results: docs/benchmarks.md, "The digit GEMM that
+// conjugate gradients would need".
 //   nvcc -O3 -std=c++17 -arch=sm_90a scripts/probes/digit_gemm.cu -o digit_gemm
-//   ./digit_gemm [m k]   (default 6000 6000; built with -DRAW_WORDS, K's bits stand for the
-//   digits, the sums are wrong, and the time says what cutting the digits costs)
+//   ./digit_gemm [m k]   (default 6000 6000)
+// Macros that leave parts out (the sums are then wrong, the times say what the parts cost):
+// -DRAW_WORDS (K's bits stand for the digits); for the pipelined kernel -DNO_LOADS (the first
+// stages' data again and again), -DNO_MMA (loads and digits alone), -DNO_FENCE (no proxy fence
+// between the copies and the products); -DSTAGE_ENTRIES=16 -DPIPE_STAGES=4 (longer stages).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <type_traits>
 #include <vector>
 
 #include "check.cuh"
@@ -34,7 +45,11 @@ constexpr int kCols = 288;          // columns of W per block (18 moduli x 16 ri
 constexpr int kRows = 64;           // rows of K per block: 2 x 2 warps of 32 rows x 144 columns
 constexpr int kWarpCols = kCols / 2;
 constexpr int kColTiles = kWarpCols / 8;  // n8 tiles per warp
-constexpr int kStageEntries = 8;    // entries of k per pipeline stage (64 digit columns)
+#ifndef STAGE_ENTRIES
+#define STAGE_ENTRIES 8
+#endif
+constexpr int kStageEntries = STAGE_ENTRIES;  // entries of k per pipeline stage (8: 64 digit columns)
+constexpr int kStageParts = kStageEntries / 2;  // 16-byte pieces of a stage's row of K or column of W
 constexpr int kStages = 4;
 constexpr int kThreads = 128;
 // Shared rows 16 bytes beyond their width: the 8 rows a ldmatrix (or a warp's K loads) reads at
@@ -68,20 +83,20 @@ __device__ __forceinline__ uint32_t digit_word(double x, double scale, bool high
 // `shared` (slot_bytes each) by cp.async, as one commit group (empty past the last stage): W's
 // 288 columns, their 16-byte chunk (c, part) at w_place(c, part) in the slot, then K's 64 rows
 // from w_bytes on, kKPitch apart (rows past m: any row's, never stored).
-template <class WPlace>
+template <int Rows = kRows, int Threads = kThreads, int Stages = kStages, class WPlace>
 __device__ __forceinline__ void load_stage(int stage, int stages, uint8_t* shared, int slot_bytes,
                                            int w_bytes, WPlace w_place, const double* K,
                                            const int8_t* w, int m, int k, int r0, int k0) {
   if (stage < stages) {
-    uint8_t* w_slot = shared + (stage % kStages) * slot_bytes;
+    uint8_t* w_slot = shared + (stage % Stages) * slot_bytes;
     uint8_t* k_slot = w_slot + w_bytes;
     const int e0 = k0 + stage * kStageEntries;
-    for (int chunk = threadIdx.x; chunk < kCols * 4; chunk += kThreads) {
-      const int c = chunk / 4, part = chunk % 4;
+    for (int chunk = threadIdx.x; chunk < kCols * kStageParts; chunk += Threads) {
+      const int c = chunk / kStageParts, part = chunk % kStageParts;
       copy16(w_slot + w_place(c, part), w + c * (int64_t(8) * k) + int64_t(8) * e0 + part * 16);
     }
-    for (int chunk = threadIdx.x; chunk < kRows * 4; chunk += kThreads) {
-      const int r = chunk / 4, part = chunk % 4;
+    for (int chunk = threadIdx.x; chunk < Rows * kStageParts; chunk += Threads) {
+      const int r = chunk / kStageParts, part = chunk % kStageParts;
       const int row = min(r0 + r, m - 1);
       copy16(k_slot + r * kKPitch + part * 16, K + int64_t(row) * k + e0 + part * 2);
     }
@@ -307,6 +322,312 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// ---- wgmma, pipelined: two warpgroups of 64 rows (128 rows per block, so each stage of W serves
+// twice the rows), each stage's products left in flight while the next stage's digits are cut ----
+constexpr int kPipeRows = 128;
+constexpr int kPipeThreads = 256;
+#ifndef PIPE_STAGES
+#define PIPE_STAGES 6
+#endif
+constexpr int kPipeStages = PIPE_STAGES;
+constexpr int kPipeAhead = kPipeStages - 2;  // stages loaded ahead: a slot is refilled two stages
+                                             // after its products were issued, once they are done
+constexpr int kPipeStage = kWStageCore + kPipeRows * kKPitch;
+constexpr int kPipeShared = kPipeStages * kPipeStage;
+
+__global__ void __launch_bounds__(kPipeThreads, 1)
+    digit_gemm_pipelined(const double* K, const double* scales, const int8_t* w, int m, int k,
+                         int entries_per_split, int32_t* partial) {
+#ifdef DIGIT_WGMMA
+  extern __shared__ __align__(128) uint8_t shared[];
+  const int wg = threadIdx.x / 128;
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, tig = lane % 4;
+  const int r0 = blockIdx.x * kPipeRows;
+  const int k0 = blockIdx.y * entries_per_split;
+  const int stages = entries_per_split / kStageEntries;
+  const auto load = [&](int stage) {
+    load_stage<kPipeRows, kPipeThreads, kPipeStages>(
+        stage, stages, shared, kPipeStage, kWStageCore,
+        [](int c, int part) { return (c / 8) * kGroupBytes + part * 128 + (c % 8) * 16; }, K, w,
+        m, k, r0, k0);
+  };
+  uint32_t acc[2][72];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) acc[j][i] = 0;
+  }
+  const int row = 64 * wg + 16 * warp + group;  // the thread's first row in the block
+  const double scale[2] = {scales[min(r0 + row, m - 1)], scales[min(r0 + row + 8, m - 1)]};
+  // A's digits of the last two stages: a stage's registers are written again only once its
+  // products completed (wgmma.wait_group 1 after the next stage's issue).
+  uint32_t a[2][kStageEntries / 4][4];
+  for (int s = 0; s < kPipeAhead; ++s) load(s);
+  const auto run_stage = [&](int stage, auto parity) {
+    constexpr int p = decltype(parity)::value;
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPipeAhead - 1));
+    __syncthreads();
+#ifndef NO_FENCE  // -DNO_FENCE: what the fence costs (the products may then read stale bytes)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+#ifdef NO_LOADS  // -DNO_LOADS: the first stages' data again and again (wrong sums): what the loads cost
+    const uint8_t* w_slot = shared + (stage % kPipeAhead) * kPipeStage;
+#else
+    load(stage + kPipeAhead);
+    const uint8_t* w_slot = shared + (stage % kPipeStages) * kPipeStage;
+#endif
+    const double* k_slot = reinterpret_cast<const double*>(w_slot + kWStageCore);
+#pragma unroll
+    for (int step = 0; step < kStageEntries / 4; ++step) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const double* entries = k_slot + (row + 8 * h) * (kKPitch / 8) + step * 4;
+        a[p][step][h] = digit_word(entries[tig / 2], scale[h], tig % 2);
+        a[p][step][2 + h] = digit_word(entries[2 + tig / 2], scale[h], tig % 2);
+      }
+    }
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int step = 0; step < kStageEntries / 4; ++step) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#ifdef NO_MMA  // -DNO_MMA: loads and digits alone (wrong sums): what the products cost
+        acc[j][step] += a[p][step][0] ^ a[p][step][1] ^ a[p][step][2] ^ a[p][step][3];
+#else
+        wgmma_144(acc[j], a[p][step], w_descriptor(w_slot + (j * 18) * kGroupBytes + step * 256));
+#endif
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+  };
+  for (int stage = 0; stage < stages; stage += 2) {
+    run_stage(stage, std::integral_constant<int, 0>{});
+    if (stage + 1 < stages) run_stage(stage + 1, std::integral_constant<int, 1>{});
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
+  }
+  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + row + 8 * h;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int nt = 0; nt < 18; ++nt) {
+        const int col = j * 144 + nt * 8 + 2 * tig;
+        *reinterpret_cast<int2*>(out + int64_t(r) * kCols + col) =
+            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
+                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
+      }
+    }
+  }
+#endif
+}
+
+// ---- wgmma fed by the tensor memory accelerator: each stage one bulk copy of W (stored
+// stage-major in global memory, already in the shared layout) and one 2-D tensor copy of K's
+// 128 x 16 tile (rows 128 bytes, 128-byte swizzle), completed on an mbarrier; no load
+// instructions in the threads ----
+constexpr int kTmaEntries = 16;                         // entries of k per stage
+constexpr int kTmaGroupBytes = (kTmaEntries * 8 / 16) * 128;  // 8 columns of W, a stage's k
+constexpr int kTmaWStage = (kCols / 8) * kTmaGroupBytes;
+constexpr int kTmaKStage = kPipeRows * kTmaEntries * 8;
+constexpr int kTmaStage = kTmaWStage + kTmaKStage;      // a multiple of 1024 (the swizzle atom)
+constexpr int kTmaStages = 4;
+constexpr int kTmaShared = kTmaStages * kTmaStage + 1024;  // + room to align the base to 1024
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count));
+}
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
+               "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(shared_address(bar)), "r"(parity) : "memory");
+}
+
+// The cluster's blocks wait for each other (their barriers initialized; none exits while another
+// may still write into its shared memory or barriers).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
+// Cluster = 2: two blocks of consecutive rows share W's stages, each copying half of every stage
+// into both (multicast), which halves W's reads from L2; a slot is refilled once the products of
+// both blocks are done with it (each thread arrives on both blocks' empty barriers).
+template <int Cluster>
+__global__ void __launch_bounds__(kPipeThreads, 1)
+    digit_gemm_tma(const __grid_constant__ CUtensorMap k_map, const double* scales,
+                   const int8_t* w_staged, int m, int k, int splits, int32_t* partial) {
+#ifdef DIGIT_WGMMA
+  extern __shared__ uint8_t shared_raw[];
+  __shared__ __align__(8) uint64_t full[kTmaStages], empty[kTmaStages];
+  uint8_t* shared = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
+  const int wg = threadIdx.x / 128;
+  const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, tig = lane % 4;
+  const int r0 = blockIdx.x * kPipeRows;
+  // Split y takes stages [y S / splits, (y + 1) S / splits) of the S = k / 16: any number of
+  // splits, so that the blocks fill whole waves.
+  const int total_stages = k / kTmaEntries;
+  const int first_stage = static_cast<int>(int64_t(blockIdx.y) * total_stages / splits);
+  const int k0 = first_stage * kTmaEntries;
+  const int stages =
+      static_cast<int>(int64_t(blockIdx.y + 1) * total_stages / splits) - first_stage;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kTmaStages; ++s) {
+      barrier_init(&full[s], 1);
+      barrier_init(&empty[s], kPipeThreads * Cluster);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  uint32_t rank = 0;
+  if constexpr (Cluster > 1) {
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    cluster_sync();
+  }
+  // Thread 0 fills slot stage % kTmaStages with the stage's W and K tile.
+  const auto load = [&](int stage) {
+    if (stage >= stages) return;
+    const int slot = stage % kTmaStages;
+    uint8_t* w_slot = shared + slot * kTmaStage;
+    barrier_expect(&full[slot], kTmaStage);
+    const int64_t global_stage = (k0 + int64_t(stage) * kTmaEntries) / kTmaEntries;
+    if constexpr (Cluster == 1) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+          ::"r"(shared_address(w_slot)), "l"(w_staged + global_stage * kTmaWStage),
+          "r"(kTmaWStage), "r"(shared_address(&full[slot])) : "memory");
+    } else {
+      constexpr int kPart = kTmaWStage / Cluster;
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+          "[%0], [%1], %2, [%3], %4;\n"
+          ::"r"(shared_address(w_slot + rank * kPart)),
+          "l"(w_staged + global_stage * kTmaWStage + rank * kPart), "r"(kPart),
+          "r"(shared_address(&full[slot])), "h"(static_cast<uint16_t>((1 << Cluster) - 1))
+          : "memory");
+    }
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(shared_address(w_slot + kTmaWStage)), "l"(&k_map),
+        "r"(k0 + stage * kTmaEntries), "r"(r0), "r"(shared_address(&full[slot])) : "memory");
+  };
+  if (threadIdx.x == 0) {  // every slot is free at the start
+    for (int s = 0; s < kTmaStages; ++s) load(s);
+  }
+  uint32_t acc[2][72];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) acc[j][i] = 0;
+  }
+  const int row = 64 * wg + 16 * warp + group;
+  const double scale[2] = {scales[min(r0 + row, m - 1)], scales[min(r0 + row + 8, m - 1)]};
+  uint32_t a[2][kTmaEntries / 4][4];
+  const auto run_stage = [&](int stage, auto parity) {
+    constexpr int p = decltype(parity)::value;
+    const int slot = stage % kTmaStages;
+    barrier_wait(&full[slot], (stage / kTmaStages) & 1);
+    const uint8_t* w_slot = shared + slot * kTmaStage;
+    const uint8_t* k_slot = w_slot + kTmaWStage;
+#pragma unroll
+    for (int step = 0; step < kTmaEntries / 4; ++step) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row + 8 * h;
+        const auto entry = [&](int e) {  // entry e of row r in the 128-byte swizzle
+          return *reinterpret_cast<const double*>(k_slot + r * 128 + (((e / 2) ^ (r % 8)) * 16) +
+                                                  (e % 2) * 8);
+        };
+        a[p][step][h] = digit_word(entry(4 * step + tig / 2), scale[h], tig % 2);
+        a[p][step][2 + h] = digit_word(entry(4 * step + 2 + tig / 2), scale[h], tig % 2);
+      }
+    }
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int step = 0; step < kTmaEntries / 4; ++step) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint64_t address = shared_address(w_slot + (j * 18) * kTmaGroupBytes + step * 256);
+        const uint64_t descriptor = ((address >> 4) & 0x3FFF) | (uint64_t(128 >> 4) << 16) |
+                                    (uint64_t(kTmaGroupBytes >> 4) << 32);
+        wgmma_144(acc[j], a[p][step], descriptor);
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    // The previous stage's products are done: its slot may be refilled.
+    if (stage > 0) {
+      const int before = (stage - 1) % kTmaStages;
+      barrier_arrive(&empty[before]);
+      if constexpr (Cluster > 1) {
+        for (uint32_t peer = 0; peer < Cluster; ++peer) {
+          if (peer == rank) continue;
+          uint32_t remote;
+          asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                       : "=r"(remote) : "r"(shared_address(&empty[before])), "r"(peer));
+          asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+                       : "memory");
+        }
+      }
+      if (threadIdx.x == 0) {
+        barrier_wait(&empty[before], ((stage - 1) / kTmaStages) & 1);
+        load(stage - 1 + kTmaStages);
+      }
+    }
+  };
+  for (int stage = 0; stage < stages; stage += 2) {
+    run_stage(stage, std::integral_constant<int, 0>{});
+    if (stage + 1 < stages) run_stage(stage + 1, std::integral_constant<int, 1>{});
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
+  }
+  if constexpr (Cluster > 1) cluster_sync();
+  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + row + 8 * h;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int nt = 0; nt < 18; ++nt) {
+        const int col = j * 144 + nt * 8 + 2 * tig;
+        *reinterpret_cast<int2*>(out + int64_t(r) * kCols + col) =
+            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
+                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
+      }
+    }
+  }
+#endif
+}
+
 // The splits' partial sums added in split order (integers: any order gives the same sums).
 __global__ void add_splits(const int32_t* partial, int splits, int64_t count, int32_t* out) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < count;
@@ -331,6 +652,7 @@ __global__ void read_once(const double2* K, int64_t count, double* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // every line out at once, also under a time limit
   const int m = argc > 2 ? std::atoi(argv[1]) : 6000;
   const int k = argc > 2 ? std::atoi(argv[2]) : 6000;
   if (k % kStageEntries != 0) {
@@ -359,7 +681,7 @@ int main(int argc, char** argv) {
   double *K_d, *scales_d, *sink;
   int8_t* w_d;
   int32_t *partial, *sums;
-  constexpr int kMaxSplits = 6;
+  constexpr int kMaxSplits = 15;
   CHECK(cudaMalloc(&K_d, K.size() * sizeof(double)));
   CHECK(cudaMalloc(&scales_d, m * sizeof(double)));
   CHECK(cudaMalloc(&w_d, w.size()));
@@ -410,15 +732,94 @@ int main(int argc, char** argv) {
                                                       kWgmmaShared));
   std::printf("# wgmma: %d blocks of %d threads per SM, %d bytes of shared memory each\n", per_sm,
               kThreads, kWgmmaShared);
-  for (const bool wgmma : {false, true}) {
+  CHECK(cudaFuncSetAttribute(digit_gemm_pipelined, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kPipeShared));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, digit_gemm_pipelined,
+                                                      kPipeThreads, kPipeShared));
+  std::printf("# wgmma pipelined: %d blocks of %d threads per SM, %d bytes of shared memory each\n",
+              per_sm, kPipeThreads, kPipeShared);
+  // W stage-major for the TMA kernel: stage s's 288 columns x 128 bytes in the shared layout.
+  std::vector<int8_t> w_staged(w.size());
+  for (int64_t stage = 0; stage < k / kTmaEntries; ++stage) {
+    for (int c = 0; c < kCols; ++c) {
+      for (int j = 0; j < kTmaEntries * 8; ++j) {
+        w_staged[stage * kTmaWStage + (c / 8) * kTmaGroupBytes + (j / 16) * 128 + (c % 8) * 16 +
+                 j % 16] = w[int64_t(c) * 8 * k + stage * kTmaEntries * 8 + j];
+      }
+    }
+  }
+  int8_t* w_staged_d;
+  CHECK(cudaMalloc(&w_staged_d, w_staged.size()));
+  CHECK(cudaMemcpy(w_staged_d, w_staged.data(), w_staged.size(), cudaMemcpyHostToDevice));
+  // K's tensor map: 128 rows x 16 entries per copy, 128-byte swizzle, rows past m read as zeros.
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  void* encode_entry = nullptr;
+  cudaDriverEntryPointQueryResult query;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode_entry, 12000,
+                                         cudaEnableDefault, &query));
+  CUtensorMap k_map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)};
+  const cuuint64_t strides[1] = {cuuint64_t(k) * 8};
+  const cuuint32_t box[2] = {kTmaEntries, kPipeRows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult encoded = reinterpret_cast<EncodeTiled>(encode_entry)(
+      &k_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT64, 2, K_d, dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (encoded != CUDA_SUCCESS) {
+    std::printf("cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(encoded));
+    return 1;
+  }
+  CHECK(cudaFuncSetAttribute(digit_gemm_tma<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kTmaShared));
+  CHECK(cudaFuncSetAttribute(digit_gemm_tma<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kTmaShared));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, digit_gemm_tma<1>, kPipeThreads,
+                                                      kTmaShared));
+  std::printf("# wgmma by TMA: %d blocks of %d threads per SM, %d bytes of shared memory each\n",
+              per_sm, kPipeThreads, kTmaShared);
+  const char* names[] = {"mma.sync", "wgmma", "wgmma pipelined", "wgmma by TMA",
+                         "wgmma by TMA, W multicast to 2 blocks"};
+  // The TMA kernels take any number of splits (their stages shared out unevenly) where k is a
+  // multiple of their stage; the others splits of whole, equal stages.
+  const auto runs = [&](int kernel, int splits) {
+    if (kernel >= 3) return k % kTmaEntries == 0 && (splits % 2 == 1 || splits == 8 || splits == 14);
+    return (k / kStageEntries) % splits == 0;
+  };
+  for (int kernel = 0; kernel < 5; ++kernel) {
     for (int splits = 1; splits <= kMaxSplits; ++splits) {
-      const int entries = k / kStageEntries;
-      if (entries % splits != 0) continue;
-      const int per_split = entries / splits * kStageEntries;
-      const dim3 grid((m + kRows - 1) / kRows, splits);
+      if (!runs(kernel, splits)) continue;
+      const int per_split = k / kStageEntries / splits * kStageEntries;
+      const int rows = kernel >= 2 ? kPipeRows : kRows;
+      const int row_blocks = (m + rows - 1) / rows;
+      const dim3 grid(kernel == 4 ? (row_blocks + 1) / 2 * 2 : row_blocks, splits);
       CHECK(cudaMemset(sums, 0, int64_t(m) * kCols * sizeof(int32_t)));
       const auto launch = [&] {
-        if (wgmma) {
+        if (kernel == 4) {
+          cudaLaunchConfig_t config = {};
+          config.gridDim = grid;
+          config.blockDim = dim3(kPipeThreads);
+          config.dynamicSmemBytes = kTmaShared;
+          cudaLaunchAttribute attribute;
+          attribute.id = cudaLaunchAttributeClusterDimension;
+          attribute.val.clusterDim.x = 2;
+          attribute.val.clusterDim.y = 1;
+          attribute.val.clusterDim.z = 1;
+          config.attrs = &attribute;
+          config.numAttrs = 1;
+          CHECK(cudaLaunchKernelEx(&config, digit_gemm_tma<2>, k_map,
+                                   static_cast<const double*>(scales_d),
+                                   static_cast<const int8_t*>(w_staged_d), m, k, splits, partial));
+        } else if (kernel == 3) {
+          digit_gemm_tma<1><<<grid, kPipeThreads, kTmaShared>>>(k_map, scales_d, w_staged_d, m, k,
+                                                                 splits, partial);
+        } else if (kernel == 2) {
+          digit_gemm_pipelined<<<grid, kPipeThreads, kPipeShared>>>(K_d, scales_d, w_d, m, k,
+                                                                    per_split, partial);
+        } else if (kernel == 1) {
           digit_gemm_wgmma<<<grid, kThreads, kWgmmaShared>>>(K_d, scales_d, w_d, m, k, per_split,
                                                              partial);
         } else {
@@ -439,7 +840,7 @@ int main(int argc, char** argv) {
       }
       std::printf("digit GEMM on %s, %d split(s) of k (%u blocks): %.4f ms (%.0f TOPS), sampled "
                   "sums %s (%lld of %zu differ)\n",
-                  wgmma ? "wgmma" : "mma.sync", splits, grid.x * grid.y, ms, ops / ms * 1e-9,
+                  names[kernel], splits, grid.x * grid.y, ms, ops / ms * 1e-9,
                   wrong == 0 ? "exact" : "WRONG", static_cast<long long>(wrong),
                   std::size(sampled) * kCols);
     }
