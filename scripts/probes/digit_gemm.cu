@@ -242,6 +242,34 @@ __device__ __forceinline__ void wgmma_144(uint32_t (&d)[72], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// The warpgroup's sums (CuTe's CLayout_64x144 twice: the thread's rows `first` and first + 8,
+// two neighbouring columns per n8 tile), once its products are done, to rows of out (kCols
+// apart; rows past m not stored).
+__device__ __forceinline__ void store_wgmma_sums(uint32_t (&acc)[2][72], int32_t* out,
+                                                 int64_t first, int m, int tig) {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = first + 8 * h;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int nt = 0; nt < 18; ++nt) {
+        const int col = j * 144 + nt * 8 + 2 * tig;
+        *reinterpret_cast<int2*>(out + r * kCols + col) =
+            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
+                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
+      }
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2)
     digit_gemm_wgmma(const double* K, const double* scales, const int8_t* w, int m, int k,
                      int entries_per_split, int32_t* partial) {
@@ -303,22 +331,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
     }
   }
-  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = r0 + 16 * warp + group + 8 * h;
-    if (row >= m) continue;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int nt = 0; nt < 18; ++nt) {
-        const int col = j * 144 + nt * 8 + 2 * tig;
-        *reinterpret_cast<int2*>(out + int64_t(row) * kCols + col) =
-            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
-                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
-      }
-    }
-  }
+  store_wgmma_sums(acc, partial + int64_t(blockIdx.y) * m * kCols, r0 + 16 * warp + group, m,
+                   tig);
 #endif
 }
 
@@ -406,28 +420,7 @@ __global__ void __launch_bounds__(kPipeThreads, 1)
     run_stage(stage, std::integral_constant<int, 0>{});
     if (stage + 1 < stages) run_stage(stage + 1, std::integral_constant<int, 1>{});
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-#pragma unroll
-    for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
-  }
-  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + row + 8 * h;
-    if (r >= m) continue;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int nt = 0; nt < 18; ++nt) {
-        const int col = j * 144 + nt * 8 + 2 * tig;
-        *reinterpret_cast<int2*>(out + int64_t(r) * kCols + col) =
-            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
-                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
-      }
-    }
-  }
+  store_wgmma_sums(acc, partial + int64_t(blockIdx.y) * m * kCols, r0 + row, m, tig);
 #endif
 }
 
@@ -602,29 +595,8 @@ __global__ void __launch_bounds__(kPipeThreads, 1)
     run_stage(stage, std::integral_constant<int, 0>{});
     if (stage + 1 < stages) run_stage(stage + 1, std::integral_constant<int, 1>{});
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-#pragma unroll
-    for (int i = 0; i < 72; ++i) asm volatile("" : "+r"(acc[j][i])::"memory");
-  }
+  store_wgmma_sums(acc, partial + int64_t(blockIdx.y) * m * kCols, r0 + row, m, tig);
   if constexpr (Cluster > 1) cluster_sync();
-  int32_t* out = partial + int64_t(blockIdx.y) * m * kCols;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + row + 8 * h;
-    if (r >= m) continue;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int nt = 0; nt < 18; ++nt) {
-        const int col = j * 144 + nt * 8 + 2 * tig;
-        *reinterpret_cast<int2*>(out + int64_t(r) * kCols + col) =
-            make_int2(static_cast<int32_t>(acc[j][4 * nt + 2 * h]),
-                      static_cast<int32_t>(acc[j][4 * nt + 2 * h + 1]));
-      }
-    }
-  }
 #endif
 }
 
