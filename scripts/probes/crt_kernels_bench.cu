@@ -6,6 +6,7 @@
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 // (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
 // with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight)
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -231,6 +232,134 @@ __global__ void __launch_bounds__(256, PIPELINED_MIN_BLOCKS)
   }
 }
 
+// The reconstruction from bytes fed by the tensor memory accelerator, for --tma: each block takes
+// tiles of kTmaRows rows x 128 columns in turn; one 3-D tensor copy brings a tile's N planes into
+// shared memory (Stages slots, each completed on its mbarrier, refilled Stages tiles ahead once
+// every warp has read it), so the loads stay in flight whatever the warps compute. Warp w rebuilds
+// row w of the tile, its lanes four columns each (one shared word per modulus), and writes the
+// row's 128 results through shared memory with one bulk copy (1 KiB, coalesced), waited for only
+// before its buffer is written again. Rows of ld entries, ld and rows multiples of 128 and
+// kTmaRows.
+constexpr int kTmaRows = 8;  // warps per block: rows per tile
+constexpr int kTmaColumns = 128;
+#ifndef TMA_MIN_BLOCKS  // -DTMA_MIN_BLOCKS=6: at most 40 registers, for more warps per SM
+#define TMA_MIN_BLOCKS 1
+#endif
+#ifndef TMA_DIRECT_STORES  // -DTMA_DIRECT_STORES=1: results stored by the lanes (two 16-byte
+#define TMA_DIRECT_STORES 0  // stores each), no shared buffer: more blocks fit
+#endif
+constexpr int kTmaOutBuffers = TMA_DIRECT_STORES ? 0 : 2;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(shared_address(bar)), "r"(parity) : "memory");
+}
+
+template <int N, int Stages, typename T>
+__global__ void __launch_bounds__(kTmaRows * 32, TMA_MIN_BLOCKS)
+    reconstruct_tma(const __grid_constant__ CUtensorMap planes, int64_t rows, int64_t ld,
+                    const int* scale_a, const int* scale_b, T* out) {
+  constexpr int kStageBytes = N * kTmaRows * kTmaColumns;
+  constexpr int kOutBytes = kTmaRows * kTmaColumns * int(sizeof(T));
+  extern __shared__ __align__(128) uint8_t shared[];
+  uint8_t* slots = shared;                                   // [Stages][N][kTmaRows][128]
+  T* results = reinterpret_cast<T*>(shared + Stages * kStageBytes);  // [2][kTmaRows][128]
+  __shared__ __align__(8) uint64_t full[Stages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col_tiles = ld / kTmaColumns;
+  const int64_t tiles = rows / kTmaRows * col_tiles;
+  const auto load = [&](int slot, int64_t tile) {
+    const int row0 = static_cast<int>(tile / col_tiles * kTmaRows);
+    const int col0 = static_cast<int>(tile % col_tiles * kTmaColumns);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                     shared_address(&full[slot])),
+                 "r"(kStageBytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared_address(slots + slot * kStageBytes)),
+        "l"(&planes), "r"(col0), "r"(row0), "r"(0), "r"(shared_address(&full[slot]))
+        : "memory");
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&full[s])));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Stages; ++s) {
+      const int64_t tile = blockIdx.x + int64_t(s) * gridDim.x;
+      if (tile < tiles) load(s, tile);
+    }
+  }
+  int it = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++it) {
+    const int slot = it % Stages;
+    barrier_wait(&full[slot], (it / Stages) & 1);
+    uint32_t words[N];
+    const uint8_t* mine = slots + slot * kStageBytes + warp * kTmaColumns + 4 * lane;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      words[i] = *reinterpret_cast<const uint32_t*>(mine + i * kTmaRows * kTmaColumns);
+    }
+    __syncthreads();  // every warp has read the slot: refill it, Stages tiles ahead
+    if (threadIdx.x == 0) {
+      const int64_t next = tile + int64_t(Stages) * gridDim.x;
+      if (next < tiles) load(slot, next);
+    }
+    const int64_t row = tile / col_tiles * kTmaRows + warp;
+    const int64_t j0 = tile % col_tiles * kTmaColumns + 4 * lane;
+    const RowScale c_a = row_scale(scale_a[row]);
+    const int4 codes = __ldg(reinterpret_cast<const int4*>(scale_b + j0));
+    const int code_b[4] = {codes.x, codes.y, codes.z, codes.w};
+    T values[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      int32_t residues[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        residues[i] = static_cast<int32_t>(__byte_perm(words[i], 0, 0x4440 + c));
+      }
+      values[c] = static_cast<T>(
+          crt_reconstruct<N, true>(residues, c_a, row_scale(code_b[c]), format_of<T>()));
+    }
+    if constexpr (TMA_DIRECT_STORES) {
+      T* to = out + row * ld + j0;
+      if constexpr (sizeof(T) == 8) {
+        reinterpret_cast<double2*>(to)[0] = make_double2(values[0], values[1]);
+        reinterpret_cast<double2*>(to)[1] = make_double2(values[2], values[3]);
+      } else {
+        *reinterpret_cast<float4*>(to) = make_float4(values[0], values[1], values[2], values[3]);
+      }
+      continue;
+    }
+    // this warp's result buffer of two tiles ago is free once its bulk copy has read it
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+    __syncwarp();
+    T* row_buffer = results + ((it & 1) * kTmaRows + warp) * kTmaColumns;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) row_buffer[4 * lane + c] = values[c];
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncwarp();
+    if (lane == 0) {
+      asm volatile(
+          "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+          "cp.async.bulk.commit_group;\n" ::"l"(out + row * ld + (j0 - 4 * lane)),
+          "r"(shared_address(row_buffer)), "r"(kTmaColumns * int(sizeof(T)))
+          : "memory");
+    }
+  }
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  (void)kOutBytes;
+}
+
 // The reduced GEMMs' bytes of the same products: each sum reduced to [0, p_i).
 template <int N>
 __global__ void reduce_products(const int32_t* products, int64_t plane, uint8_t* bytes) {
@@ -301,6 +430,7 @@ __global__ void make_entries(double* a, int64_t count, uint64_t seed) {
 
 bool g_wide = false;  // --wide: also the reconstruction from bytes with more entries per thread
 bool g_pipelined = false;  // --pipelined: also the reconstruction from bytes with loads ahead
+bool g_tma = false;  // --tma: also the reconstruction from bytes fed by the tensor memory accelerator
 int g_repeats = 7;  // 1 with --profile: no warm-up either
 bool g_check = true;  // the host's bits on sampled entries (--bytes: on the first round only)
 
@@ -439,6 +569,57 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
       time_pipelined(std::integral_constant<int, 3>{}, resident);
     }
   }
+  if (reduced && g_tma) {  // (instantiated for every N; run for the reduced ones)
+    std::vector<T> reference(plane), other(plane);
+    CHECK(cudaMemcpy(reference.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
+    using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                     const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                     const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    void* encode_entry = nullptr;
+    cudaDriverEntryPointQueryResult query;
+    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode_entry, 12000,
+                                           cudaEnableDefault, &query));
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {cuuint64_t(n), cuuint64_t(n), cuuint64_t(N)};
+    const cuuint64_t strides[2] = {cuuint64_t(n), cuuint64_t(plane)};
+    const cuuint32_t box[3] = {kTmaColumns, kTmaRows, N};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult encoded = reinterpret_cast<EncodeTiled>(encode_entry)(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, bytes, dims, strides, box, element_strides,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (encoded != CUDA_SUCCESS) {
+      std::printf("cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(encoded));
+      std::exit(1);
+    }
+    const auto time_tma = [&](auto stages) {
+      constexpr int S = decltype(stages)::value;
+      const auto kernel = reconstruct_tma<N, S, T>;
+      const int shared =
+          S * N * kTmaRows * kTmaColumns + kTmaOutBuffers * kTmaRows * kTmaColumns * int(sizeof(T));
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+      int per_sm = 0;
+      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kTmaRows * 32, shared));
+      const int64_t tiles = n / kTmaRows * (n / kTmaColumns);
+      const int blocks = static_cast<int>(std::min<int64_t>(tiles, int64_t(per_sm) * sms));
+      CHECK(cudaMemset(out[1], 0, plane * sizeof(T)));
+      const float ms = median_ms([&] {
+        kernel<<<blocks, kTmaRows * 32, shared>>>(map, n, n, scale_a, scale_b, out[1]);
+      }, g_repeats);
+      CHECK(cudaGetLastError());
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaMemcpy(other.data(), out[1], plane * sizeof(T), cudaMemcpyDeviceToHost));
+      const bool same = std::memcmp(other.data(), reference.data(), plane * sizeof(T)) == 0;
+      std::printf("  fed by TMA, %d slots, %s (%d blocks, %d per SM, %d bytes of shared memory): "
+                  "%.3f ms, %s\n", S, TMA_DIRECT_STORES ? "lanes' stores" : "bulk stores", blocks,
+                  per_sm, shared, ms,
+                  same ? "the same bits" : "OTHER BITS");
+    };
+    time_tma(std::integral_constant<int, 2>{});
+    time_tma(std::integral_constant<int, 3>{});
+    time_tma(std::integral_constant<int, 4>{});
+  }
   const double moved = double(plane) * (N * (reduced ? 1 : 4) + sizeof(T));
   std::printf("reconstruct %s%s %5lld^2 N=%2d: %.3f ms (%.2f TB/s) | "
               "loads and stores only %.3f ms (%.2f TB/s) | "
@@ -495,6 +676,16 @@ int main(int argc, char** argv) {
     g_check = false;
     for (int repeat = 0; repeat < 2; ++repeat) {
       run_reconstruct<15, double, true>(16384, sms, "float64");
+      run_reconstruct<8, float, true>(16384, sms, "float32");
+    }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--tma") {
+    g_tma = true;
+    g_check = false;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      run_reconstruct<15, double, true>(16384, sms, "float64");
+      run_reconstruct<16, double, true>(16384, sms, "float64");
       run_reconstruct<8, float, true>(16384, sms, "float32");
     }
     return 0;
