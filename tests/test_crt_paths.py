@@ -73,9 +73,10 @@ def test_batches_give_the_cpu_bits(batch, shape, monkeypatch):
                          ids=["float64", "float32"])
 def test_threads_that_rebuild_several_groups_of_entries(dtype, moduli, monkeypatch):
     """2 x 2900 x 2901 entries: more groups of four than the reconstruction's grid has threads,
-    so each thread rebuilds several, with its next group's bytes loaded ahead on the reduced path
-    (up to 15 moduli), across the batch's elements, past the last column (2901 = 4 * 725 + 1) and
-    through the NaN row and Inf column: every path gives the cuBLAS path's bits, and rows of it
+    so each thread rebuilds several (on the reduced path, each block many tiles of 8 rows whose
+    shared slots are refilled by tensor copies, parity after parity), across the batch's elements,
+    past the last row tile (2900 = 8 * 362 + 4) and column (2901 = 4 * 725 + 1) and through the
+    NaN row and Inf column: every path gives the cuBLAS path's bits, and rows of it
     the CPU's (with a fixed moduli count an entry depends on its row and column only)."""
     A, B = operands((2,), 2900, 16, 2901, dtype, seed=29)
     A, B = A.cuda(), B.cuda()

@@ -34,6 +34,7 @@
 #include "plan_columns.cuh"
 #include "plan_rows.cuh"
 #include "reduced_gemm.cuh"
+#include "tma.cuh"
 
 namespace ozaki::cuda {
 namespace {
@@ -631,6 +632,126 @@ __global__ void __launch_bounds__(kReconstructThreads, kReconstructsAhead<N, P> 
   for_each_warp_tile<kReconstructsAhead<N, P>>(rows, tiles, load, rebuild);
 }
 
+// reconstruct_kernel for the reduced GEMMs' bytes, fed by the tensor memory accelerator: each
+// block takes tiles of kPlaneTileRows rows x kWarpTileColumns columns of the chunk's elements in
+// turn, and one 3-D tensor copy brings a tile's N planes into shared memory (kPlaneSlots slots,
+// each completed on its mbarrier and refilled kPlaneSlots tiles ahead once every warp has read
+// it), so the loads stay in flight whatever the warps compute and hold no registers. Warp w
+// rebuilds row w of the tile as reconstruct_kernel does a tile of its row: the same entries, the
+// same bits. Copies past the chunk's rows (and the rows' padding) read zeros, left unused.
+constexpr int kPlaneTileRows = kReconstructThreads / 32;
+constexpr int kPlaneSlots = 2;
+template <int N>
+constexpr int kPlaneSlotBytes = N * kPlaneTileRows * kWarpTileColumns;
+template <int N, typename T>
+__global__ void __launch_bounds__(kReconstructThreads)
+    reconstruct_planes_kernel(const __grid_constant__ CUtensorMap planes, Chunk chunk,
+                              CrtOperands<T> in, T* out) {
+  static_assert(kWarpTileColumns == 32 * kReconstructColumns);
+  extern __shared__ __align__(128) uint8_t slots[];  // [kPlaneSlots][N][kPlaneTileRows][128]
+  __shared__ __align__(8) uint64_t full[kPlaneSlots];
+  __shared__ T staged[kPlaneTileRows][kWarpTileColumns];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  T* const tile_values = staged[warp];
+  const int64_t col_tiles = (chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns;
+  const int64_t row_tiles = (chunk.rows + kPlaneTileRows - 1) / kPlaneTileRows;
+  const int64_t element_tiles = row_tiles * col_tiles;
+  const int64_t tiles = chunk.elements * element_tiles;
+  // tile t: its element, then its row tile, then its column tile
+  const auto load = [&](int slot, int64_t t) {
+    const int64_t e = t / element_tiles, row_tile = (t - e * element_tiles) / col_tiles;
+    const int64_t col_tile = t - e * element_tiles - row_tile * col_tiles;
+    copy_box_3d(slots + slot * kPlaneSlotBytes<N>, planes,
+                static_cast<int>(col_tile * kWarpTileColumns),
+                static_cast<int>(row_tile * kPlaneTileRows), static_cast<int>(e * N), &full[slot],
+                kPlaneSlotBytes<N>);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPlaneSlots; ++s) barrier_init(&full[s]);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPlaneSlots; ++s) {
+      const int64_t t = blockIdx.x + int64_t(s) * gridDim.x;
+      if (t < tiles) load(s, t);
+    }
+  }
+  int pass = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, ++pass) {
+    const int slot = pass % kPlaneSlots;
+    barrier_wait(&full[slot], (pass / kPlaneSlots) & 1);
+    uint32_t words[N];
+    const uint8_t* mine = slots + slot * kPlaneSlotBytes<N> + warp * kWarpTileColumns +
+                          kReconstructColumns * lane;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      words[i] = *reinterpret_cast<const uint32_t*>(mine + i * kPlaneTileRows * kWarpTileColumns);
+    }
+    __syncthreads();  // every warp has read the slot: refill it, kPlaneSlots tiles ahead
+    if (threadIdx.x == 0) {
+      const int64_t next = t + int64_t(kPlaneSlots) * gridDim.x;
+      if (next < tiles) load(slot, next);
+    }
+    const int64_t e = t / element_tiles, row_tile = (t - e * element_tiles) / col_tiles;
+    const int64_t first = (t - e * element_tiles - row_tile * col_tiles) * kWarpTileColumns;
+    const int64_t i = row_tile * kPlaneTileRows + warp;
+    if (i >= chunk.rows) continue;
+    const int64_t gi = chunk.a_row(e, i);
+    const int64_t j0 = first + kReconstructColumns * lane;
+#pragma unroll
+    for (int c = 0; c < kReconstructColumns; ++c) {
+      const int64_t j = j0 + c;
+      if (j >= chunk.cols) break;
+      int32_t residues[N];
+#pragma unroll
+      for (int m = 0; m < N; ++m) {
+        residues[m] = static_cast<int32_t>(__byte_perm(words[m], 0, 0x4440 + c));
+      }
+      tile_values[kReconstructColumns * lane + c] =
+          rounded_entry<N, true>(in, gi, chunk.b_row(e, j), residues);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < kReconstructColumns; ++c) {
+      const int v = 32 * c + lane;
+      if (first + v < chunk.cols) out[chunk.out_index(e, i, first + v)] = tile_values[v];
+    }
+    __syncwarp();  // the values are read before the next tile's are written
+  }
+}
+
+// Launches reconstruct_planes_kernel on a chunk of reduced products (planes of rows of ld bytes,
+// element e's modulus i at (e * N + i) * chunk.rows * ld); false, launching nothing, where their
+// tensor map cannot be made (the caller then runs reconstruct_kernel: the same bits).
+template <int N, typename T>
+bool launch_reconstruct_planes(const uint8_t* products, int64_t ld, const Chunk& chunk,
+                               const CrtOperands<T>& in, T* out, cudaStream_t stream) {
+  CUtensorMap planes;
+  const uint64_t dims[3] = {static_cast<uint64_t>(ld), static_cast<uint64_t>(chunk.rows),
+                            static_cast<uint64_t>(chunk.elements * N)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(ld), static_cast<uint64_t>(chunk.rows * ld)};
+  const uint32_t box[3] = {kWarpTileColumns, kPlaneTileRows, N};
+  if (!encode_byte_map(&planes, products, dims, strides, box)) return false;
+  constexpr auto kernel = reconstruct_planes_kernel<N, T>;
+  constexpr int shared = kPlaneSlots * kPlaneSlotBytes<N>;
+  static const int per_sm = [] {
+    int blocks = 0;
+    C10_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reconstruct_planes_kernel<N, T>,
+                                                      kReconstructThreads, shared));
+    return std::max(blocks, 1);
+  }();
+  const int64_t tiles = chunk.elements * ceil_div(chunk.rows, kPlaneTileRows) *
+                        ceil_div(chunk.cols, kWarpTileColumns);
+  const int64_t resident =
+      int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
+  note_writer<reconstruct_planes_kernel<N, T>>(3);
+  kernel<<<blocks, kReconstructThreads, shared, stream>>>(planes, chunk, in, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 // The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
 // chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
 // residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
@@ -766,6 +887,9 @@ void gemm_crt_chunks(const CrtOperands<T>& in, const ProductShape& product, int6
   const auto round_chunk = [&](const auto* products, int64_t ld, const Chunk& chunk,
                                cudaStream_t stream) {
     using P = std::remove_cv_t<std::remove_pointer_t<decltype(products)>>;
+    if constexpr (std::is_same_v<P, uint8_t>) {
+      if (launch_reconstruct_planes<N, T>(products, ld, chunk, in, out, stream)) return;
+    }
     const int64_t tiles = ceil_div(chunk.cols, kWarpTileColumns);
     const int blocks = grid_for(chunk.elements * chunk.rows * tiles * 32, kReconstructThreads);
     note_writer<reconstruct_kernel<N, P, T>>(4);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../crt.h"
+#include "tma.cuh"
 
 namespace ozaki::cuda {
 
@@ -43,10 +44,6 @@ struct ResidueRows {
   int64_t count;
   int64_t plane;
 };
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
 
 // 16 bytes from global to shared memory without passing through registers; zeros when !valid.
 __device__ __forceinline__ void copy_async_16(uint32_t destination, const void* source,
