@@ -5,7 +5,8 @@
 //   nvcc -O3 -std=c++20 -fmad=false --ftz=false -arch=sm_90 --expt-relaxed-constexpr \
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 // (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
-// with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight)
+// with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight; --tma:
+// fed by the tensor memory accelerator, see reconstruct_tma)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
