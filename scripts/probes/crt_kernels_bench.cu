@@ -19,11 +19,16 @@
 #include <vector>
 
 #include "../../csrc/crt.h"
+#include "../../csrc/cuda/tma.cuh"
 #include "check.cuh"
 #include "random_x.cuh"
 #include "timing.cuh"
 
 using namespace ozaki;
+using ozaki::cuda::barrier_init;
+using ozaki::cuda::barrier_wait;
+using ozaki::cuda::copy_box_3d;
+using ozaki::cuda::shared_address;
 
 
 // ---- valid residue products -----------------------------------------------------------------
@@ -251,16 +256,6 @@ constexpr int kTmaColumns = 128;
 #endif
 constexpr int kTmaOutBuffers = TMA_DIRECT_STORES ? 0 : 2;
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(shared_address(bar)), "r"(parity) : "memory");
-}
-
 template <int N, int Stages, typename T>
 __global__ void __launch_bounds__(kTmaRows * 32, TMA_MIN_BLOCKS)
     reconstruct_tma(const __grid_constant__ CUtensorMap planes, int64_t rows, int64_t ld,
@@ -277,21 +272,10 @@ __global__ void __launch_bounds__(kTmaRows * 32, TMA_MIN_BLOCKS)
   const auto load = [&](int slot, int64_t tile) {
     const int row0 = static_cast<int>(tile / col_tiles * kTmaRows);
     const int col0 = static_cast<int>(tile % col_tiles * kTmaColumns);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                     shared_address(&full[slot])),
-                 "r"(kStageBytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared_address(slots + slot * kStageBytes)),
-        "l"(&planes), "r"(col0), "r"(row0), "r"(0), "r"(shared_address(&full[slot]))
-        : "memory");
+    copy_box_3d(slots + slot * kStageBytes, planes, col0, row0, 0, &full[slot], kStageBytes);
   };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Stages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(&full[s])));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int s = 0; s < Stages; ++s) barrier_init(&full[s]);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -573,25 +557,12 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
   if (reduced && g_tma) {  // (instantiated for every N; run for the reduced ones)
     std::vector<T> reference(plane), other(plane);
     CHECK(cudaMemcpy(reference.data(), out[0], plane * sizeof(T), cudaMemcpyDeviceToHost));
-    using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                     const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                     const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    void* encode_entry = nullptr;
-    cudaDriverEntryPointQueryResult query;
-    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode_entry, 12000,
-                                           cudaEnableDefault, &query));
     CUtensorMap map;
-    const cuuint64_t dims[3] = {cuuint64_t(n), cuuint64_t(n), cuuint64_t(N)};
-    const cuuint64_t strides[2] = {cuuint64_t(n), cuuint64_t(plane)};
-    const cuuint32_t box[3] = {kTmaColumns, kTmaRows, N};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    const CUresult encoded = reinterpret_cast<EncodeTiled>(encode_entry)(
-        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, bytes, dims, strides, box, element_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (encoded != CUDA_SUCCESS) {
-      std::printf("cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(encoded));
+    const uint64_t dims[3] = {uint64_t(n), uint64_t(n), uint64_t(N)};
+    const uint64_t strides[2] = {uint64_t(n), uint64_t(plane)};
+    const uint32_t box[3] = {kTmaColumns, kTmaRows, N};
+    if (!ozaki::cuda::encode_byte_map(&map, bytes, dims, strides, box)) {
+      std::printf("the tensor map of the planes could not be made\n");
       std::exit(1);
     }
     const auto time_tma = [&](auto stages) {
@@ -681,27 +652,20 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc > 1 && std::string(argv[1]) == "--tma") {
-    g_tma = true;
+  // two rounds of the reconstruction from bytes with one more variant timed (and 4096^2 too)
+  const auto variant_rounds = [&](bool* variant, bool with_4096) {
+    *variant = true;
     g_check = false;
     for (int repeat = 0; repeat < 2; ++repeat) {
       run_reconstruct<15, double, true>(16384, sms, "float64");
       run_reconstruct<16, double, true>(16384, sms, "float64");
       run_reconstruct<8, float, true>(16384, sms, "float32");
+      if (with_4096) run_reconstruct<15, double, true>(4096, sms, "float64");
     }
     return 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "--pipelined") {
-    g_pipelined = true;
-    g_check = false;
-    for (int repeat = 0; repeat < 2; ++repeat) {
-      run_reconstruct<15, double, true>(16384, sms, "float64");
-      run_reconstruct<16, double, true>(16384, sms, "float64");
-      run_reconstruct<8, float, true>(16384, sms, "float32");
-      run_reconstruct<15, double, true>(4096, sms, "float64");
-    }
-    return 0;
-  }
+  };
+  if (argc > 1 && std::string(argv[1]) == "--tma") return variant_rounds(&g_tma, false);
+  if (argc > 1 && std::string(argv[1]) == "--pipelined") return variant_rounds(&g_pipelined, true);
   if (argc > 1 && std::string(argv[1]) == "--profile") {  // one launch per kernel, for ncu
     g_repeats = 1;
     run_reconstruct<15, double>(8192, sms, "float64");
