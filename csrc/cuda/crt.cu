@@ -632,13 +632,47 @@ __global__ void __launch_bounds__(kReconstructThreads, kReconstructsAhead<N, P> 
   for_each_warp_tile<kReconstructsAhead<N, P>>(rows, tiles, load, rebuild);
 }
 
+// The scale codes of bt's rows g0 .. g0 + 3, and in bit c of `nonfinite` whether row g0 + c holds
+// NaN or Inf, for those below g0 + count (the others: code 0, bit clear): one 16-byte and one
+// 4-byte load where both lie aligned.
+struct FourColumns {
+  int code[kReconstructColumns];
+  uint32_t nonfinite;
+};
+__device__ __forceinline__ FourColumns four_columns(const int* scale, const bool* nonfinite,
+                                                    int64_t g0, int64_t count) {
+  static_assert(kReconstructColumns == 4);
+  FourColumns columns{{0, 0, 0, 0}, 0};
+  if (count >= 4 && reinterpret_cast<uintptr_t>(scale + g0) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(nonfinite + g0) % 4 == 0) {
+    const int4 codes = __ldg(reinterpret_cast<const int4*>(scale + g0));
+    const uint32_t flags = __ldg(reinterpret_cast<const unsigned int*>(nonfinite + g0));
+    columns = {{codes.x, codes.y, codes.z, codes.w},
+               ((flags & 0xffu) != 0 ? 1u : 0u) | ((flags & 0xff00u) != 0 ? 2u : 0u) |
+                   ((flags & 0xff0000u) != 0 ? 4u : 0u) | ((flags >> 24) != 0 ? 8u : 0u)};
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if (c < count) {
+        columns.code[c] = scale[g0 + c];
+        if (nonfinite[g0 + c]) columns.nonfinite |= 1u << c;
+      }
+    }
+  }
+  return columns;
+}
+
 // reconstruct_kernel for the reduced GEMMs' bytes, fed by the tensor memory accelerator: each
 // block takes tiles of kPlaneTileRows rows x kWarpTileColumns columns of the chunk's elements in
 // turn, and one 3-D tensor copy brings a tile's N planes into shared memory (kPlaneSlots slots,
 // each completed on its mbarrier and refilled kPlaneSlots tiles ahead once every warp has read
 // it), so the loads stay in flight whatever the warps compute and hold no registers. Warp w
-// rebuilds row w of the tile as reconstruct_kernel does a tile of its row: the same entries, the
-// same bits. Copies past the chunk's rows (and the rows' padding) read zeros, left unused.
+// rebuilds row w of the tile, each lane four neighbouring columns, with rounded_entry's
+// arithmetic (the same bits): the row's scale and NaN/Inf flag are read once per tile, the four
+// columns' in one load each. direct_stores (outputs whose groups of four lie 16-byte aligned):
+// each lane stores its four values at once; otherwise the warp passes its 128 values through
+// shared memory so that each store writes 32 consecutive entries. Copies past the chunk's rows
+// (and the rows' padding) read zeros, left unused.
 constexpr int kPlaneTileRows = kReconstructThreads / 32;
 constexpr int kPlaneSlots = 2;
 template <int N>
@@ -646,7 +680,7 @@ constexpr int kPlaneSlotBytes = N * kPlaneTileRows * kWarpTileColumns;
 template <int N, typename T>
 __global__ void __launch_bounds__(kReconstructThreads)
     reconstruct_planes_kernel(const __grid_constant__ CUtensorMap planes, Chunk chunk,
-                              CrtOperands<T> in, T* out) {
+                              CrtOperands<T> in, T* out, bool direct_stores) {
   static_assert(kWarpTileColumns == 32 * kReconstructColumns);
   extern __shared__ __align__(128) uint8_t slots[];  // [kPlaneSlots][N][kPlaneTileRows][128]
   __shared__ __align__(8) uint64_t full[kPlaneSlots];
@@ -697,26 +731,66 @@ __global__ void __launch_bounds__(kReconstructThreads)
     const int64_t i = row_tile * kPlaneTileRows + warp;
     if (i >= chunk.rows) continue;
     const int64_t gi = chunk.a_row(e, i);
+    const bool row_nonfinite = in.nonfinite_a[gi];
+    const RowScale c_a = row_scale(in.scale_a[gi]);
     const int64_t j0 = first + kReconstructColumns * lane;
+    const int64_t g0 = chunk.b_row(e, j0);
+    const FourColumns columns = four_columns(in.scale_b, in.nonfinite_b, g0, chunk.cols - j0);
+    T values[kReconstructColumns];
 #pragma unroll
     for (int c = 0; c < kReconstructColumns; ++c) {
-      const int64_t j = j0 + c;
-      if (j >= chunk.cols) break;
       int32_t residues[N];
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         residues[m] = static_cast<int32_t>(__byte_perm(words[m], 0, 0x4440 + c));
       }
-      tile_values[kReconstructColumns * lane + c] =
-          rounded_entry<N, true>(in, gi, chunk.b_row(e, j), residues);
+      values[c] = static_cast<T>(crt_reconstruct<N, true>(residues, c_a, row_scale(columns.code[c]),
+                                                          format_of<T>()));
     }
-    __syncwarp();
+    if (direct_stores) {
+      T* to = out + chunk.out_index(e, i, j0);
+      if (j0 + kReconstructColumns <= chunk.cols) {
+        if constexpr (sizeof(T) == 8) {
+          reinterpret_cast<double2*>(to)[0] = make_double2(values[0], values[1]);
+          reinterpret_cast<double2*>(to)[1] = make_double2(values[2], values[3]);
+        } else {
+          *reinterpret_cast<float4*>(to) = make_float4(values[0], values[1], values[2], values[3]);
+        }
+      } else {
 #pragma unroll
-    for (int c = 0; c < kReconstructColumns; ++c) {
-      const int v = 32 * c + lane;
-      if (first + v < chunk.cols) out[chunk.out_index(e, i, first + v)] = tile_values[v];
+        for (int c = 0; c < kReconstructColumns; ++c) {
+          if (j0 + c < chunk.cols) to[c] = values[c];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kReconstructColumns; ++c) {
+        tile_values[kReconstructColumns * lane + c] = values[c];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int c = 0; c < kReconstructColumns; ++c) {
+        const int v = 32 * c + lane;
+        if (first + v < chunk.cols) out[chunk.out_index(e, i, first + v)] = tile_values[v];
+      }
+      __syncwarp();  // the values are stored (and read) before any lane patches or rewrites them
     }
-    __syncwarp();  // the values are read before the next tile's are written
+    // Where the row or a column holds NaN or Inf, the IEEE answer overwrites the value stored
+    // (rare; one loop, not unrolled, after the reconstruction's registers are free).
+    const int64_t valid = chunk.cols - j0;
+    const uint32_t in_chunk =
+        valid >= kReconstructColumns ? 0xfu : (valid > 0 ? (1u << valid) - 1 : 0u);
+    const uint32_t patched = (row_nonfinite ? 0xfu : columns.nonfinite) & in_chunk;
+    if (patched != 0) {
+#pragma unroll 1
+      for (int c = 0; c < kReconstructColumns; ++c) {
+        if ((patched >> c) & 1u) {
+          out[chunk.out_index(e, i, j0 + c)] = static_cast<T>(
+              nonfinite_dot(in.a + gi * in.k, in.bt + in.bt_layout.start(g0 + c, in.k), in.k,
+                            in.bt_layout.step()));
+        }
+      }
+    }
   }
 }
 
@@ -746,8 +820,12 @@ bool launch_reconstruct_planes(const uint8_t* products, int64_t ld, const Chunk&
   const int64_t resident =
       int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));
+  // each lane's four outputs 16-byte aligned: the output, its rows and the chunk's first column
+  constexpr int64_t kVector = 16 / sizeof(T);
+  const bool direct_stores = reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                             chunk.n % kVector == 0 && chunk.first_col % kVector == 0;
   note_writer<reconstruct_planes_kernel<N, T>>(3);
-  kernel<<<blocks, kReconstructThreads, shared, stream>>>(planes, chunk, in, out);
+  kernel<<<blocks, kReconstructThreads, shared, stream>>>(planes, chunk, in, out, direct_stores);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

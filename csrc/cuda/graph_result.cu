@@ -192,6 +192,10 @@ std::vector<int64_t> result_sites(int device, int64_t graph_handle, int64_t addr
 void retarget_result(int device, int64_t exec_handle, const std::vector<int64_t>& sites,
                      int64_t target) {
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  // the writers may store 16 bytes at once where the captured result was so aligned
+  if (target % 16 != 0) {
+    throw std::runtime_error("ozaki: a replayed graph's result must be 16-byte aligned");
+  }
   const auto exec = reinterpret_cast<cudaGraphExec_t>(exec_handle);
   void* target_address = reinterpret_cast<void*>(target);
   std::vector<void*> arguments;
