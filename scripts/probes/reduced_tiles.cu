@@ -8,7 +8,8 @@
 //        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
 //        2 to 9: parts of it, see PartialEpilogue] [-DOVERLAP=1: the kernel of
 //        reduced_overlap.cuh instead (TILE_M 128, CLUSTER_N 1); -DPARTS=0 to 2: its parts, see
-//        OverlapKernel]
+//        OverlapKernel] [-DRESIDENT_BLOCKS=b -DSTAGES=n: the kernel of reduced_resident_blocks.cuh
+//        instead (TILE_M 128), b blocks per multiprocessor, n k stages each]
 //   reduced_tiles M,N,K,PLANES ...
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "../../csrc/cuda/reduced_kernel.cuh"
 #include "reduced_overlap.cuh"
+#include "reduced_resident_blocks.cuh"
 #include "check.cuh"
 
 using namespace ozaki::cuda;
@@ -29,6 +31,9 @@ using namespace ozaki::cuda;
 #endif
 #ifndef PARTS
 #define PARTS 3
+#endif
+#ifndef RESIDENT_BLOCKS
+#define RESIDENT_BLOCKS 0
 #endif
 
 // The kernel without its stores: what the main loop alone costs. The sums still feed a store
@@ -182,6 +187,11 @@ using Config = reduced::ReducedKernel<
 static_assert(TILE_M == 128 && CLUSTER_N == 1 && DISCARD == 0);
 using Overlap = reduced::OverlapKernel<TILE_N, TILE_K, CLUSTER_M, 3, PARTS>;
 #endif
+#if RESIDENT_BLOCKS
+static_assert(TILE_M == 128 && DISCARD == 0 && OVERLAP == 0);
+using Resident =
+    reduced::ResidentBlocksKernel<TILE_N, TILE_K, STAGES, CLUSTER_M, CLUSTER_N, RESIDENT_BLOCKS>;
+#endif
 
 __global__ void fill(int8_t* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -253,7 +263,12 @@ int main(int argc, char** argv) {
   // LONG_SUMS=1: the reduction for any inner dimension up to 2^17, as above 65535
   const char* long_given = std::getenv("LONG_SUMS");
   const bool long_sums = long_given != nullptr && std::atoi(long_given) == 1;
-#if OVERLAP
+#if RESIDENT_BLOCKS
+  printf("config tile %dx%dx%d cluster %dx%d one warpgroup per block, %d blocks per "
+         "multiprocessor%s (%d stages, %d KiB of shared memory per block)\n", TILE_M, TILE_N,
+         TILE_K, CLUSTER_M, CLUSTER_N, RESIDENT_BLOCKS, long_sums ? " long sums" : "", STAGES,
+         Resident::kSharedBytes / 1024);
+#elif OVERLAP
   printf("config tile %dx%dx%d cluster %dx%d overlapped epilogue, parts %d, 3 chunk buffers%s "
          "(%d stages, %d KiB of shared memory for the epilogue, %d in all)\n", TILE_M, TILE_N,
          TILE_K, CLUSTER_M, CLUSTER_N, PARTS, long_sums ? " long sums" : "",
@@ -304,8 +319,21 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&hash, sizeof(*hash)));
     CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
     const double ops = 2.0 * m * n * k * planes;
-    for (int swizzle : {1, 2, 4, 8}) {
-#if OVERLAP
+    // (the kernel of one block per tile has no tile scheduler to swizzle)
+    const std::vector<int> swizzles =
+        RESIDENT_BLOCKS ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
+    for (int swizzle : swizzles) {
+#if RESIDENT_BLOCKS
+      if (!Resident::can_implement(g)) {
+        printf("%lldx%lldx%lld planes %lld: cannot implement\n", m, n, k, planes);
+        break;
+      }
+      void* workspace = nullptr;
+      CHECK(cudaMemset(out, 0, size_t(planes * g.out_plane)));
+      auto run = [&] {
+        return reduced::launch_resident_blocks<Resident>(g, nullptr) == cudaSuccess;
+      };
+#elif OVERLAP
       if (!Overlap::can_implement(g)) {
         printf("%lldx%lldx%lld planes %lld: cannot implement\n", m, n, k, planes);
         break;

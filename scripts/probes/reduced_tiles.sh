@@ -12,7 +12,8 @@ mkdir -p "$OUT" "$BIN"
 CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
 # name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores;
 # 2 to 9: parts of the epilogue as it was at 5164ad7, see reduced_tiles.cu), then any further
-# flags (-DOVERLAP=1: the epilogue beside the products, reduced_overlap.cuh; -DPARTS=n its parts)
+# flags (-DOVERLAP=1: the epilogue beside the products, reduced_overlap.cuh; -DPARTS=n its parts;
+# -DRESIDENT_BLOCKS=b -DSTAGES=n: b blocks of one warpgroup per multiprocessor, reduced_resident_blocks.cuh)
 CONFIGS=(
   "coop128x256c21 128 256 128 2 1 0 0"
   "coop128x256c21discard 128 256 128 2 1 0 1"
@@ -25,6 +26,8 @@ CONFIGS=(
   "coop128x256c21warprows 128 256 128 2 1 0 8"
   "coop128x256c21lowbytes 128 256 128 2 1 0 9"
   "coop128x256c12 128 256 128 1 2 0 0"
+  "coop128x256c22 128 256 128 2 2 0 0"
+  "coop128x256c41 128 256 128 4 1 0 0"
   "coop256x128c12 256 128 128 1 2 0 0"
   "coop256x128c21 256 128 128 2 1 0 0"
   "coop128x128c21 128 128 128 2 1 0 0"
@@ -37,7 +40,14 @@ CONFIGS=(
   "coop128x64c21 128 64 128 2 1 0 0"
   "overlap128x256c21 128 256 64 2 1 0 0 -DOVERLAP=1"
   "overlap128x256c21idle 128 256 64 2 1 0 0 -DOVERLAP=1 -DPARTS=1"
-  "overlap128x256c21barriers 128 256 64 2 1 0 0 -DOVERLAP=1 -DPARTS=0")
+  "overlap128x256c21barriers 128 256 64 2 1 0 0 -DOVERLAP=1 -DPARTS=0"
+  "two128x128k64s5c11 128 128 64 1 1 0 0 -DRESIDENT_BLOCKS=2 -DSTAGES=5"
+  "two128x128k64s5c21 128 128 64 2 1 0 0 -DRESIDENT_BLOCKS=2 -DSTAGES=5"
+  "two128x128k64s5c12 128 128 64 1 2 0 0 -DRESIDENT_BLOCKS=2 -DSTAGES=5"
+  "two128x128k64s5c22 128 128 64 2 2 0 0 -DRESIDENT_BLOCKS=2 -DSTAGES=5"
+  "two128x128k128s3c21 128 128 128 2 1 0 0 -DRESIDENT_BLOCKS=2 -DSTAGES=3"
+  "three128x128k64s4c21 128 128 64 2 1 0 0 -DRESIDENT_BLOCKS=3 -DSTAGES=4"
+  "three128x128k64s4c11 128 128 64 1 1 0 0 -DRESIDENT_BLOCKS=3 -DSTAGES=4")
 # TILES_CONFIGS: the names of the configurations to build and run (default: all of them)
 if [[ -n ${TILES_CONFIGS:-} ]]; then
   chosen=()
