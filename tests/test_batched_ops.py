@@ -247,6 +247,23 @@ def test_batches_beyond_one_cublas_call_match_the_cpu(dtype):
         on_both(ops.gemm_crt, lambda x, y: crt_vectors(x, y, 6), 6, workspace)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [8, 15])
+def test_reconstruction_of_more_tiles_than_the_gpu_holds_matches_the_cpu(dtype, count):
+    # 3 elements of 700 x 300: 88 x 3 tiles of 8 rows x 128 columns each, 792 in all, more than
+    # the reconstruction's grid (a few blocks per multiprocessor), so each block steps through
+    # tiles of other rows, column tiles and elements (the row and element digits carried); the
+    # odd sizes leave partial tiles at every edge.
+    shape = (3, 700, 40, 300)
+    a, bt = random_operands(shape, dtype, "cpu", seed=12)
+    expected = ops.gemm_crt(a, bt, *all_vectors(crt_vectors(a, bt, count)), count, 0)
+    a_gpu, bt_gpu = a.cuda(), bt.cuda()
+    got = ops.gemm_crt(a_gpu, bt_gpu, *all_vectors(crt_vectors(a_gpu, bt_gpu, count)), count, 0)
+    assert_bitwise_equal(got, expected)
+    assert got.isnan().any() and got.isfinite().any()
+
+
 # ---- Empty batches and empty elements ----------------------------------------------------------
 
 

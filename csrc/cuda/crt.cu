@@ -675,6 +675,39 @@ __device__ __forceinline__ FourColumns four_columns(const int* scale, const bool
 // (and the rows' padding) read zeros, left unused.
 constexpr int kPlaneTileRows = kReconstructThreads / 32;
 constexpr int kPlaneSlots = 2;
+
+// Tile t of a chunk's reconstruction, t = (e * row_tiles + row_tile) * col_tiles + col_tile, kept
+// as its digits and stepped by a fixed stride without dividing (the stride's digits added with a
+// carry each: every digit of the stride is below its radix). 32-bit: launch_reconstruct_planes
+// takes chunks of fewer than 2^29 tiles, so that a tile index plus two strides (each at most the
+// tile count) stays below 2^31.
+struct PlaneTile {
+  int t, e, row_tile, col_tile;
+};
+constexpr int64_t kMaxPlaneTiles = int64_t(1) << 29;
+struct PlaneTiles {
+  int row_tiles, col_tiles;
+  __device__ PlaneTile at(int t) const {
+    const int per_element = row_tiles * col_tiles;
+    const int e = t / per_element, rest = t - e * per_element;
+    const int row_tile = rest / col_tiles;
+    return PlaneTile{t, e, row_tile, rest - row_tile * col_tiles};
+  }
+  __device__ void advance(PlaneTile& tile, const PlaneTile& stride) const {
+    tile.t += stride.t;
+    tile.e += stride.e;
+    tile.row_tile += stride.row_tile;
+    tile.col_tile += stride.col_tile;
+    if (tile.col_tile >= col_tiles) {
+      tile.col_tile -= col_tiles;
+      ++tile.row_tile;
+    }
+    if (tile.row_tile >= row_tiles) {
+      tile.row_tile -= row_tiles;
+      ++tile.e;
+    }
+  }
+};
 template <int N>
 constexpr int kPlaneSlotBytes = N * kPlaneTileRows * kWarpTileColumns;
 template <int N, typename T>
@@ -687,18 +720,15 @@ __global__ void __launch_bounds__(kReconstructThreads)
   __shared__ T staged[kPlaneTileRows][kWarpTileColumns];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   T* const tile_values = staged[warp];
-  const int64_t col_tiles = (chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns;
-  const int64_t row_tiles = (chunk.rows + kPlaneTileRows - 1) / kPlaneTileRows;
-  const int64_t element_tiles = row_tiles * col_tiles;
-  const int64_t tiles = chunk.elements * element_tiles;
-  // tile t: its element, then its row tile, then its column tile
-  const auto load = [&](int slot, int64_t t) {
-    const int64_t e = t / element_tiles, row_tile = (t - e * element_tiles) / col_tiles;
-    const int64_t col_tile = t - e * element_tiles - row_tile * col_tiles;
+  const PlaneTiles grid{static_cast<int>((chunk.rows + kPlaneTileRows - 1) / kPlaneTileRows),
+                        static_cast<int>((chunk.cols + kWarpTileColumns - 1) / kWarpTileColumns)};
+  const int tiles = static_cast<int>(chunk.elements) * grid.row_tiles * grid.col_tiles;
+  const PlaneTile stride = grid.at(static_cast<int>(gridDim.x));
+  const auto load = [&](int slot, const PlaneTile& tile) {
     copy_box_3d(slots + slot * kPlaneSlotBytes<N>, planes,
-                static_cast<int>(col_tile * kWarpTileColumns),
-                static_cast<int>(row_tile * kPlaneTileRows), static_cast<int>(e * N), &full[slot],
-                kPlaneSlotBytes<N>);
+                static_cast<int>(tile.col_tile * kWarpTileColumns),
+                static_cast<int>(tile.row_tile * kPlaneTileRows), static_cast<int>(tile.e * N),
+                &full[slot], kPlaneSlotBytes<N>);
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPlaneSlots; ++s) barrier_init(&full[s]);
@@ -706,12 +736,13 @@ __global__ void __launch_bounds__(kReconstructThreads)
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPlaneSlots; ++s) {
-      const int64_t t = blockIdx.x + int64_t(s) * gridDim.x;
-      if (t < tiles) load(s, t);
+      const int t = static_cast<int>(blockIdx.x + s * gridDim.x);
+      if (t < tiles) load(s, grid.at(t));
     }
   }
   int pass = 0;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, ++pass) {
+  for (PlaneTile tile = grid.at(static_cast<int>(blockIdx.x)); tile.t < tiles;
+       grid.advance(tile, stride), ++pass) {
     const int slot = pass % kPlaneSlots;
     barrier_wait(&full[slot], (pass / kPlaneSlots) & 1);
     uint32_t words[N];
@@ -723,12 +754,11 @@ __global__ void __launch_bounds__(kReconstructThreads)
     }
     __syncthreads();  // every warp has read the slot: refill it, kPlaneSlots tiles ahead
     if (threadIdx.x == 0) {
-      const int64_t next = t + int64_t(kPlaneSlots) * gridDim.x;
-      if (next < tiles) load(slot, next);
+      const int next = tile.t + kPlaneSlots * stride.t;
+      if (next < tiles) load(slot, grid.at(next));
     }
-    const int64_t e = t / element_tiles, row_tile = (t - e * element_tiles) / col_tiles;
-    const int64_t first = (t - e * element_tiles - row_tile * col_tiles) * kWarpTileColumns;
-    const int64_t i = row_tile * kPlaneTileRows + warp;
+    const int64_t e = tile.e, first = tile.col_tile * kWarpTileColumns;
+    const int64_t i = tile.row_tile * kPlaneTileRows + warp;
     if (i >= chunk.rows) continue;
     const int64_t gi = chunk.a_row(e, i);
     const bool row_nonfinite = in.nonfinite_a[gi];
@@ -796,7 +826,8 @@ __global__ void __launch_bounds__(kReconstructThreads)
 
 // Launches reconstruct_planes_kernel on a chunk of reduced products (planes of rows of ld bytes,
 // element e's modulus i at (e * N + i) * chunk.rows * ld); false, launching nothing, where their
-// tensor map cannot be made (the caller then runs reconstruct_kernel: the same bits).
+// tensor map cannot be made or the chunk has kMaxPlaneTiles tiles or more (the caller then runs
+// reconstruct_kernel: the same bits).
 template <int N, typename T>
 bool launch_reconstruct_planes(const uint8_t* products, int64_t ld, const Chunk& chunk,
                                const CrtOperands<T>& in, T* out, cudaStream_t stream) {
@@ -817,6 +848,7 @@ bool launch_reconstruct_planes(const uint8_t* products, int64_t ld, const Chunk&
   }();
   const int64_t tiles = chunk.elements * ceil_div(chunk.rows, kPlaneTileRows) *
                         ceil_div(chunk.cols, kWarpTileColumns);
+  if (tiles >= kMaxPlaneTiles) return false;
   const int64_t resident =
       int64_t(per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min(tiles, resident)));

@@ -5,11 +5,12 @@ alone (ozaki::crt_plan_reads of A and B's columns in place), which a repeated ca
 kept A.
 
     python scripts/probes/call_kernels.py [--shapes 2048,2048,2048 ...] [--calls 5] [--b-rows]
-        [--moduli 15]
+        [--moduli 15] [--float32]
 
 --b-rows: B's columns stored as rows (B = B.mT.contiguous().mT), so that the call reads bt as rows
 (the row plan pass, the weighted row residues) instead of B's columns in place. --moduli: the call
 ozaki.dgemm(A, B, moduli=...) instead of the default (eager: a fixed count is not replayed).
+--float32: the operands rounded to float32, ozaki.sgemm against native SGEMM (TF32 off).
 """
 
 import argparse
@@ -56,22 +57,28 @@ def main():
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--b-rows", action="store_true", help="B's columns stored as rows")
     parser.add_argument("--moduli", type=int, help="a fixed moduli count instead of the default")
+    parser.add_argument("--float32", action="store_true", help="ozaki.sgemm on float32 operands")
     args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    product = ozaki.sgemm if args.float32 else ozaki.dgemm
     print("#", torch.cuda.get_device_name(), "torch", torch.__version__,
           "B's columns stored as rows" if args.b_rows else "B row-major", flush=True)
     for m, k, n in args.shapes:
         A, B = phi_operands(m, k, n)
+        if args.float32:
+            A, B = A.float(), B.float()
         if args.b_rows:
             B = B.mT.contiguous().mT
         native_s, expected, _ = timed(lambda: A @ B, 11)
-        call = lambda: ozaki.dgemm(A, B, moduli=args.moduli)  # noqa: E731
+        call = lambda: product(A, B, moduli=args.moduli)  # noqa: E731
         for _ in range(4):  # the guess, the capture, then replays
             call()
         default_s, got, _ = timed(call, 11)
         assert torch.equal(got, call()), "a repeated call changed its bits"
         times = kernel_times(call, args.calls)
         total = sum(us for us, _ in times.values())
-        what = "default" if args.moduli is None else f"moduli={args.moduli}"
+        what = ("default" if args.moduli is None else f"moduli={args.moduli}") + (
+            " float32" if args.float32 else "")
         print(f"== {m}x{k}x{n} {what}: native {native_s * 1e3:.3f} ms, ozaki {default_s * 1e3:.3f} ms "
               f"({native_s / default_s:.2f}x), kernels {total:.1f} us per call", flush=True)
         print_kernels(times)
