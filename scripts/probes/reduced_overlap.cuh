@@ -19,6 +19,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include "../../csrc/cuda/reduced_kernel.cuh"
+#include "cluster_launch.cuh"
 
 namespace ozaki::cuda::reduced {
 
@@ -360,19 +361,9 @@ cudaError_t launch_overlap(const ReducedGemm& gemm, const cutlass::KernelHardwar
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Kernel::kSharedBytes);
   if (status != cudaSuccess) return status;
-  cudaLaunchConfig_t config{};
-  config.gridDim = Kernel::grid_of(params, hardware, swizzle);
-  config.blockDim = dim3(Kernel::kThreads, 1, 1);
-  config.dynamicSmemBytes = Kernel::kSharedBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cute::size<0>(typename Kernel::ClusterShape{});
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return launch_in_clusters(kernel, Kernel::grid_of(params, hardware, swizzle), Kernel::kThreads,
+                            Kernel::kSharedBytes,
+                            cute::size<0>(typename Kernel::ClusterShape{}), 1, stream, params);
 }
 
 }  // namespace ozaki::cuda::reduced

@@ -14,6 +14,7 @@
 #include <cutlass/gemm/kernel/sm90_gemm_tma.hpp>
 
 #include "../../csrc/cuda/reduced_kernel.cuh"
+#include "cluster_launch.cuh"
 
 namespace ozaki::cuda::reduced {
 
@@ -96,19 +97,9 @@ cudaError_t launch_resident_blocks(const ReducedGemm& gemm, cudaStream_t stream)
   }
   const typename Config::Kernel::Params params =
       Config::Kernel::to_underlying_arguments(Config::arguments_of(gemm), nullptr);
-  cudaLaunchConfig_t config{};
-  config.gridDim = Config::Kernel::get_grid_shape(params);
-  config.blockDim = dim3(Config::kThreads, 1, 1);
-  config.dynamicSmemBytes = Config::kSharedBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cute::size<0>(typename Config::ClusterShape{});
-  cluster.val.clusterDim.y = cute::size<1>(typename Config::ClusterShape{});
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, params);
+  return launch_in_clusters(kernel, Config::Kernel::get_grid_shape(params), Config::kThreads,
+                            Config::kSharedBytes, cute::size<0>(typename Config::ClusterShape{}),
+                            cute::size<1>(typename Config::ClusterShape{}), stream, params);
 }
 
 }  // namespace ozaki::cuda::reduced
