@@ -1,5 +1,5 @@
 // A probe of the reduced residue GEMM with several blocks resident on each multiprocessor (built
-// by reduced_tiles.cu with -DRESIDENT_BLOCKS=n): CUTLASS's Hopper INT8 kernel without warp
+// by reduced_tiles.cu with -DRESIDENT_BLOCKS=b): CUTLASS's Hopper INT8 kernel without warp
 // specialization (KernelTma: one warpgroup per block loads its k stages by TMA and multiplies
 // one 128 x kTileCols tile, then runs the library's epilogue, ReducedResidueEpilogue, unchanged),
 // launched under our own bounds so that kBlocksPerSm blocks share a multiprocessor. While one
@@ -8,7 +8,9 @@
 // warp-specialized kernel cannot do this: ptxas gives every warp of a block the registers of the
 // widest, and the 64 x 128 warpgroup MMA's 90 or more per thread leave room for one block of
 // 288 or 384 threads per multiprocessor.) Clusters of kClusterRows x kClusterCols tiles share
-// A's and B's loads (multicast). Needs sm_90a and the CUTLASS headers.
+// A's and B's loads (multicast). Slower than the library's kernel at every shape measured, as a
+// lone warpgroup multiplies too slowly (docs/benchmarks.md, "Hiding the reduced GEMM's epilogue
+// behind other blocks"). Needs sm_90a and the CUTLASS headers.
 #pragma once
 
 #include <cutlass/gemm/kernel/sm90_gemm_tma.hpp>
@@ -39,8 +41,9 @@ struct ResidentBlocksKernel {
   // kBlocks blocks of at most this much (228 KiB per multiprocessor, 1 KiB of each reserved).
   static_assert(kSharedBytes <= 233472 / kBlocks - 1024,
                 "the blocks would not fit one multiprocessor");
-  // Registers per thread that let kBlocks blocks share the 65536, in whole 8s.
-  static constexpr int kRegisters = (65536 / (kBlocks * kThreads)) / 8 * 8;
+  // Registers per thread that let kBlocks blocks share the 65536, in whole 8s, at most 255.
+  static constexpr int kShare = (65536 / (kBlocks * kThreads)) / 8 * 8;
+  static constexpr int kRegisters = kShare > 255 ? 255 : kShare;
 
   static typename Kernel::Arguments arguments_of(const ReducedGemm& gemm) {
     using namespace cute;

@@ -13,7 +13,8 @@ CUTLASS=${OZAKI_CUTLASS_INCLUDE:-$PWD/.cutlass/include}
 # name: tile M N K, cluster M N, schedule (0 cooperative, 1 ping-pong), discard (1: no stores;
 # 2 to 9: parts of the epilogue as it was at 5164ad7, see reduced_tiles.cu), then any further
 # flags (-DOVERLAP=1: the epilogue beside the products, reduced_overlap.cuh; -DPARTS=n its parts;
-# -DRESIDENT_BLOCKS=b -DSTAGES=n: b blocks of one warpgroup per multiprocessor, reduced_resident_blocks.cuh)
+# -DRESIDENT_BLOCKS=b -DSTAGES=n: b blocks of one warpgroup per multiprocessor,
+# reduced_resident_blocks.cuh)
 CONFIGS=(
   "coop128x256c21 128 256 128 2 1 0 0"
   "coop128x256c21discard 128 256 128 2 1 0 1"
