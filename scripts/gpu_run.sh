@@ -2,7 +2,7 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, ncu. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, waves, ncu. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits), from
 # src/ozaki (PYTHONPATH), so that a fresh machine can run an extension built before:
 # OZAKI_SAVE_BUILD=1 writes the built extension, stripped of its debug sections, to
@@ -46,7 +46,10 @@
 # shapes);
 # tiles (not in all) writes reduced_tiles.log: the reduced residue GEMM alone per tile, cluster and
 # schedule (scripts/probes/reduced_tiles.sh; TILES_SHAPES overrides its shapes, as m,n,k,planes ...,
-# and TILES_CONFIGS its configurations, by name).
+# and TILES_CONFIGS its configurations, by name);
+# waves (not in all) writes tile_waves.log: the reduced path's wave plan against its memory plan
+# (scripts/probes/tile_waves.py; WAVES_SHAPES overrides its shapes), with the card's SM clock and
+# power sampled by nvidia-smi meanwhile and summarized at its end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -162,6 +165,26 @@ if [[ ,$what, == *,tiles,* ]]; then
   echo "== reduced GEMM tiles"
   OUT=$OUT bash scripts/probes/reduced_tiles.sh ${TILES_SHAPES:-} 2>&1 | tail -5
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
+if [[ ,$what, == *,waves,* ]]; then
+  echo "== wave plan against memory plan"
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > /tmp/clocks.csv &
+  sampler=$!
+  python3 scripts/probes/tile_waves.py ${WAVES_SHAPES:+--shapes $WAVES_SHAPES} 2>&1 | tee "$OUT/tile_waves.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  kill $sampler
+  python3 - /tmp/clocks.csv <<'PY' | tee -a "$OUT/tile_waves.log"
+import statistics, sys
+rows = [line.split(",") for line in open(sys.argv[1]) if line.count(",") == 1]
+clocks = sorted(float(c) for c, _ in rows)
+power = sorted(float(p) for _, p in rows)
+busy = sorted(float(c) for c, p in rows if float(p) >= 500)
+for name, values, unit in (("SM clock", clocks, "MHz"), ("power", power, "W"),
+                           ("SM clock at 500 W or more", busy, "MHz")):
+    if values:
+        print(f"# {name} over {len(values)} samples of 100 ms: min {values[0]:.0f}, median "
+              f"{statistics.median(values):.0f}, max {values[-1]:.0f} {unit}")
+PY
 fi
 if [[ ,$what, == *,ncu,* ]]; then
   echo "== Nsight Compute: the kernels of one scheme-II product"

@@ -112,6 +112,40 @@ def test_workspace_chunks_give_the_same_bits(monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("waves", ["1", "0"], ids=["wave-plan", "memory-plan"])
+@pytest.mark.parametrize("case", [(2048, 256, 3000, 22), (1536, 256, 1536, 34)],
+                         ids=lambda c: "x".join(map(str, c[:3])))
+def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
+    """Budgets (MiB) under which the reduced path keeps all of A's residues but not all of B's
+    columns. On 132 multiprocessors (H100, H200) the wave plan (csrc/tile_waves.h) runs chunks of
+    768 columns of the 3000 (the last 696) or all 1536, each in GEMM launches of 1024 rows and
+    the rest, reading rows of A's whole residues, computed or prepared; OZAKI_TILE_WAVES=0 keeps
+    the memory plan's chunks of 384 and 768 columns, all rows at once. All give the CPU's bits."""
+    if "reduced" not in crt_paths():
+        pytest.skip("this build or GPU has no reduced residue GEMM")
+    m, k, n, budget = case
+    A, B = operands((), m, k, n, torch.float64, seed=m + n)
+    expected = product(A, B, 15, "cublas", "cpu", monkeypatch)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", str(budget))
+    monkeypatch.setenv("OZAKI_TILE_WAVES", waves)
+    A, B = A.cuda(), B.cuda()
+    assert_bitwise_equal(product(A, B, 15, "reduced", "cuda", monkeypatch), expected)
+    with ozaki.prepare(A):
+        for _ in range(2):
+            assert_bitwise_equal(product(A, B, 15, "reduced", "cuda", monkeypatch), expected)
+
+
+@pytest.mark.cuda
+def test_tile_waves_setting_other_than_0_or_1_is_named(monkeypatch):
+    if "reduced" not in crt_paths():
+        pytest.skip("this build or GPU has no reduced residue GEMM")
+    A, B = operands((), 30, 64, 60, torch.float64, seed=1)
+    monkeypatch.setenv("OZAKI_TILE_WAVES", "yes")
+    with pytest.raises(RuntimeError, match="OZAKI_TILE_WAVES must be 0 or 1, got 'yes'"):
+        product(A.cuda(), B.cuda(), 15, "reduced", "cuda", monkeypatch)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("moduli", [1, 16, 17, 29, 40])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (129, 300, 257), (300, 17, 5), (64, 1000, 520)],
                          ids=lambda s: "x".join(map(str, s)))

@@ -24,6 +24,7 @@
 #include "../crt_exact.h"
 #include "../graph_result.h"
 #include "../row_stats_output.h"
+#include "../tile_waves.h"
 #include "../workspace.h"
 #include "batch.cuh"
 #include "bt_layout.cuh"
@@ -862,6 +863,17 @@ bool launch_reconstruct_planes(const uint8_t* products, int64_t ld, const Chunk&
   return true;
 }
 
+// Whether the reduced GEMMs' chunks follow the wave plan (csrc/tile_waves.h): OZAKI_TILE_WAVES
+// unset, empty or 1; 0 chunks by the workspace alone (read at every call of the reduced path;
+// never changes the bits).
+inline bool tile_waves_enabled() {
+  const char* value = std::getenv("OZAKI_TILE_WAVES");
+  if (value == nullptr || *value == '\0') return true;
+  const std::string given(value);
+  TORCH_CHECK(given == "0" || given == "1", "OZAKI_TILE_WAVES must be 0 or 1, got '", given, "'");
+  return given == "1";
+}
+
 // The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
 // chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
 // residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
@@ -897,13 +909,29 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
                                        std::min(plan.within.cols, kMaxSide)}};
   }
   const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
-  const int64_t chunk_cols = plan.within.cols;
+  const bool single_row_chunk = chunk_rows >= m;
+  // Rows per GEMM launch: a row chunk's, or, where the reduced GEMMs take A's residues whole in
+  // column chunks, those of the wave plan (csrc/tile_waves.h) with its chunk width.
+  int64_t chunk_cols = plan.within.cols, launch_rows = chunk_rows;
+  const bool waves = reduced && tile_waves_enabled();
+  if (waves && chunk_elements == 1 && single_row_chunk && chunk_cols < n &&
+      chunk_cols >= kWideTileColumns) {
+    const TileWaves waves{N, kWideTileRows, kWideTileColumns, kWideTileRows * kWideClusterRows,
+                          at::cuda::getCurrentDeviceProperties()->multiProcessorCount, k_stride};
+    const WavePlan wave =
+        plan_tile_waves(waves, m, n, WavePlan{chunk_cols, m}, budget,
+                        [&](int64_t rows, int64_t cols) {
+                          return N * (m + cols) * k_stride + N * rows * round_up(cols, result_align);
+                        });
+    chunk_cols = wave.cols;
+    launch_rows = wave.rows;
+  }
   const int64_t ld = round_up(chunk_cols, result_align);
   const int64_t a_rows = prepared_a != nullptr ? 0 : chunk_rows;
   at::Tensor a_residues =
       at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
   at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
-  at::Tensor products = at::empty({chunk_elements * N * chunk_rows * ld * product_bytes},
+  at::Tensor products = at::empty({chunk_elements * N * launch_rows * ld * product_bytes},
                                   options.dtype(at::kByte));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
@@ -918,7 +946,6 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
-  const bool single_row_chunk = chunk_rows >= m;
   const bool compute_a = prepared_a == nullptr;
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
@@ -928,15 +955,17 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
     for (int64_t j0 = 0; j0 < n; j0 += chunk_cols) {
       const int64_t cols = std::min(chunk_cols, n - j0);
       residues(in.bt, RowBlocks{e0 * n + j0, cols, elements, n}, b_res, true, stream);
-      for (int64_t i0 = 0; i0 < m; i0 += chunk_rows) {
-        const int64_t rows = std::min(chunk_rows, m - i0);
+      for (int64_t i0 = 0; i0 < m; i0 += launch_rows) {
+        const int64_t rows = std::min(launch_rows, m - i0);
         if (compute_a && !single_row_chunk) {
           residues(in.a, RowBlocks{e0 * m + i0, rows, elements, m}, a_res, false, stream);
         }
-        // The chunk's residues of a: modulus planes of `rows` rows computed just now, or of m rows
-        // in the prepared ones.
-        const int8_t* a_chunk = compute_a ? a_res : prepared_a + (e0 * N * m + i0) * k_stride;
-        const int64_t a_plane = (compute_a ? rows : m) * k_stride;
+        // The chunk's residues of a: modulus planes of `rows` rows computed just now, or rows
+        // i0.. of the m rows of all of A's (computed once, or prepared).
+        const bool a_whole = single_row_chunk || !compute_a;
+        const int8_t* whole_a = compute_a ? a_res : prepared_a + e0 * N * m * k_stride;
+        const int8_t* a_chunk = a_whole ? whole_a + i0 * k_stride : a_res;
+        const int64_t a_plane = (a_whole ? m : rows) * k_stride;
         // Element e's residues and results of every modulus follow element e - 1's.
         const Chunk chunk{e0, elements, i0, rows, j0, cols, m, n};
         if constexpr (kTakesReduced) {

@@ -112,6 +112,9 @@ void reduced_residue_gemms(const ReducedGemm& gemm, cudaStream_t stream);
 
 // Products narrower than this take the narrow tiles.
 constexpr int64_t kWideTileColumns = 256;
+// The wide tiles' rows, and their clusters' (tiles side by side along the rows).
+constexpr int64_t kWideTileRows = 128;
+constexpr int64_t kWideClusterRows = 2;
 
 // The tile configurations reduced_residue_gemms chooses from, one translation unit each
 // (reduced_gemm_wide.cu, reduced_gemm_narrow.cu): 128 x 256 output tiles for products of 256

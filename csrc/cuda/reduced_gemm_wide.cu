@@ -4,5 +4,5 @@
 #include "reduced_launch.cuh"
 
 void ozaki::cuda::reduced_gemms_wide(const ReducedGemm& gemm, cudaStream_t stream) {
-  launch_reduced_tiles<128, 256, 2, 1>(gemm, stream);
+  launch_reduced_tiles<kWideTileRows, kWideTileColumns, kWideClusterRows, 1>(gemm, stream);
 }
