@@ -112,6 +112,24 @@ def test_workspace_chunks_give_the_same_bits(monkeypatch):
 
 
 @pytest.mark.cuda
+def test_large_reconstructions_give_the_cublas_paths_bits_in_every_entry(monkeypatch):
+    """16384 x 16 x 16384 in one chunk: the reduced path's reconstruction of 2^18 tiles, each
+    block refilling its two shared slots by tensor copies over a hundred times. Three calls in a
+    row equal the cuBLAS path's result (rebuilt from INT32 sums without tensor copies) in every
+    entry. Without a proxy fence between the warps' reads of a slot and the copy that refills it,
+    a few warp rows of 128 entries per call took another tile's residues: finite, plausible and
+    wrong, and different from call to call."""
+    if "reduced" not in crt_paths():
+        pytest.skip("this build or GPU has no reduced residue GEMM")
+    g = seeded(16)
+    A = phi_tensor((16384, 16), torch.float64, g, 0.5).cuda()
+    B = phi_tensor((16, 16384), torch.float64, g, 0.5).cuda()
+    expected = product(A, B, 15, "cublas", "cuda", monkeypatch)
+    for _ in range(3):
+        assert_bitwise_equal(product(A, B, 15, "reduced", "cuda", monkeypatch), expected)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("waves", ["1", "0"], ids=["wave-plan", "memory-plan"])
 @pytest.mark.parametrize("case", [(2048, 256, 3000, 22), (1536, 256, 1536, 34)],
                          ids=lambda c: "x".join(map(str, c[:3])))

@@ -667,7 +667,8 @@ __device__ __forceinline__ FourColumns four_columns(const int* scale, const bool
 // block takes tiles of kPlaneTileRows rows x kWarpTileColumns columns of the chunk's elements in
 // turn, and one 3-D tensor copy brings a tile's N planes into shared memory (kPlaneSlots slots,
 // each completed on its mbarrier and refilled kPlaneSlots tiles ahead once every warp has read
-// it), so the loads stay in flight whatever the warps compute and hold no registers. Warp w
+// it and fenced its reads against the copy), so the loads stay in flight whatever the warps
+// compute and hold no registers. Warp w
 // rebuilds row w of the tile, each lane four neighbouring columns, with rounded_entry's
 // arithmetic (the same bits): the row's scale and NaN/Inf flag are read once per tile, the four
 // columns' in one load each. direct_stores (outputs whose groups of four lie 16-byte aligned):
@@ -753,6 +754,7 @@ __global__ void __launch_bounds__(kReconstructThreads)
     for (int i = 0; i < N; ++i) {
       words[i] = *reinterpret_cast<const uint32_t*>(mine + i * kPlaneTileRows * kWarpTileColumns);
     }
+    fence_shared_before_copies();
     __syncthreads();  // every warp has read the slot: refill it, kPlaneSlots tiles ahead
     if (threadIdx.x == 0) {
       const int next = tile.t + kPlaneSlots * stride.t;

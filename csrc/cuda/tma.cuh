@@ -74,6 +74,16 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, int parity) {
 #endif
 }
 
+// Orders this thread's earlier accesses to shared memory before tensor copies issued after a later
+// barrier. Threads read shared memory through the generic proxy and the copies write it through
+// the async proxy, which a barrier alone does not order: without this fence a copy that refills a
+// slot may land before every thread's reads of the slot's last contents have completed.
+__device__ __forceinline__ void fence_shared_before_copies() {
+#ifdef OZAKI_TMA_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // Copies the box at (x, y, z) of map into shared memory at to (128-byte aligned), announcing its
 // `bytes` on bar, which completes when they have landed.
 __device__ __forceinline__ void copy_box_3d(void* to, const CUtensorMap& map, int x, int y, int z,
