@@ -28,6 +28,7 @@ using namespace ozaki;
 using ozaki::cuda::barrier_init;
 using ozaki::cuda::barrier_wait;
 using ozaki::cuda::copy_box_3d;
+using ozaki::cuda::fence_shared_before_copies;
 using ozaki::cuda::shared_address;
 
 
@@ -294,6 +295,7 @@ __global__ void __launch_bounds__(kTmaRows * 32, TMA_MIN_BLOCKS)
     for (int i = 0; i < N; ++i) {
       words[i] = *reinterpret_cast<const uint32_t*>(mine + i * kTmaRows * kTmaColumns);
     }
+    fence_shared_before_copies();  // the reads complete before the copy that refills the slot
     __syncthreads();  // every warp has read the slot: refill it, Stages tiles ahead
     if (threadIdx.x == 0) {
       const int64_t next = tile + int64_t(Stages) * gridDim.x;
