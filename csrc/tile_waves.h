@@ -66,8 +66,9 @@ template <typename Bytes>
 WavePlan plan_tile_waves(const TileWaves& waves, int64_t m, int64_t n, WavePlan given,
                          int64_t budget, Bytes bytes) {
   constexpr int64_t kWidths = 64, kRowCounts = 128;
+  const int64_t given_cost = chunks_cost(waves, m, n, given.rows, given.cols);
   WavePlan best = given;
-  int64_t best_cost = chunks_cost(waves, m, n, given.rows, given.cols);
+  int64_t best_cost = given_cost;
   const int64_t widest_step = ceil_div(n, waves.tile_cols);
   for (int64_t w = widest_step; w >= 1 && w > widest_step - kWidths; --w) {
     const int64_t cols = std::min(n, w * waves.tile_cols);
@@ -82,7 +83,6 @@ WavePlan plan_tile_waves(const TileWaves& waves, int64_t m, int64_t n, WavePlan 
       }
     }
   }
-  const int64_t given_cost = chunks_cost(waves, m, n, given.rows, given.cols);
   return best_cost <= static_cast<double>(given_cost) * (1.0 - kLeastSaving) ? best : given;
 }
 

@@ -136,8 +136,9 @@ def test_large_reconstructions_give_the_cublas_paths_bits_in_every_entry(monkeyp
 def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
     """Budgets (MiB) under which the reduced path keeps all of A's residues but not all of B's
     columns. On 132 multiprocessors (H100, H200) the wave plan (csrc/tile_waves.h) runs chunks of
-    768 columns of the 3000 (the last 696) or all 1536, each in GEMM launches of 1024 rows and
-    the rest, reading rows of A's whole residues, computed or prepared; OZAKI_TILE_WAVES=0 keeps
+    768 columns of the 3000 (the last 696) or all 1536, each in GEMM launches of 1024 rows (the
+    last of 512 of the 1536), reading rows of A's whole residues, computed or prepared;
+    OZAKI_TILE_WAVES=0 keeps
     the memory plan's chunks of 384 and 768 columns, all rows at once. All give the CPU's bits."""
     if "reduced" not in crt_paths():
         pytest.skip("this build or GPU has no reduced residue GEMM")

@@ -915,8 +915,8 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   // Rows per GEMM launch: a row chunk's, or, where the reduced GEMMs take A's residues whole in
   // column chunks, those of the wave plan (csrc/tile_waves.h) with its chunk width.
   int64_t chunk_cols = plan.within.cols, launch_rows = chunk_rows;
-  const bool waves = reduced && tile_waves_enabled();
-  if (waves && chunk_elements == 1 && single_row_chunk && chunk_cols < n &&
+  const bool wave_plan = reduced && tile_waves_enabled();
+  if (wave_plan && chunk_elements == 1 && single_row_chunk && chunk_cols < n &&
       chunk_cols >= kWideTileColumns) {
     const TileWaves waves{N, kWideTileRows, kWideTileColumns, kWideTileRows * kWideClusterRows,
                           at::cuda::getCurrentDeviceProperties()->multiProcessorCount, k_stride};
