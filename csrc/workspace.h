@@ -24,11 +24,14 @@ struct WorkspaceShape {
   int64_t product_bytes;  // bytes per exact slice-product entry
   int64_t col_align;      // leading dimension of the products is a multiple of this
 
-  int64_t bytes_for(int64_t rows, int64_t cols) const {
-    const int64_t slices_bytes = slices * (rows + cols) * k_stride * slice_bytes;
-    const int64_t products = pair_blocks * rows * round_up(cols, col_align) * product_bytes;
+  // A chunk whose slices hold slice_rows rows of A and cols rows of B, and whose products hold
+  // product_rows rows (fewer where the GEMMs run a chunk's rows in several launches).
+  int64_t bytes_for(int64_t slice_rows, int64_t product_rows, int64_t cols) const {
+    const int64_t slices_bytes = slices * (slice_rows + cols) * k_stride * slice_bytes;
+    const int64_t products = pair_blocks * product_rows * round_up(cols, col_align) * product_bytes;
     return slices_bytes + products;
   }
+  int64_t bytes_for(int64_t rows, int64_t cols) const { return bytes_for(rows, rows, cols); }
 };
 
 // Halves the larger chunk side until the workspace fits the budget (or both sides reach the

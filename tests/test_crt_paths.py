@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ozaki
-from ozaki import _ops, crt
+from ozaki import _ops, accuracy, crt
 from helpers import assert_bitwise_equal, cpu_and_cuda, crt_paths, phi_tensor, seeded
 
 # (m, k, n): single entries, sides around the 32-row warp blocks, the 128 x 64 and 128 x 256 tiles
@@ -152,6 +152,36 @@ def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
     with ozaki.prepare(A):
         for _ in range(2):
             assert_bitwise_equal(product(A, B, 15, "reduced", "cuda", monkeypatch), expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("waves", ["1", "0"], ids=["wave-plan", "memory-plan"])
+@pytest.mark.parametrize("rounding, budget", [(None, 30), ("nearest", 48)],
+                         ids=["wide", "exact"])
+def test_rows_of_wide_span_in_column_chunks_give_the_cpu_bits(rounding, budget, waves,
+                                                              monkeypatch):
+    """Rows whose entries span 2^75 (every seventh column of A times 2^40, every fifth row of B
+    times 2^-35): wide scheme II with 18 moduli, and exact scheme II with 30 (correctly rounded),
+    under budgets (MiB) where the reduced path keeps A's residues whole and takes B's 3000
+    columns in chunks of about 512, in the wave plan's launches or the memory plan's: the CPU's
+    bits, and correctly rounded entries where asked."""
+    if "reduced" not in crt_paths():
+        pytest.skip("this build or GPU has no reduced residue GEMM")
+    A, B = operands((), 2048, 256, 3000, torch.float64, seed=7)
+    A[:, ::7] *= 2.0 ** 40
+    B[::5, :] *= 2.0 ** -35
+    plan = ozaki.plan(A, B, rounding=rounding)
+    assert plan.backend == "crt" and plan.moduli == (30 if rounding else 18), str(plan)
+    expected = ozaki.dgemm(A, B, rounding=rounding)
+    monkeypatch.setenv("OZAKI_CRT_PATH", "reduced")
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", str(budget))
+    monkeypatch.setenv("OZAKI_TILE_WAVES", waves)
+    got = ozaki.dgemm(A.cuda(), B.cuda(), rounding=rounding).cpu()
+    assert_bitwise_equal(got, expected)
+    if rounding == "nearest":
+        rows, cols = slice(1000, 1008), slice(2980, 2990)  # in the last chunk, finite
+        exact = accuracy.round_exact(accuracy.exact_matmul(A[rows], B[:, cols]))
+        assert_bitwise_equal(got[rows, cols], exact)
 
 
 @pytest.mark.cuda

@@ -922,9 +922,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
                           at::cuda::getCurrentDeviceProperties()->multiProcessorCount, k_stride};
     const WavePlan wave =
         plan_tile_waves(waves, m, n, WavePlan{chunk_cols, m}, budget,
-                        [&](int64_t rows, int64_t cols) {
-                          return N * (m + cols) * k_stride + N * rows * round_up(cols, result_align);
-                        });
+                        [&](int64_t rows, int64_t cols) { return shape.bytes_for(m, rows, cols); });
     chunk_cols = wave.cols;
     launch_rows = wave.rows;
   }
@@ -949,6 +947,7 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   const bool compute_a = prepared_a == nullptr;
+  const bool a_whole = single_row_chunk || !compute_a;  // A's residues of all m rows at hand
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
     if (compute_a && single_row_chunk) {
@@ -964,7 +963,6 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
         }
         // The chunk's residues of a: modulus planes of `rows` rows computed just now, or rows
         // i0.. of the m rows of all of A's (computed once, or prepared).
-        const bool a_whole = single_row_chunk || !compute_a;
         const int8_t* whole_a = compute_a ? a_res : prepared_a + e0 * N * m * k_stride;
         const int8_t* a_chunk = a_whole ? whole_a + i0 * k_stride : a_res;
         const int64_t a_plane = (a_whole ? m : rows) * k_stride;
