@@ -160,8 +160,8 @@ def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
                          ids=["wide", "exact"])
 def test_rows_of_wide_span_in_column_chunks_give_the_cpu_bits(rounding, budget, waves,
                                                               monkeypatch):
-    """Rows whose entries span 2^75 (every seventh column of A times 2^40, every fifth row of B
-    times 2^-35): wide scheme II with 18 moduli, and exact scheme II with 30 (correctly rounded),
+    """Rows of wide span (every seventh column of A times 2^40, every fifth row of B times
+    2^-35, on phi = 1 data): wide scheme II with 18 moduli, and exact scheme II with 30 (correctly rounded),
     under budgets (MiB) where the reduced path keeps A's residues whole and takes B's 3000
     columns in chunks of about 512, in the wave plan's launches or the memory plan's: the CPU's
     bits, and correctly rounded entries where asked."""
