@@ -138,8 +138,8 @@ def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
     columns. On 132 multiprocessors (H100, H200) the wave plan (csrc/tile_waves.h) runs chunks of
     768 columns of the 3000 (the last 696) or all 1536, each in GEMM launches of 1024 rows (the
     last of 512 of the 1536), reading rows of A's whole residues, computed or prepared;
-    OZAKI_TILE_WAVES=0 keeps
-    the memory plan's chunks of 384 and 768 columns, all rows at once. All give the CPU's bits."""
+    OZAKI_TILE_WAVES=0 keeps the memory plan's chunks of 384 and 768 columns, all rows at once.
+    All give the CPU's bits."""
     if "reduced" not in crt_paths():
         pytest.skip("this build or GPU has no reduced residue GEMM")
     m, k, n, budget = case
@@ -161,10 +161,10 @@ def test_wave_planned_row_launches_give_the_cpu_bits(case, waves, monkeypatch):
 def test_rows_of_wide_span_in_column_chunks_give_the_cpu_bits(rounding, budget, waves,
                                                               monkeypatch):
     """Rows of wide span (every seventh column of A times 2^40, every fifth row of B times
-    2^-35, on phi = 1 data): wide scheme II with 18 moduli, and exact scheme II with 30 (correctly rounded),
-    under budgets (MiB) where the reduced path keeps A's residues whole and takes B's 3000
-    columns in chunks of about 512, in the wave plan's launches or the memory plan's: the CPU's
-    bits, and correctly rounded entries where asked."""
+    2^-35, on phi = 1 data): wide scheme II with 18 moduli, and exact scheme II with 30
+    (correctly rounded), under budgets (MiB) where the reduced path keeps A's residues whole and
+    takes B's 3000 columns in chunks of about 512, in the wave plan's launches or the memory
+    plan's: the CPU's bits, and correctly rounded entries where asked."""
     if "reduced" not in crt_paths():
         pytest.skip("this build or GPU has no reduced residue GEMM")
     A, B = operands((), 2048, 256, 3000, torch.float64, seed=7)
