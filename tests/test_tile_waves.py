@@ -33,7 +33,9 @@ int main() {
     if (shape.bytes_for(m, n) <= budget) continue;
     const ChunkPlan given = plan_column_chunks(m, n, shape, budget, 256);
     if (given.rows < m || given.cols >= n || given.cols < 256) continue;
-    const auto bytes = [&](long long rows, long long cols) { return shape.bytes_for(m, rows, cols); };
+    const auto bytes = [&](long long rows, long long cols) {
+      return shape.bytes_for(m, rows, cols);
+    };
     const TileWaves waves{N, 128, 256, 256, s, k_stride};
     const WavePlan plan = plan_tile_waves(waves, m, n, WavePlan{given.cols, m}, budget, bytes);
     std::printf("%lld %lld %lld %d %lld %lld %lld %lld %lld %lld %lld %lld\n", m, n, k, N, budget,
