@@ -70,9 +70,9 @@ WavePlan plan_tile_waves(const TileWaves& waves, int64_t m, int64_t n, WavePlan 
   WavePlan best = given;
   int64_t best_cost = given_cost;
   const int64_t widest_step = ceil_div(n, waves.tile_cols);
+  const int64_t most_steps = ceil_div(m, waves.row_step);
   for (int64_t w = widest_step; w >= 1 && w > widest_step - kWidths; --w) {
     const int64_t cols = std::min(n, w * waves.tile_cols);
-    const int64_t most_steps = ceil_div(m, waves.row_step);
     for (int64_t s = most_steps; s >= 1 && s > most_steps - kRowCounts; --s) {
       const int64_t rows = std::min(m, s * waves.row_step);
       if (bytes(rows, cols) > budget) continue;

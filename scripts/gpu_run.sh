@@ -2,14 +2,16 @@
 # On a GPU machine: build ozaki with its CUDA backend, run the whole test suite (CUDA cases
 # included), the benchmark and the studies, and write every log under $OUT (default ./gpu-logs).
 #   scripts/gpu_run.sh [all|STEP[,STEP...]] [extra arguments for python -m ozaki.bench]
-# STEP: tests, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, waves, ncu. OZAKI_SKIP_BUILD=1 reuses the
+# STEP: tests, fuzz, bench, study, batched, profile, wide, exact, rate, blocks, kernels, distributed, programs, calls, gaps, quick, paths, tiles, waves, ncu. OZAKI_SKIP_BUILD=1 reuses the
 # build of an earlier call (to run steps in another order, or under separate time limits), from
 # src/ozaki (PYTHONPATH), so that a fresh machine can run an extension built before:
 # OZAKI_SAVE_BUILD=1 writes the built extension, stripped of its debug sections, to
 # $OUT/ozaki_C.so (about 7.5 MB); copied here to src/ozaki/_C.cpython-312-x86_64-linux-gnu.so and
 # carried, it spares the next calls the build as long as no C++ or CUDA source changes. TESTS overrides the test paths of the
 # tests step (default: tests).
-# all = tests + bench + study + batched + profile + wide + exact. The study step writes study.csv (the accuracy
+# all = tests + fuzz + bench + study + batched + profile + wide + exact. fuzz writes fuzz.log: CUDA
+# against CPU bits and exact references on random cases for FUZZ_SECONDS (default 120;
+# scripts/fuzz_bits.py, FUZZ_SEED its first seed). The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
@@ -90,6 +92,11 @@ if wants tests; then
   status=${PIPESTATUS[0]}
 fi
 
+if wants fuzz; then
+  echo "== randomized differential check"
+  python3 scripts/fuzz_bits.py --seconds "${FUZZ_SECONDS:-120}" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} 2>&1 | tee "$OUT/fuzz.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+fi
 if wants bench; then
   echo "== benchmark"
   python3 -m ozaki.bench --json "$OUT/bench.json" --markdown "$OUT/bench.md" "$@" 2>&1 | tee "$OUT/bench.log"

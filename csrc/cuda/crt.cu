@@ -927,10 +927,12 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
     launch_rows = wave.rows;
   }
   const int64_t ld = round_up(chunk_cols, result_align);
-  const int64_t a_rows = prepared_a != nullptr ? 0 : chunk_rows;
+  const bool compute_a = prepared_a == nullptr;
+  const int64_t a_rows = compute_a ? chunk_rows : 0;
   at::Tensor a_residues =
       at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
-  at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
+  at::Tensor b_residues =
+      at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   at::Tensor products = at::empty({chunk_elements * N * launch_rows * ld * product_bytes},
                                   options.dtype(at::kByte));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
@@ -946,7 +948,6 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
-  const bool compute_a = prepared_a == nullptr;
   const bool a_whole = single_row_chunk || !compute_a;  // A's residues of all m rows at hand
   for (int64_t e0 = 0; e0 < batch; e0 += chunk_elements) {
     const int64_t elements = std::min(chunk_elements, batch - e0);
@@ -1115,7 +1116,8 @@ void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product
   const int64_t a_rows = compute_a ? chunk_rows : 0;
   at::Tensor a_residues =
       at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
-  at::Tensor b_residues = at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
+  at::Tensor b_residues =
+      at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
   int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
   int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

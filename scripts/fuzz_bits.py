@@ -1,0 +1,253 @@
+"""Randomized differential check of ozaki's promises on inputs that no test fixes.
+
+    python scripts/fuzz_bits.py [--seconds 120] [--seed S] [--cases N]
+
+Each case draws a shape (tile edges and chunked products included), a dtype, a kind of data
+(heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
+cancellation, NaN/Inf), the options of a call (backend, counts, fast mode, rounding="nearest"), the
+operands' layout (transposed views), the workspace budget and the wave plan, and then checks:
+
+- the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN);
+- a second CUDA call gives the same bits, and so do the operands' contiguous copies;
+- rounding="nearest": sampled entries equal the exact product rounded once (exact rationals);
+- the default plan: sampled entries lie within native's deterministic bound
+  k u (|A||B|)_ij + u |C_ij| of the exact product (a loose check that catches wrong numbers).
+
+Every case prints its seed when it fails (rerun it alone with --seed S --cases 1). Exits 1 on any
+failure. Needs a CUDA device and the CPU backend (the same build).
+"""
+
+import argparse
+import contextlib
+import math
+import os
+import random
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+import ozaki
+from ozaki.accuracy import exact_matmul, round_exact
+from ozaki.crt import smallest_moduli
+
+KINDS = ["phi", "spread", "wide rows", "integers", "sparse", "cancellation", "special"]
+
+
+@contextlib.contextmanager
+def environment(**values):
+    """Sets the environment variables given (None: unset) for the block, then restores them."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def side(rng, largest):
+    """A side length: small, near a multiple of 16/64/128/256 (tile edges), or anywhere."""
+    choice = rng.random()
+    if choice < 0.25:
+        return rng.randint(1, 40)
+    if choice < 0.65:
+        base = rng.choice([16, 64, 128, 256]) * rng.randint(1, max(1, largest // 256))
+        return max(1, min(largest, base + rng.randint(-2, 2)))
+    return rng.randint(1, largest)
+
+
+def draw_case(seed):
+    """The parameters of one case, all from `seed`."""
+    rng = random.Random(seed)
+    large = rng.random() < 0.1
+    case = {
+        "seed": seed,
+        "m": side(rng, 2304 if large else 600),
+        "k": side(rng, 3000 if large else 1200),
+        "n": side(rng, 2304 if large else 600),
+        "dtype": rng.choice([torch.float64, torch.float64, torch.float32]),
+        "kind": rng.choice(KINDS),
+        "transpose_a": rng.random() < 0.2,
+        "transpose_b": rng.random() < 0.3,
+        "workspace_mb": rng.choice([None, None, 1, 4, 16, 64]),
+        "tile_waves": rng.choice([None, "0", "1"]),
+    }
+    # large products keep to plans the CPU computes in seconds
+    backends = ["auto", "crt"] if large else ["auto", "auto", "auto", "crt", "int8", "fp16"]
+    backend = rng.choice(backends)
+    options = {"backend": backend}
+    if rng.random() < 0.3 and backend != "crt" and not large:
+        options["rounding"] = "nearest"
+    elif backend == "crt" and rng.random() < 0.4:
+        options["moduli"] = rng.randint(smallest_moduli(case["k"]), 16)
+    elif backend in ("int8", "fp16") and rng.random() < 0.5:
+        options["slices"] = rng.randint(1, 12)
+        options["fast"] = rng.choice([None, True, False])
+    case["options"] = options
+    return case
+
+
+def operand(rng, gen, rows, cols, kind, dtype):
+    """A (rows, cols) float64 matrix of the given kind, made on the CPU, cast to dtype."""
+    u = torch.rand(rows, cols, generator=gen, dtype=torch.float64) - 0.5
+    span = 40 if dtype == torch.float64 else 25
+    if kind == "phi":
+        x = u * torch.exp(rng.choice([0.5, 1.0, 2.0]) * torch.randn(rows, cols, generator=gen,
+                                                                    dtype=torch.float64))
+    elif kind == "spread":
+        e = torch.randint(-span, span + 1, (rows, cols), generator=gen)
+        x = torch.ldexp(u, e)
+    elif kind == "wide rows":
+        e = torch.randint(-span, span + 1, (rows, 1), generator=gen)
+        x = torch.ldexp(u, e.expand(rows, cols).contiguous())
+    elif kind == "integers":
+        x = torch.randint(-1000, 1001, (rows, cols), generator=gen).to(torch.float64)
+    elif kind == "sparse":
+        x = u * (torch.rand(rows, cols, generator=gen) < 0.05)
+        x[rng.randrange(rows)] = 0.0  # a row of zeros
+    else:  # cancellation and special start from plain entries
+        x = u
+    return x.to(dtype)
+
+
+def make_operands(case):
+    rng = random.Random(case["seed"] + 1)
+    gen = torch.Generator().manual_seed(case["seed"])
+    m, k, n, dtype, kind = case["m"], case["k"], case["n"], case["dtype"], case["kind"]
+    A = operand(rng, gen, m, k, kind, dtype)
+    B = operand(rng, gen, k, n, kind, dtype)
+    if kind == "cancellation" and n >= 2:
+        # column 1 of the product is exactly 0 where B's column 1 is -1 times column 0, and
+        # column 0 of B repeated with a scale of 2^30 makes tiny sums beside huge terms
+        B[:, 1] = -B[:, 0]
+        if k >= 2:
+            A[:, 1] = A[:, 0] * 2.0**30
+            B[1, :] = -B[0, :] * 2.0**-30
+    if kind == "special":
+        for _ in range(rng.randint(1, 3)):
+            target = A if rng.random() < 0.5 else B
+            i, j = rng.randrange(target.shape[0]), rng.randrange(target.shape[1])
+            target[i, j] = rng.choice([math.nan, math.inf, -math.inf])
+    return A, B
+
+
+def as_layout(x, transposed):
+    """x itself, or the same values as the transpose of a contiguous matrix."""
+    return x.t().contiguous().t() if transposed else x
+
+
+def same_bits(x, y):
+    """Equal bits, NaN where the other has NaN (payloads may differ between devices)."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    nan_x, nan_y = torch.isnan(x), torch.isnan(y)
+    if not torch.equal(nan_x, nan_y):
+        return False
+    itype = torch.int64 if x.dtype == torch.float64 else torch.int32
+    return torch.equal(x[~nan_x].view(itype), y[~nan_y].view(itype))
+
+
+def sample_grid(rng, m, n, count=4):
+    rows = sorted(rng.sample(range(m), min(m, count)))
+    cols = sorted(rng.sample(range(n), min(n, count)))
+    return rows, cols
+
+
+def check_case(case):
+    """The failures of one case, as messages (empty: it passed)."""
+    A, B = make_operands(case)
+    product = ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+    options = case["options"]
+    budget = case["workspace_mb"]
+    env = {"OZAKI_WORKSPACE_MB": None if budget is None else str(budget),
+           "OZAKI_TILE_WAVES": case["tile_waves"]}
+    failures = []
+    with warnings.catch_warnings(), environment(**env):
+        warnings.simplefilter("ignore")  # fixed counts warn where they predict poor accuracy
+        cpu = product(A, B, **options)
+        A_gpu = as_layout(A.cuda(), case["transpose_a"])
+        B_gpu = as_layout(B.cuda(), case["transpose_b"])
+        gpu = product(A_gpu, B_gpu, **options).cpu()
+        again = product(A_gpu, B_gpu, **options).cpu()
+        contiguous = product(A.cuda(), B.cuda(), **options).cpu()
+    if not same_bits(gpu, cpu):
+        differing = (gpu.view(-1) != cpu.view(-1)).sum().item()
+        failures.append(f"CUDA and CPU bits differ ({differing} of {gpu.numel()} entries)")
+    if not same_bits(again, gpu):
+        failures.append("a second CUDA call gave other bits")
+    if not same_bits(contiguous, gpu):
+        failures.append("the contiguous operands gave other bits than the transposed views")
+    finite = bool(torch.isfinite(A).all() and torch.isfinite(B).all())
+    default_plan = set(options) == {"backend"} and options["backend"] == "auto"
+    if finite and (options.get("rounding") == "nearest" or default_plan):
+        rng = random.Random(case["seed"] + 2)
+        rows, cols = sample_grid(rng, case["m"], case["n"])
+        exact = exact_matmul(A, B, rows=rows, cols=cols)
+        got = cpu[rows][:, cols]
+        if options.get("rounding") == "nearest":
+            if not same_bits(got, round_exact(exact, dtype=case["dtype"])):
+                failures.append("rounding='nearest' differs from the exact product rounded once")
+        else:
+            u = 2.0**-53 if case["dtype"] == torch.float64 else 2.0**-24
+            magnitude = (A[rows].abs().double() @ B[:, cols].abs().double()).numpy()
+            error = np.abs(got.double().numpy() - exact.astype(float))
+            # error measured against RN(exact): one more half unit of the result
+            bound = case["k"] * u * magnitude * (1 + 2**-20) + 2 * u * np.abs(got.double().numpy())
+            if not (error <= bound).all():
+                failures.append(f"the default plan errs beyond k u |A||B| (worst "
+                                f"{float(np.max(error / np.maximum(bound, 1e-300))):.3g} x)")
+    return failures
+
+
+def describe(case):
+    fields = {key: value for key, value in case.items() if value not in (None, False)}
+    fields["dtype"] = str(case["dtype"]).replace("torch.", "")
+    return " ".join(f"{key}={value}" for key, value in fields.items())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=120.0, help="time to spend (default 120)")
+    parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="first case's seed (default: from the clock); case i uses seed + i")
+    args = parser.parse_args()
+    if args.seconds <= 0:
+        parser.error(f"--seconds must be positive, got {args.seconds}")
+    if args.cases is not None and args.cases <= 0:
+        parser.error(f"--cases must be positive, got {args.cases}")
+    if not torch.cuda.is_available():
+        sys.exit("fuzz_bits.py needs a CUDA device: none is available")
+    first = args.seed if args.seed is not None else int(time.time())
+    print(f"# fuzz_bits: first seed {first}, {torch.cuda.get_device_name()}, torch "
+          f"{torch.__version__}", flush=True)
+    start, done, failed = time.monotonic(), 0, 0
+    counts = {}
+    while time.monotonic() - start < args.seconds and (args.cases is None or done < args.cases):
+        case = draw_case(first + done)
+        failures = check_case(case)
+        done += 1
+        counts[case["kind"]] = counts.get(case["kind"], 0) + 1
+        if failures:
+            failed += 1
+            print(f"FAILED seed={case['seed']}: {'; '.join(failures)}\n  {describe(case)}",
+                  flush=True)
+        if done % 25 == 0:
+            print(f"  {done} cases, {failed} failed, {time.monotonic() - start:.0f} s", flush=True)
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items()))
+    print(f"# {done} cases ({kinds}), {failed} failed, seeds {first}..{first + done - 1}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
