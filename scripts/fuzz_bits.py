@@ -5,13 +5,15 @@
 Each case draws a shape (tile edges and chunked products included), a dtype, a kind of data
 (heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
 cancellation, NaN/Inf), the options of a call (backend, counts, fast mode, rounding="nearest"), the
-operands' layout (transposed views), the workspace budget and the wave plan, and then checks:
+operands' layout (transposed views), batches and complex operands (through ozaki.matmul), the
+workspace budget and the wave plan, and then checks:
 
 - the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN);
 - a second CUDA call gives the same bits, and so do the operands' contiguous copies;
-- rounding="nearest": sampled entries equal the exact product rounded once (exact rationals);
-- the default plan: sampled entries lie within native's deterministic bound
-  k u (|A||B|)_ij + u |C_ij| of the exact product (a loose check that catches wrong numbers).
+- for single real products with finite entries: under rounding="nearest", sampled entries equal
+  the exact product rounded once (exact rationals); under the default plan, they lie within
+  native's deterministic bound k u (|A||B|)_ij + u |C_ij| of the exact product (a loose check that
+  catches wrong numbers).
 
 Every case prints its seed when it fails (rerun it alone with --seed S --cases 1). Exits 1 on any
 failure. Needs a CUDA device and the CPU backend (the same build).
@@ -77,6 +79,9 @@ def draw_case(seed):
         "n": side(rng, 2304 if large else 600),
         "dtype": rng.choice([torch.float64, torch.float64, torch.float32]),
         "kind": rng.choice(KINDS),
+        # a (batch, m, k) @ (batch, k, n) product
+        "batch": None if large else rng.choice([None] * 6 + [2, 3]),
+        "complex": rng.random() < 0.1,  # complex operands (one real product each)
         "transpose_a": rng.random() < 0.2,
         "transpose_b": rng.random() < 0.3,
         "workspace_mb": rng.choice([None, None, 1, 4, 16, 64]),
@@ -121,8 +126,21 @@ def operand(rng, gen, rows, cols, kind, dtype):
 
 
 def make_operands(case):
+    """A and B of the case, on the CPU: (m, k) and (k, n), or a batch of such pairs (each drawn
+    on its own), complex where the case says so."""
     rng = random.Random(case["seed"] + 1)
     gen = torch.Generator().manual_seed(case["seed"])
+    pairs = [real_operands(case, rng, gen) for _ in range(case["batch"] or 1)]
+    if case["complex"]:
+        imaginary = [real_operands(case, rng, gen) for _ in pairs]
+        pairs = [(torch.complex(A, Ai), torch.complex(B, Bi))
+                 for (A, B), (Ai, Bi) in zip(pairs, imaginary)]
+    if case["batch"] is None:
+        return pairs[0]
+    return torch.stack([A for A, _ in pairs]), torch.stack([B for _, B in pairs])
+
+
+def real_operands(case, rng, gen):
     m, k, n, dtype, kind = case["m"], case["k"], case["n"], case["dtype"], case["kind"]
     A = operand(rng, gen, m, k, kind, dtype)
     B = operand(rng, gen, k, n, kind, dtype)
@@ -142,14 +160,16 @@ def make_operands(case):
 
 
 def as_layout(x, transposed):
-    """x itself, or the same values as the transpose of a contiguous matrix."""
-    return x.t().contiguous().t() if transposed else x
+    """x itself, or the same values as the transpose of a contiguous matrix (or batch)."""
+    return x.mT.contiguous().mT if transposed else x
 
 
 def same_bits(x, y):
     """Equal bits, NaN where the other has NaN (payloads may differ between devices)."""
     if x.shape != y.shape or x.dtype != y.dtype:
         return False
+    if x.is_complex():
+        return same_bits(torch.view_as_real(x), torch.view_as_real(y))
     nan_x, nan_y = torch.isnan(x), torch.isnan(y)
     if not torch.equal(nan_x, nan_y):
         return False
@@ -166,7 +186,11 @@ def sample_grid(rng, m, n, count=4):
 def check_case(case):
     """The failures of one case, as messages (empty: it passed)."""
     A, B = make_operands(case)
-    product = ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+    plain = case["batch"] is None and not case["complex"]
+    if not plain:
+        product = ozaki.matmul
+    else:
+        product = ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
     options = case["options"]
     budget = case["workspace_mb"]
     env = {"OZAKI_WORKSPACE_MB": None if budget is None else str(budget),
@@ -181,13 +205,13 @@ def check_case(case):
         again = product(A_gpu, B_gpu, **options).cpu()
         contiguous = product(A.cuda(), B.cuda(), **options).cpu()
     if not same_bits(gpu, cpu):
-        differing = (gpu.view(-1) != cpu.view(-1)).sum().item()
+        differing = (gpu.reshape(-1) != cpu.reshape(-1)).sum().item()
         failures.append(f"CUDA and CPU bits differ ({differing} of {gpu.numel()} entries)")
     if not same_bits(again, gpu):
         failures.append("a second CUDA call gave other bits")
     if not same_bits(contiguous, gpu):
         failures.append("the contiguous operands gave other bits than the transposed views")
-    finite = bool(torch.isfinite(A).all() and torch.isfinite(B).all())
+    finite = plain and bool(torch.isfinite(A).all() and torch.isfinite(B).all())
     default_plan = set(options) == {"backend"} and options["backend"] == "auto"
     if finite and (options.get("rounding") == "nearest" or default_plan):
         rng = random.Random(case["seed"] + 2)
@@ -237,14 +261,17 @@ def main():
         case = draw_case(first + done)
         failures = check_case(case)
         done += 1
-        counts[case["kind"]] = counts.get(case["kind"], 0) + 1
+        for label in (case["kind"], "batched" if case["batch"] else None,
+                      "complex" if case["complex"] else None):
+            if label is not None:
+                counts[label] = counts.get(label, 0) + 1
         if failures:
             failed += 1
             print(f"FAILED seed={case['seed']}: {'; '.join(failures)}\n  {describe(case)}",
                   flush=True)
         if done % 25 == 0:
             print(f"  {done} cases, {failed} failed, {time.monotonic() - start:.0f} s", flush=True)
-    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items()))
+    kinds = ", ".join(f"{label} {count}" for label, count in sorted(counts.items()))
     print(f"# {done} cases ({kinds}), {failed} failed, seeds {first}..{first + done - 1}")
     sys.exit(1 if failed else 0)
 
