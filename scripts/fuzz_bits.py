@@ -38,23 +38,24 @@ from ozaki.crt import smallest_moduli
 KINDS = ["phi", "spread", "wide rows", "integers", "sparse", "cancellation", "special"]
 
 
+def set_environment(values):
+    """Sets each environment variable to its value (None: unsets it)."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @contextlib.contextmanager
 def environment(**values):
     """Sets the environment variables given (None: unset) for the block, then restores them."""
     saved = {name: os.environ.get(name) for name in values}
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        set_environment(values)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        set_environment(saved)
 
 
 def side(rng, largest):
