@@ -1,6 +1,6 @@
 """Randomized differential check of ozaki's promises on inputs that no test fixes.
 
-    python scripts/fuzz_bits.py [--seconds 120] [--seed S] [--cases N]
+    python scripts/fuzz_bits.py [--seconds 120] [--seed S] [--cases N] [--large-share 0.1]
 
 Each case draws a shape (tile edges and chunked products included), a dtype, a kind of data
 (heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
@@ -15,8 +15,8 @@ workspace budget and the wave plan, and then checks:
   native's deterministic bound k u (|A||B|)_ij + u |C_ij| of the exact product (a loose check that
   catches wrong numbers).
 
-Every case prints its seed when it fails (rerun it alone with --seed S --cases 1). Exits 1 on any
-failure. Needs a CUDA device and the CPU backend (the same build).
+Every case prints its seed when it fails (rerun it alone with --seed S --cases 1 and the same
+--large-share). Exits 1 on any failure. Needs a CUDA device and the CPU backend (the same build).
 """
 
 import argparse
@@ -69,10 +69,11 @@ def side(rng, largest):
     return rng.randint(1, largest)
 
 
-def draw_case(seed):
-    """The parameters of one case, all from `seed`."""
+def draw_case(seed, large_share=0.1):
+    """The parameters of one case, all from `seed`; a share of them large (up to 2304 x 3000 x
+    2304, where small budgets cut the product into chunks)."""
     rng = random.Random(seed)
-    large = rng.random() < 0.1
+    large = rng.random() < large_share
     case = {
         "seed": seed,
         "m": side(rng, 2304 if large else 600),
@@ -244,11 +245,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120.0, help="time to spend (default 120)")
     parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
+    parser.add_argument("--large-share", type=float, default=0.1,
+                        help="share of large cases, in [0, 1] (default 0.1)")
     parser.add_argument("--seed", type=int, default=None,
                         help="first case's seed (default: from the clock); case i uses seed + i")
     args = parser.parse_args()
     if args.seconds <= 0:
         parser.error(f"--seconds must be positive, got {args.seconds}")
+    if not 0.0 <= args.large_share <= 1.0:
+        parser.error(f"--large-share must lie in [0, 1], got {args.large_share}")
     if args.cases is not None and args.cases <= 0:
         parser.error(f"--cases must be positive, got {args.cases}")
     if not torch.cuda.is_available():
@@ -259,7 +264,7 @@ def main():
     start, done, failed = time.monotonic(), 0, 0
     counts = {}
     while time.monotonic() - start < args.seconds and (args.cases is None or done < args.cases):
-        case = draw_case(first + done)
+        case = draw_case(first + done, args.large_share)
         failures = check_case(case)
         done += 1
         for label in (case["kind"], "batched" if case["batch"] else None,
