@@ -1,6 +1,7 @@
 """Randomized differential check of ozaki's promises on inputs that no test fixes.
 
-    python scripts/fuzz_bits.py [--seconds 120] [--seed S] [--cases N] [--large-share 0.1]
+    python scripts/fuzz_bits.py [--device cuda|cpu] [--seconds 120] [--seed S] [--cases N]
+                                [--large-share 0.1]
 
 Each case draws a shape (tile edges and chunked products included), a dtype, a kind of data
 (heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
@@ -8,15 +9,17 @@ cancellation, NaN/Inf), the options of a call (backend, counts, fast mode, round
 operands' layout (transposed views), batches and complex operands (through ozaki.matmul), the
 workspace budget and the wave plan, and then checks:
 
-- the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN);
-- a second CUDA call gives the same bits, and so do the operands' contiguous copies;
+- the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN); with --device cpu,
+  the CPU's result with one thread equals its result with the default threads;
+- a second call gives the same bits, and so do the operands' contiguous copies;
 - for single real products with finite entries: under rounding="nearest", sampled entries equal
   the exact product rounded once (exact rationals); under the default plan, they lie within
   native's deterministic bound k u (|A||B|)_ij + u |C_ij| of the exact product (a loose check that
   catches wrong numbers).
 
 Every case prints its seed when it fails (rerun it alone with --seed S --cases 1 and the same
---large-share). Exits 1 on any failure. Needs a CUDA device and the CPU backend (the same build).
+--large-share). Exits 1 on any failure. --device cuda needs a CUDA device and the CPU backend
+(the same build).
 """
 
 import argparse
@@ -185,8 +188,20 @@ def sample_grid(rng, m, n, count=4):
     return rows, cols
 
 
-def check_case(case):
-    """The failures of one case, as messages (empty: it passed)."""
+@contextlib.contextmanager
+def cpu_threads(count):
+    """torch's CPU thread count set to `count` for the block."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def check_case(case, device="cuda"):
+    """The failures of one case, as messages (empty: it passed). device "cuda": the CUDA results
+    against the CPU's; "cpu": the CPU's with one thread against its default threads."""
     A, B = make_operands(case)
     plain = case["batch"] is None and not case["complex"]
     if not plain:
@@ -201,17 +216,19 @@ def check_case(case):
     with warnings.catch_warnings(), environment(**env):
         warnings.simplefilter("ignore")  # fixed counts warn where they predict poor accuracy
         cpu = product(A, B, **options)
-        A_gpu = as_layout(A.cuda(), case["transpose_a"])
-        B_gpu = as_layout(B.cuda(), case["transpose_b"])
-        gpu = product(A_gpu, B_gpu, **options).cpu()
-        again = product(A_gpu, B_gpu, **options).cpu()
-        contiguous = product(A.cuda(), B.cuda(), **options).cpu()
-    if not same_bits(gpu, cpu):
-        differing = (gpu.reshape(-1) != cpu.reshape(-1)).sum().item()
-        failures.append(f"CUDA and CPU bits differ ({differing} of {gpu.numel()} entries)")
-    if not same_bits(again, gpu):
-        failures.append("a second CUDA call gave other bits")
-    if not same_bits(contiguous, gpu):
+        A_other = as_layout(A.to(device), case["transpose_a"])
+        B_other = as_layout(B.to(device), case["transpose_b"])
+        with cpu_threads(1 if device == "cpu" else torch.get_num_threads()):
+            other = product(A_other, B_other, **options).cpu()
+        again = product(A_other, B_other, **options).cpu()
+        contiguous = product(A.to(device), B.to(device), **options).cpu()
+    label = "CUDA" if device == "cuda" else "one CPU thread"
+    if not same_bits(other, cpu):
+        differing = (other.reshape(-1) != cpu.reshape(-1)).sum().item()
+        failures.append(f"{label} and CPU bits differ ({differing} of {other.numel()} entries)")
+    if not same_bits(again, other):
+        failures.append(f"a second call ({label}) gave other bits")
+    if not same_bits(contiguous, other):
         failures.append("the contiguous operands gave other bits than the transposed views")
     finite = plain and bool(torch.isfinite(A).all() and torch.isfinite(B).all())
     default_plan = set(options) == {"backend"} and options["backend"] == "auto"
@@ -245,6 +262,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120.0, help="time to spend (default 120)")
     parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cuda (default): CUDA against CPU bits; cpu: one CPU thread "
+                             "against the default threads (no GPU needed)")
     parser.add_argument("--large-share", type=float, default=0.1,
                         help="share of large cases, in [0, 1] (default 0.1)")
     parser.add_argument("--seed", type=int, default=None,
@@ -256,16 +276,17 @@ def main():
         parser.error(f"--large-share must lie in [0, 1], got {args.large_share}")
     if args.cases is not None and args.cases <= 0:
         parser.error(f"--cases must be positive, got {args.cases}")
-    if not torch.cuda.is_available():
-        sys.exit("fuzz_bits.py needs a CUDA device: none is available")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("fuzz_bits.py --device cuda needs a CUDA device: none is available "
+                 "(--device cpu compares CPU thread counts)")
     first = args.seed if args.seed is not None else int(time.time())
-    print(f"# fuzz_bits: first seed {first}, {torch.cuda.get_device_name()}, torch "
-          f"{torch.__version__}", flush=True)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU threads"
+    print(f"# fuzz_bits: first seed {first}, {where}, torch {torch.__version__}", flush=True)
     start, done, failed = time.monotonic(), 0, 0
     counts = {}
     while time.monotonic() - start < args.seconds and (args.cases is None or done < args.cases):
         case = draw_case(first + done, args.large_share)
-        failures = check_case(case)
+        failures = check_case(case, args.device)
         done += 1
         for label in (case["kind"], "batched" if case["batch"] else None,
                       "complex" if case["complex"] else None):
