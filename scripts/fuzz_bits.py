@@ -37,6 +37,7 @@ import torch
 import ozaki
 from ozaki.accuracy import exact_matmul, round_exact
 from ozaki.crt import smallest_moduli
+from ozaki.study.reproducibility import cpu_threads
 
 KINDS = ["phi", "spread", "wide rows", "integers", "sparse", "cancellation", "special"]
 
@@ -186,17 +187,6 @@ def sample_grid(rng, m, n, count=4):
     rows = sorted(rng.sample(range(m), min(m, count)))
     cols = sorted(rng.sample(range(n), min(n, count)))
     return rows, cols
-
-
-@contextlib.contextmanager
-def cpu_threads(count):
-    """torch's CPU thread count set to `count` for the block."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def check_case(case, device="cuda"):
