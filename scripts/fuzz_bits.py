@@ -6,8 +6,9 @@
 Each case draws a shape (tile edges and chunked products included), a dtype, a kind of data
 (heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
 cancellation, NaN/Inf), the options of a call (backend, counts, fast mode, rounding="nearest"), the
-operands' layout (transposed views), batches and complex operands (through ozaki.matmul), the
-workspace budget and the wave plan, and then checks:
+operands' layout (transposed views), batches and complex operands (through ozaki.matmul),
+ozaki.gemm's alpha, beta, C and transposes, the workspace budget and the wave plan, and then
+checks:
 
 - the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN); with --device cpu,
   the CPU's result with one thread equals its result with the default threads;
@@ -88,6 +89,8 @@ def draw_case(seed, large_share=0.1):
         # a (batch, m, k) @ (batch, k, n) product
         "batch": None if large else rng.choice([None] * 6 + [2, 3]),
         "complex": rng.random() < 0.1,  # complex operands (one real product each)
+        # ozaki.gemm's alpha op(A) op(B) + beta C, with op a transpose where transa/transb say so
+        "blas": None,
         "transpose_a": rng.random() < 0.2,
         "transpose_b": rng.random() < 0.3,
         "workspace_mb": rng.choice([None, None, 1, 4, 16, 64]),
@@ -105,6 +108,11 @@ def draw_case(seed, large_share=0.1):
         options["slices"] = rng.randint(1, 12)
         options["fast"] = rng.choice([None, True, False])
     case["options"] = options
+    if case["batch"] is None and rng.random() < 0.15:
+        scalars = [0.0, 1.0, -1.0, 0.5, rng.uniform(-2.0, 2.0)]
+        alpha = 0.0 if rng.random() < 0.05 else rng.choice(scalars[1:])  # 0: A and B unread
+        case["blas"] = {"alpha": alpha, "beta": rng.choice(scalars), "transa": rng.random() < 0.5,
+                        "transb": rng.random() < 0.5}
     return case
 
 
@@ -144,6 +152,32 @@ def make_operands(case):
     if case["batch"] is None:
         return pairs[0]
     return torch.stack([A for A, _ in pairs]), torch.stack([B for _, B in pairs])
+
+
+def make_addend(case):
+    """The C of a BLAS case, (m, n), drawn like the operands."""
+    rng = random.Random(case["seed"] + 3)
+    gen = torch.Generator().manual_seed(case["seed"] + 3)
+    m, n, dtype = case["m"], case["n"], case["dtype"]
+    C = operand(rng, gen, m, n, case["kind"], dtype)
+    return torch.complex(C, operand(rng, gen, m, n, case["kind"], dtype)) if case["complex"] else C
+
+
+def product_of(case):
+    """The call of the case: product(A, B, **options) for the logical operands A and B."""
+    if case["blas"] is not None:
+        blas, C = case["blas"], make_addend(case)
+
+        def product(A, B, **options):
+            # op(X) = X is passed as X's transpose with trans=True where the case says so
+            return ozaki.gemm(A.mT if blas["transa"] else A, B.mT if blas["transb"] else B,
+                              C.to(A.device), alpha=blas["alpha"], beta=blas["beta"],
+                              transa=blas["transa"], transb=blas["transb"], **options)
+
+        return product
+    if case["batch"] is not None or case["complex"]:
+        return ozaki.matmul
+    return ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
 
 
 def real_operands(case, rng, gen):
@@ -193,11 +227,8 @@ def check_case(case, device="cuda"):
     """The failures of one case, as messages (empty: it passed). device "cuda": the CUDA results
     against the CPU's; "cpu": the CPU's with one thread against its default threads."""
     A, B = make_operands(case)
-    plain = case["batch"] is None and not case["complex"]
-    if not plain:
-        product = ozaki.matmul
-    else:
-        product = ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+    plain = case["batch"] is None and not case["complex"] and case["blas"] is None
+    product = product_of(case)
     options = case["options"]
     budget = case["workspace_mb"]
     env = {"OZAKI_WORKSPACE_MB": None if budget is None else str(budget),
@@ -279,7 +310,7 @@ def main():
         failures = check_case(case, args.device)
         done += 1
         for label in (case["kind"], "batched" if case["batch"] else None,
-                      "complex" if case["complex"] else None):
+                      "complex" if case["complex"] else None, "gemm" if case["blas"] else None):
             if label is not None:
                 counts[label] = counts.get(label, 0) + 1
         if failures:
