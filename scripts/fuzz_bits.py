@@ -154,6 +154,27 @@ def make_operands(case):
     return torch.stack([A for A, _ in pairs]), torch.stack([B for _, B in pairs])
 
 
+def real_operands(case, rng, gen):
+    """One real (m, k) A and (k, n) B of the case's kind."""
+    m, k, n, dtype, kind = case["m"], case["k"], case["n"], case["dtype"], case["kind"]
+    A = operand(rng, gen, m, k, kind, dtype)
+    B = operand(rng, gen, k, n, kind, dtype)
+    if kind == "cancellation" and n >= 2:
+        # column 1 of the product is exactly minus column 0; the terms l = 0 and l = 1 of every
+        # entry cancel exactly (A's column 1 is 2^30 times its column 0, B's row 1 is -2^-30
+        # times its row 0), so each entry is the rest of its sum beside two large terms
+        B[:, 1] = -B[:, 0]
+        if k >= 2:
+            A[:, 1] = A[:, 0] * 2.0**30
+            B[1, :] = -B[0, :] * 2.0**-30
+    if kind == "special":
+        for _ in range(rng.randint(1, 3)):
+            target = A if rng.random() < 0.5 else B
+            i, j = rng.randrange(target.shape[0]), rng.randrange(target.shape[1])
+            target[i, j] = rng.choice([math.nan, math.inf, -math.inf])
+    return A, B
+
+
 def make_addend(case):
     """The C of a BLAS case, (m, n), drawn like the operands."""
     rng = random.Random(case["seed"] + 3)
@@ -180,25 +201,6 @@ def product_of(case):
     return ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
 
 
-def real_operands(case, rng, gen):
-    m, k, n, dtype, kind = case["m"], case["k"], case["n"], case["dtype"], case["kind"]
-    A = operand(rng, gen, m, k, kind, dtype)
-    B = operand(rng, gen, k, n, kind, dtype)
-    if kind == "cancellation" and n >= 2:
-        # column 1 of the product is exactly 0 where B's column 1 is -1 times column 0, and
-        # column 0 of B repeated with a scale of 2^30 makes tiny sums beside huge terms
-        B[:, 1] = -B[:, 0]
-        if k >= 2:
-            A[:, 1] = A[:, 0] * 2.0**30
-            B[1, :] = -B[0, :] * 2.0**-30
-    if kind == "special":
-        for _ in range(rng.randint(1, 3)):
-            target = A if rng.random() < 0.5 else B
-            i, j = rng.randrange(target.shape[0]), rng.randrange(target.shape[1])
-            target[i, j] = rng.choice([math.nan, math.inf, -math.inf])
-    return A, B
-
-
 def as_layout(x, transposed):
     """x itself, or the same values as the transpose of a contiguous matrix (or batch)."""
     return x.mT.contiguous().mT if transposed else x
@@ -218,6 +220,7 @@ def same_bits(x, y):
 
 
 def sample_grid(rng, m, n, count=4):
+    """Up to count rows and count columns of the result, sorted, for the exact references."""
     rows = sorted(rng.sample(range(m), min(m, count)))
     cols = sorted(rng.sample(range(n), min(n, count)))
     return rows, cols
@@ -274,6 +277,7 @@ def check_case(case, device="cuda"):
 
 
 def describe(case):
+    """The case's parameters on one line, for a failure's report."""
     fields = {key: value for key, value in case.items() if value not in (None, False)}
     fields["dtype"] = str(case["dtype"]).replace("torch.", "")
     return " ".join(f"{key}={value}" for key, value in fields.items())
