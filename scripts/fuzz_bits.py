@@ -311,7 +311,10 @@ def main():
     counts = {}
     while time.monotonic() - start < args.seconds and (args.cases is None or done < args.cases):
         case = draw_case(first + done, args.large_share)
-        failures = check_case(case, args.device)
+        try:
+            failures = check_case(case, args.device)
+        except Exception as error:  # reported with the seed like any other failure
+            failures = [f"raised {type(error).__name__}: {error}"]
         done += 1
         for label in (case["kind"], "batched" if case["batch"] else None,
                       "complex" if case["complex"] else None, "gemm" if case["blas"] else None):

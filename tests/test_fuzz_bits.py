@@ -101,3 +101,32 @@ def test_nearest_one_unit_off_is_reported(fuzz, monkeypatch):
     case.update(m=1, n=1)  # the one entry changed is the one sampled
     failures = fuzz.check_case(case, "cpu")
     assert failures == ["rounding='nearest' differs from the exact product rounded once"]
+
+
+def test_a_case_that_raises_is_reported_with_its_seed(fuzz, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    for name in ("dgemm", "sgemm", "matmul", "gemm"):
+        monkeypatch.setattr(ozaki, name, broken)
+    monkeypatch.setattr("sys.argv", ["fuzz_bits.py", "--device", "cpu", "--cases", "2",
+                                     "--seed", "5", "--large-share", "0"])
+    with pytest.raises(SystemExit) as exit_:
+        fuzz.main()
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    assert "FAILED seed=5: raised RuntimeError: boom" in out
+    assert "FAILED seed=6: raised RuntimeError: boom" in out
+    assert "2 failed, seeds 5..6" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seconds", "0"], "--seconds must be positive, got 0.0"),
+    (["--cases", "0"], "--cases must be positive, got 0"),
+    (["--large-share", "1.5"], "--large-share must lie in [0, 1], got 1.5"),
+])
+def test_bad_arguments_are_named(fuzz, monkeypatch, capsys, argv, message):
+    monkeypatch.setattr("sys.argv", ["fuzz_bits.py", "--device", "cpu"] + argv)
+    with pytest.raises(SystemExit):
+        fuzz.main()
+    assert message in capsys.readouterr().err
