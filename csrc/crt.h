@@ -172,12 +172,19 @@ OZAKI_HD uint64_t shift_right_to_nearest(uint64_t m, int d) {
 }
 
 // RN(a * c) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
-// |a| c <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot).
+// |a| c <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot). |a| is
+// read as m 2^e straight from its fields (m below 2^53, trailing zeros kept: the value, and so the
+// rounding, is the same, without a count of them), zero and subnormals included.
 OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
-  if (a == 0.0 || !is_finite(a)) return 0;
-  uint64_t significand;
-  int exponent;
-  integer_significand(a, &significand, &exponent);  // |a| = significand * 2^exponent
+  const uint64_t bits = bits_of(a);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  if (biased == 0x7ff) return 0;
+  uint64_t significand = bits & ((uint64_t(1) << 52) - 1);
+  int exponent = -1074;
+  if (biased != 0) {
+    significand |= uint64_t(1) << 52;
+    exponent = biased - 1075;
+  }
   significand *= static_cast<uint64_t>(c.significand);  // below 2^58: exact
   const int t = exponent + c.exponent;
   uint64_t magnitude;
@@ -188,7 +195,7 @@ OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
   } else {
     magnitude = shift_right_to_nearest(significand, -t);
   }
-  return sign_bit(a) ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
+  return (bits >> 63) != 0 ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
 }
 
 // RN(a c) of one row's entries: scaled_integer, or one multiplication where that is exact. For

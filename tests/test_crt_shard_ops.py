@@ -171,6 +171,60 @@ def test_residues_of_scaled_integers_up_to_2_62(device, dtype, moduli):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("moduli", [1, 8, crt.MAX_MODULI])
+def test_left_residues_round_entries_of_every_binade_to_nearest_even(device, moduli):
+    """Every row residue of scheme II is that of RN(a c), ties to even, against Python integers:
+    entries the scaling turns into exact ties n + 1/2 (both parities, both signs) and into values
+    one unit of the last place either side of ties, quarters that round to 0, integers with long
+    runs of trailing zero bits, subnormals that a scale of 2^1058 turns into fractions, ties and
+    integers up to 2^36, huge entries that a scale of about 2^-1000 brings back to small integers,
+    zeros of both signs, NaN and +-Inf (residue 0); the other rows' scales are drawn from about
+    2^-1064 to 2^61 with every 5-bit significand, and k = 37 leaves the rows unaligned."""
+    g = seeded(80 + moduli)
+    m, k = 16, 37
+    exponents = torch.randint(-60, 2, (m, k), generator=g)
+    a = torch.ldexp(torch.rand(m, k, generator=g, dtype=torch.float64) + 0.5, exponents)
+    a = torch.where(torch.rand(m, k, generator=g) < 0.5, -a, a)
+    codes = 16 * torch.randint(-1060, 61, (m,), generator=g) + torch.randint(0, 16, (m,),
+                                                                             generator=g)
+    codes[:4] = torch.tensor([16 * 40, 16 * 40 + 15, 16 * 61 + 15, 16 * -1000 + 3])
+    # row 0, scale 2^40: ties n + 1/2 for even and odd n, values just off them, and fractions
+    ties = [(2 * n + 1) * 2.0 ** -41 for n in range(-6, 6)]
+    a[0, :12] = torch.tensor(ties, dtype=torch.float64)
+    a[0, 12:16] = torch.tensor([ties[7] * (1 + 2 ** -52), ties[8] * (1 - 2 ** -53), 2.0 ** -42,
+                                -(2.0 ** -42) * (1 + 2 ** -52)], dtype=torch.float64)
+    # row 1: integers with trailing zeros once scaled (f = 15: c = 31 2^36)
+    a[1, :8] = torch.tensor([3 * 2.0 ** -10, -(2.0 ** 0), 2.0 ** -36, 5 * 2.0 ** -30, 1.5, -0.75,
+                             2.0 ** -35, 7 * 2.0 ** -20], dtype=torch.float64)
+    # row 3, scale 19 2^-1004: subnormals (to 0) and huge entries brought back to small integers
+    a[3, :6] = torch.tensor([5e-324, -3 * 5e-324, 2.0 ** -1030, 2.0 ** 1000, -(2.0 ** 1001) * 1.5,
+                             2.0 ** 998 * 1.25], dtype=torch.float64)
+    a[2, :3] = torch.tensor([0.0, -0.0, 1.0 - 2.0 ** -53], dtype=torch.float64)  # 31 2^57 c < 2^62
+    a[4, :3] = torch.tensor([math.inf, -math.inf, math.nan], dtype=torch.float64)
+    # row 5, scale 2^1058: subnormals only, among them ties (2.5, -3.5), 2^-16 and the largest
+    a[5] = torch.ldexp(torch.rand(k, generator=g, dtype=torch.float64) + 0.5,
+                       torch.randint(-1074, -1022, (k,), generator=g))
+    a[5, :4] = torch.tensor([5 * 2.0 ** -1059, -7 * 2.0 ** -1059, 5e-324,
+                             2.0 ** -1022 - 5e-324], dtype=torch.float64)
+    codes[5] = 16 * 1058
+    finite = torch.isfinite(a)
+    # keep |a c| <= 2^62, the scaling's promise, on rows whose code the draw chose
+    exact = scaled_values(torch.where(finite, a, torch.zeros_like(a)), codes)
+    for r in range(m):
+        top = max(abs(v) for v in exact[r])
+        while top > 2 ** 62:
+            codes[r] -= 16
+            top /= 2
+    exact = scaled_values(torch.where(finite, a, torch.zeros_like(a)), codes)
+    assert any(v == round(v) + Fraction(1, 2) for v in exact[0])  # ties are there
+    assert exact[5][:2] == [Fraction(5, 2), Fraction(-7, 2)] and exact[5][3] > 2 ** 35
+    assert max(abs(v) for row in exact for v in row) > 2 ** 61
+    residues = _ops.crt_left_residues(a.to(device), codes.int().to(device), moduli, False).cpu()
+    for i, p in enumerate(crt.MODULI[:moduli]):
+        assert torch.equal(residues[i, :, :k].double(), residue_reference(exact, p)), p
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_residue_products_do_not_depend_on_the_workspace(device):
     # m, n > 256: a 1-byte budget cuts both into chunks of unequal sizes
     a, bt = operands((300, 20), (260, 20), torch.float64, "phi", seed=6, device=device)

@@ -876,6 +876,17 @@ inline bool tile_waves_enabled() {
   return given == "1";
 }
 
+// A chunk's INT8 residue buffers, launch_residues' layout: N planes of a_rows rows of A (none where
+// the caller reads prepared residues instead) and of b_rows of B's columns, per element, k_stride
+// bytes a row.
+struct ChunkResidues {
+  at::Tensor a, b;
+  ChunkResidues(int64_t elements, int64_t N, int64_t a_rows, int64_t b_rows, int64_t k_stride,
+                const at::TensorOptions& options)
+      : a(at::empty({elements * N * a_rows * k_stride}, options.dtype(at::kChar))),
+        b(at::empty({elements * N * b_rows * k_stride}, options.dtype(at::kChar))) {}
+};
+
 // The exact residue GEMMs of the product (or batch of products) for `moduli` moduli, chunk by
 // chunk within the workspace budget: residues(data, blocks, out, weighted, stream) writes the
 // residues of rows `blocks` of in.a or in.bt (weighted: bt's) as launch_residues lays them out;
@@ -928,15 +939,12 @@ void residue_product_chunks(const CrtOperands<T>& in, const ProductShape& produc
   }
   const int64_t ld = round_up(chunk_cols, result_align);
   const bool compute_a = prepared_a == nullptr;
-  const int64_t a_rows = compute_a ? chunk_rows : 0;
-  at::Tensor a_residues =
-      at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
-  at::Tensor b_residues =
-      at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
+  ChunkResidues buffers(chunk_elements, N, compute_a ? chunk_rows : 0, chunk_cols, k_stride,
+                        options);
   at::Tensor products = at::empty({chunk_elements * N * launch_rows * ld * product_bytes},
                                   options.dtype(at::kByte));
-  int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
-  int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
+  int8_t* a_res = buffers.a.mutable_data_ptr<int8_t>();
+  int8_t* b_res = buffers.b.mutable_data_ptr<int8_t>();
   void* product_data = products.mutable_data_ptr();
   ReducedGemm reduced_gemm{};
   if (reduced) {
@@ -1113,13 +1121,10 @@ void gemm_crt_fused_chunks(const CrtOperands<T>& in, const ProductShape& product
   const int64_t chunk_elements = plan.elements, chunk_rows = plan.within.rows;
   const int64_t chunk_cols = plan.within.cols;
   const bool compute_a = prepared_a == nullptr;
-  const int64_t a_rows = compute_a ? chunk_rows : 0;
-  at::Tensor a_residues =
-      at::empty({chunk_elements * N * a_rows * k_stride}, options.dtype(at::kChar));
-  at::Tensor b_residues =
-      at::empty({chunk_elements * N * chunk_cols * k_stride}, options.dtype(at::kChar));
-  int8_t* a_res = a_residues.mutable_data_ptr<int8_t>();
-  int8_t* b_res = b_residues.mutable_data_ptr<int8_t>();
+  ChunkResidues buffers(chunk_elements, N, compute_a ? chunk_rows : 0, chunk_cols, k_stride,
+                        options);
+  int8_t* a_res = buffers.a.mutable_data_ptr<int8_t>();
+  int8_t* b_res = buffers.b.mutable_data_ptr<int8_t>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const auto residues = truncated_residues<N>(in);
   const bool whole_b = chunk_cols >= n;
