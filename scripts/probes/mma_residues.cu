@@ -6,7 +6,7 @@
 // seven instructions per modulus.
 //
 // Here x + 2^63 (x's bits with the sign bit flipped) is read as eight unsigned bytes u_d, and
-//   s_i = sum_d u_d w_di - b_i,   w_di = 256^d W_i mod p_i (symmetric, int8), b_i = 2^63 W_i mod p_i
+//   s_i = sum_d u_d w_di - b_i,  w_di = 256^d W_i mod p_i (symmetric, int8),  b_i = 2^63 W_i mod p_i
 // is congruent to W_i x mod p_i with |s_i| < 2^18. One mma.sync m16n8k16 (s8 weights, 16 moduli x
 // 16 digits of which 8 are zero, times u8 digits, 16 digits x 8 entries) gives 16 moduli's sums
 // of 8 entries. Two reductions of each sum to the symmetric residue's byte:
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- data, checks and timing ---------------------------------------------------------------------
+// ---- data, checks and timing --------------------------------------------------------------------
 
 // Entries of several binades, both signs, some zeros and a few NaN/Inf (their residues are 0).
 __global__ void fill(double* a, int64_t count, uint64_t seed) {
@@ -367,10 +367,12 @@ void run(int64_t rows, int64_t k) {
   const int64_t cap = std::min<int64_t>((rows * per_row + kThreads - 1) / kThreads,
                                         int64_t(sm_count()) * 32);
   const int grid_x = static_cast<int>(std::min<int64_t>((per_row + bx - 1) / bx, cap));
-  const int64_t grid_y = std::clamp<int64_t>(cap / grid_x, 1, std::min<int64_t>((rows + by - 1) / by, 65535));
+  const int64_t grid_y =
+      std::clamp<int64_t>(cap / grid_x, 1, std::min<int64_t>((rows + by - 1) / by, 65535));
   const dim3 library_grid(grid_x, static_cast<unsigned>(grid_y)), library_block(bx, by);
   const auto launch_library = [&] {
-    library_kernel<N, weighted><<<library_grid, library_block>>>(a, rows, k, k_stride, scale, library);
+    library_kernel<N, weighted>
+        <<<library_grid, library_block>>>(a, rows, k, k_stride, scale, library);
   };
   const int64_t units = rows * ((k_stride + kWarpEntries - 1) / kWarpEntries);
   const auto mma_launch = [&](auto kernel) {
@@ -390,7 +392,8 @@ void run(int64_t rows, int64_t k) {
   int64_t sampled = 0, wrong = 0;
   for (int64_t s = 0; s < 20000; ++s) {
     const uint64_t h = mix(s * 31 + 5);
-    const int64_t r = static_cast<int64_t>(h % rows), l = static_cast<int64_t>((h >> 24) % k_stride);
+    const int64_t r = static_cast<int64_t>(h % rows);
+    const int64_t l = static_cast<int64_t>((h >> 24) % k_stride);
     const int i = static_cast<int>((h >> 50) % N);
     const double value = l < k ? host_a[r * k + l] : 0.0;
     const int expected = host_residue_of<N, weighted>(i, value, codes[r]);
@@ -398,7 +401,8 @@ void run(int64_t rows, int64_t k) {
     ++sampled;
   }
   const float library_ms = median_ms(launch_library, 11);
-  const float copy_ms = median_ms([&] { copy_kernel<N><<<sm_count() * 8, kThreads>>>(a, rows, k, k_stride, copied); }, 11);
+  const float copy_ms = median_ms(
+      [&] { copy_kernel<N><<<sm_count() * 8, kThreads>>>(a, rows, k, k_stride, copied); }, 11);
   std::printf("N=%2d %s %6lld x %6lld (k_stride %6lld): host samples of the library's kernel wrong "
               "%lld of %lld | library %.3f ms, loads+stores alone %.3f ms\n",
               N, weighted ? "weighted" : "plain   ", (long long)rows, (long long)k,
