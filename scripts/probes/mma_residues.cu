@@ -6,7 +6,7 @@
 // seven instructions per modulus.
 //
 // Here x + 2^63 (x's bits with the sign bit flipped) is read as eight unsigned bytes u_d, and
-//   s_i = sum_d u_d w_di - b_i,  w_di = 256^d W_i mod p_i (symmetric, int8),  b_i = 2^63 W_i mod p_i
+//   s_i = sum_d u_d w_di - b_i, w_di = 256^d W_i mod p_i (symmetric, int8), b_i = 2^63 W_i mod p_i
 // is congruent to W_i x mod p_i with |s_i| < 2^18. One mma.sync m16n8k16 (s8 weights, 16 moduli x
 // 16 digits of which 8 are zero, times u8 digits, 16 digits x 8 entries) gives 16 moduli's sums
 // of 8 entries. Two reductions of each sum to the symmetric residue's byte:
