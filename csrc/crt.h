@@ -8,6 +8,7 @@
 // bits.
 #pragma once
 
+#include <cmath>
 #include <type_traits>
 
 #include "exact.h"
@@ -472,6 +473,78 @@ OZAKI_HD double round_quotient_to_format(uint64_t high, uint64_t low, uint32_t d
                               format);
 }
 
+// fma(a, b, c) with one rounding on the host and the device.
+OZAKI_HD double fused_multiply_add(double a, double b, double c) {
+#ifdef __CUDA_ARCH__
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// x 2^shift as a float64, exactly, for a 32-bit word x and 0 <= shift <= 96: on the device by its
+// bits (2^(52 + shift) + x 2^shift, less 2^(52 + shift)), which spares the conversion unit.
+OZAKI_HD double word_times_power_of_two(uint32_t x, int shift) {
+#ifdef __CUDA_ARCH__
+  return __hiloint2double(0x43300000 + (shift << 20), static_cast<int>(x)) - pow2(52 + shift);
+#else
+  return static_cast<double>(x) * pow2(shift);
+#endif
+}
+
+// RN(X / divisor * 2^unit) in float64 for X = high 2^64 + low (128-bit two's complement, |X| <
+// 2^127), 256 <= divisor < 1024 and r within 2^-40 (relative) of 1 / divisor, by float64
+// arithmetic where that decides it; *decided false leaves it to round_quotient_to_format.
+//   X is the exact sum of four float64 values, its 32-bit words in place (the top one signed);
+//   three Fast2Sums, each sum's first term the larger in magnitude or 0 (a partial sum of the
+//   upper words is 0 or at least the next word's weight), make it s + e1 + e2 + e3 exactly, and
+//   e = RN(RN(e3 + e2) + e1) leaves s + e within 2^-104 |X|.
+//   y1 = RN(s r); the remainder s - y1 divisor is a multiple of ulp(y1) below 2^25 of them, so
+//   one FMA gives it exactly; y2 = RN(RN(remainder + e) r). y1 + y2 lies within 2^-79 |y| of
+//   y = X / divisor.
+//   res = RN(y1 + y2), t = y1 + y2 - res exactly (Fast2Sum, |y2| < 2^-38 |y1|). y rounds to res
+//   where |t| + 2^-79 |y| stays below the half gap next to res on t's side (ulp(res) / 2, or
+//   ulp(res) / 4 below a power of two): accepted where |t| < that gap less 2^-20 ulp(res), which
+//   leaves about one y in 2^19, ties among them, to the exact path; then res 2^unit by its
+//   exponent field where that stays normal.
+OZAKI_HD double round_quotient_float64(uint64_t high, uint64_t low, uint32_t divisor, double r,
+                                       int64_t unit, bool* decided) {
+  *decided = false;
+  // the top word as signed: (w xor 2^31) 2^96 less 2^127
+  const double w3 = word_times_power_of_two(static_cast<uint32_t>(high >> 32) ^ 0x80000000u, 96) -
+                    0x1p127;
+  const double w2 = word_times_power_of_two(static_cast<uint32_t>(high), 64);
+  const double w1 = word_times_power_of_two(static_cast<uint32_t>(low >> 32), 32);
+  const double w0 = word_times_power_of_two(static_cast<uint32_t>(low), 0);
+  const double s3 = w3 + w2;
+  const double e3 = w2 - (s3 - w3);
+  const double s2 = s3 + w1;
+  const double e2 = w1 - (s2 - s3);
+  const double s = s2 + w0;
+  const double e1 = w0 - (s - s2);
+  if (s == 0.0) {  // X = 0: a nonzero partial sum is at least the next word's weight
+    *decided = true;
+    return 0.0;
+  }
+  const double e = (e3 + e2) + e1;
+  const double d = exact_double(divisor);
+  const double y1 = s * r;
+  const double remainder = fused_multiply_add(-y1, d, s);
+  const double y2 = (remainder + e) * r;
+  const double res = y1 + y2;
+  const double t = y2 - (res - y1);
+  const uint64_t bits = bits_of(res);
+  const int64_t field = static_cast<int64_t>((bits >> 52) & 0x7ff);  // |res| >= 2^-10: normal
+  const double ulp = double_from_bits(static_cast<uint64_t>(field - 52) << 52);
+  const bool power_of_two = (bits & ((uint64_t(1) << 52) - 1)) == 0;
+  const bool toward_zero = t != 0.0 && (t < 0.0) != (res < 0.0);
+  const double gap = power_of_two && toward_zero ? 0.25 * ulp : 0.5 * ulp;
+  if (!(abs_value(t) < gap - ulp * 0x1p-20)) return 0.0;
+  if (field + unit < 1 || field + unit > 2046) return 0.0;
+  *decided = true;
+  return double_from_bits(bits + (static_cast<uint64_t>(unit) << 52));
+}
+
 // The INT32 sum of products of symmetric residues for modulus I, reduced to [0, p_I).
 template <int I>
 OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
@@ -496,8 +569,10 @@ OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
 // The moduli go three at a time (CrtGroup): S = sum_G v_G (P / prod G), so S / P is the sum of the
 // v_G / prod G (each below 3; within 2^-45 in float64, all added), and X is the two's complement
 // of sum_G v_G (P / prod G) + q (2^128 - P) modulo 2^128, in 32-bit limbs (|X| < 2^127).
-// reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes).
-template <int N, bool reduced = false>
+// reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes). float64_first: a
+// float64 result is first rounded by round_quotient_float64, the exact path only where that
+// cannot decide (the same bits either way).
+template <int N, bool reduced = false, bool float64_first = true>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
                                 RoundingFormat format) {
   uint32_t v[crt_groups(N)];
@@ -533,6 +608,15 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   for (int w = 0; w < 3; ++w) limbs[w + 1] += limbs[w] >> 32;
   uint64_t low = (limbs[0] & 0xffffffffu) | (limbs[1] << 32);
   uint64_t high = (limbs[2] & 0xffffffffu) | (limbs[3] << 32);
+  if constexpr (float64_first) {
+    if (format.precision == kFloat64Format.precision) {
+      const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
+      bool decided;
+      const double value = round_quotient_float64(high, low, divisor, divisor_reciprocal(divisor),
+                                                  -(int64_t(c_a.exponent) + c_b.exponent), &decided);
+      if (decided) return value;
+    }
+  }
   const bool negative = (high >> 63) != 0;
   if (negative) {  // |X| = -X in 128-bit two's complement
     low = ~low + 1;

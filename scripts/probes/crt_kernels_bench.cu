@@ -6,7 +6,8 @@
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 // (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
 // with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight; --tma:
-// fed by the tensor memory accelerator, see reconstruct_tma)
+// fed by the tensor memory accelerator, see reconstruct_tma; -DFLOAT64_FIRST=0: the GPU's float64
+// reconstructions by the exact path alone, without the library's float64 rounding first)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +31,14 @@ using ozaki::cuda::barrier_wait;
 using ozaki::cuda::copy_box_3d;
 using ozaki::cuda::fence_shared_before_copies;
 using ozaki::cuda::shared_address;
+
+// The GPU's float64 reconstructions try the float64 rounding first (round_quotient_float64,
+// csrc/crt.h), as the library's do; -DFLOAT64_FIRST=0 leaves them the exact path alone. The
+// host's reference takes the exact path either way.
+#ifndef FLOAT64_FIRST
+#define FLOAT64_FIRST 1
+#endif
+constexpr bool kFloat64First = FLOAT64_FIRST != 0;
 
 
 // ---- valid residue products -----------------------------------------------------------------
@@ -86,7 +95,8 @@ __device__ double entry_value(const int32_t (&residues)[N], RowScale c_a, int co
     for (int m = 0; m < N; ++m) sum += residues[m];
     return static_cast<double>(sum);
   } else {
-    return crt_reconstruct<N, reduced>(residues, c_a, row_scale(code_b), format_of<T>());
+    return crt_reconstruct<N, reduced, kFloat64First>(residues, c_a, row_scale(code_b),
+                                                      format_of<T>());
   }
 }
 
@@ -315,7 +325,8 @@ __global__ void __launch_bounds__(kTmaRows * 32, TMA_MIN_BLOCKS)
         residues[i] = static_cast<int32_t>(__byte_perm(words[i], 0, 0x4440 + c));
       }
       values[c] = static_cast<T>(
-          crt_reconstruct<N, true>(residues, c_a, row_scale(code_b[c]), format_of<T>()));
+          crt_reconstruct<N, true, kFloat64First>(residues, c_a, row_scale(code_b[c]),
+                                                  format_of<T>()));
     }
     if constexpr (TMA_DIRECT_STORES) {
       T* to = out + row * ld + j0;
@@ -491,8 +502,8 @@ void run_reconstruct(int64_t n, int sms, const char* label) {
     for (int64_t t = 0; t < plane; t += 61) {
       int32_t residues[N];
       for (int m = 0; m < N; ++m) residues[m] = products_host[m * plane + t];
-      const T host = static_cast<T>(crt_reconstruct<N>(residues, row_scale(scales_a[t / n]),
-                                                       row_scale(scales_b[t % n]), format_of<T>()));
+      const T host = static_cast<T>(crt_reconstruct<N, false, false>(
+          residues, row_scale(scales_a[t / n]), row_scale(scales_b[t % n]), format_of<T>()));
       differing += std::memcmp(&host, &device[t], sizeof(T)) != 0;
       zeros += host == 0;
       ++checked;
