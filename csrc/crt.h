@@ -174,18 +174,14 @@ OZAKI_HD uint64_t shift_right_to_nearest(uint64_t m, int d) {
 
 // RN(a * c) as an integer (ties to even), exactly, from a's bits; the caller's scaling keeps
 // |a| c <= 2^62. NaN and +-Inf give 0 (their results are patched, see nonfinite_dot). |a| is
-// read as m 2^e straight from its fields (m below 2^53, trailing zeros kept: the value, and so the
-// rounding, is the same, without a count of them), zero and subnormals included.
+// read as m 2^e by significand_fields (trailing zeros kept: the value, and so the rounding, is the
+// same, without a count of them).
 OZAKI_HD int64_t scaled_integer(double a, RowScale c) {
   const uint64_t bits = bits_of(a);
-  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
-  if (biased == 0x7ff) return 0;
-  uint64_t significand = bits & ((uint64_t(1) << 52) - 1);
-  int exponent = -1074;
-  if (biased != 0) {
-    significand |= uint64_t(1) << 52;
-    exponent = biased - 1075;
-  }
+  if (((bits >> 52) & 0x7ff) == 0x7ff) return 0;
+  uint64_t significand;
+  int exponent;
+  significand_fields(bits, &significand, &exponent);
   significand *= static_cast<uint64_t>(c.significand);  // below 2^58: exact
   const int t = exponent + c.exponent;
   uint64_t magnitude;
@@ -492,24 +488,23 @@ OZAKI_HD double word_times_power_of_two(uint32_t x, int shift) {
 #endif
 }
 
-// RN(X / divisor * 2^unit) in float64 for X = high 2^64 + low (128-bit two's complement, |X| <
-// 2^127), 256 <= divisor < 1024 and r within 2^-40 (relative) of 1 / divisor, by float64
-// arithmetic where that decides it; *decided false leaves it to round_quotient_to_format.
+// y = X / divisor in float64 arithmetic, for X = high 2^64 + low (128-bit two's complement,
+// |X| < 2^127), 256 <= divisor < 1024 and r within 2^-40 (relative) of 1 / divisor: *y = res + t
+// with res = RN(res + t) and res + t within 2^-79 |y| of y, for the roundings below; false (and
+// *y unset) for X = 0.
 //   X is the exact sum of four float64 values, its 32-bit words in place (the top one signed);
 //   three Fast2Sums, each sum's first term the larger in magnitude or 0 (a partial sum of the
 //   upper words is 0 or at least the next word's weight), make it s + e1 + e2 + e3 exactly, and
 //   e = RN(RN(e3 + e2) + e1) leaves s + e within 2^-104 |X|.
 //   y1 = RN(s r); the remainder s - y1 divisor is a multiple of ulp(y1) below 2^25 of them, so
-//   one FMA gives it exactly; y2 = RN(RN(remainder + e) r). y1 + y2 lies within 2^-79 |y| of
-//   y = X / divisor.
-//   res = RN(y1 + y2), t = y1 + y2 - res exactly (Fast2Sum, |y2| < 2^-38 |y1|). y rounds to res
-//   where |t| + 2^-79 |y| stays below the half gap next to res on t's side (ulp(res) / 2, or
-//   ulp(res) / 4 below a power of two): accepted where |t| < that gap less 2^-20 ulp(res), which
-//   leaves about one y in 2^19, ties among them, to the exact path; then res 2^unit by its
-//   exponent field where that stays normal.
-OZAKI_HD double round_quotient_float64(uint64_t high, uint64_t low, uint32_t divisor, double r,
-                                       int64_t unit, bool* decided) {
-  *decided = false;
+//   one FMA gives it exactly; y2 = RN(RN(remainder + e) r). y1 + y2 lies within 2^-79 |y| of y,
+//   and res = RN(y1 + y2), t = y1 + y2 - res exactly (Fast2Sum, |y2| < 2^-38 |y1|).
+struct Float64Quotient {
+  double res;
+  double t;
+};
+OZAKI_HD bool quotient_in_float64(uint64_t high, uint64_t low, uint32_t divisor, double r,
+                                  Float64Quotient* y) {
   // the top word as signed: (w xor 2^31) 2^96 less 2^127
   const double w3 = word_times_power_of_two(static_cast<uint32_t>(high >> 32) ^ 0x80000000u, 96) -
                     0x1p127;
@@ -522,17 +517,32 @@ OZAKI_HD double round_quotient_float64(uint64_t high, uint64_t low, uint32_t div
   const double e2 = w1 - (s2 - s3);
   const double s = s2 + w0;
   const double e1 = w0 - (s - s2);
-  if (s == 0.0) {  // X = 0: a nonzero partial sum is at least the next word's weight
-    *decided = true;
-    return 0.0;
-  }
+  if (s == 0.0) return false;  // X = 0: a nonzero partial sum is at least the next word's weight
   const double e = (e3 + e2) + e1;
   const double d = exact_double(divisor);
   const double y1 = s * r;
   const double remainder = fused_multiply_add(-y1, d, s);
   const double y2 = (remainder + e) * r;
   const double res = y1 + y2;
-  const double t = y2 - (res - y1);
+  *y = {res, y2 - (res - y1)};
+  return true;
+}
+
+// RN(X / divisor * 2^unit) in float64 (X, divisor and r as for quotient_in_float64) by float64
+// arithmetic where that decides it; *decided false leaves it to round_quotient_to_format.
+//   y rounds to res where |t| + 2^-79 |y| stays below the half gap next to res on t's side
+//   (ulp(res) / 2, or ulp(res) / 4 below a power of two): accepted where |t| < that gap less
+//   2^-20 ulp(res), which leaves about one y in 2^19, ties among them, to the exact path; then
+//   res 2^unit by its exponent field where that stays normal.
+OZAKI_HD double round_quotient_float64(uint64_t high, uint64_t low, uint32_t divisor, double r,
+                                       int64_t unit, bool* decided) {
+  *decided = false;
+  Float64Quotient y;
+  if (!quotient_in_float64(high, low, divisor, r, &y)) {
+    *decided = true;
+    return 0.0;
+  }
+  const double res = y.res, t = y.t;
   const uint64_t bits = bits_of(res);
   const int64_t field = static_cast<int64_t>((bits >> 52) & 0x7ff);  // |res| >= 2^-10: normal
   const double ulp = double_from_bits(static_cast<uint64_t>(field - 52) << 52);
@@ -543,6 +553,35 @@ OZAKI_HD double round_quotient_float64(uint64_t high, uint64_t low, uint32_t div
   if (field + unit < 1 || field + unit > 2046) return 0.0;
   *decided = true;
   return double_from_bits(bits + (static_cast<uint64_t>(unit) << 52));
+}
+
+// RN(X / divisor * 2^unit) in float32, as a float64 value (X, divisor and r as for
+// quotient_in_float64), by float64 arithmetic where that decides it; *decided false leaves it to
+// round_quotient_to_format.
+//   y lies within ulp(res) of res (|t| <= ulp(res) / 2, the error far below), so where res is at
+//   least two float64 ulps from every float32 midpoint (its low 29 significand bits two or more
+//   from 2^28) and res 2^unit is a normal float32 below its top binade (2^-126 <= |res 2^unit| <
+//   2^127), no midpoint lies between y 2^unit and res 2^unit, and the float32 rounding of y 2^unit
+//   is the conversion of res 2^unit. About one y in 2^27, ties among them, and the top binade,
+//   where the exact path's value may be 2^128 (the caller's conversion makes it +-Inf), go the
+//   exact way.
+OZAKI_HD double round_quotient_float32(uint64_t high, uint64_t low, uint32_t divisor, double r,
+                                       int64_t unit, bool* decided) {
+  *decided = false;
+  Float64Quotient y;
+  if (!quotient_in_float64(high, low, divisor, r, &y)) {
+    *decided = true;
+    return 0.0;
+  }
+  const uint64_t bits = bits_of(y.res);
+  const int64_t field = static_cast<int64_t>((bits >> 52) & 0x7ff) + unit;
+  if (field < 1023 - 126 || field > 1023 + 126) return 0.0;
+  const int64_t below = static_cast<int64_t>(bits & ((uint64_t(1) << 29) - 1));
+  const int64_t from_midpoint = below - (int64_t(1) << 28);
+  if (from_midpoint > -2 && from_midpoint < 2) return 0.0;
+  *decided = true;
+  return static_cast<double>(
+      static_cast<float>(double_from_bits(bits + (static_cast<uint64_t>(unit) << 52))));
 }
 
 // The INT32 sum of products of symmetric residues for modulus I, reduced to [0, p_I).
@@ -569,9 +608,10 @@ OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
 // The moduli go three at a time (CrtGroup): S = sum_G v_G (P / prod G), so S / P is the sum of the
 // v_G / prod G (each below 3; within 2^-45 in float64, all added), and X is the two's complement
 // of sum_G v_G (P / prod G) + q (2^128 - P) modulo 2^128, in 32-bit limbs (|X| < 2^127).
-// reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes). float64_first: a
-// float64 result is first rounded by round_quotient_float64, the exact path only where that
-// cannot decide (the same bits either way).
+// reduced: every R_i is already u_i, in [0, p_i) (the reduced GEMMs' bytes). float64_first: the
+// result is first rounded in float64 arithmetic (round_quotient_float64 or
+// round_quotient_float32), the exact path only where that cannot decide (the same bits either
+// way).
 template <int N, bool reduced = false, bool float64_first = true>
 OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale c_b,
                                 RoundingFormat format) {
@@ -609,11 +649,16 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   uint64_t low = (limbs[0] & 0xffffffffu) | (limbs[1] << 32);
   uint64_t high = (limbs[2] & 0xffffffffu) | (limbs[3] << 32);
   if constexpr (float64_first) {
+    const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
+    const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
+    bool decided;
     if (format.precision == kFloat64Format.precision) {
-      const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
-      bool decided;
-      const double value = round_quotient_float64(high, low, divisor, divisor_reciprocal(divisor),
-                                                  -(int64_t(c_a.exponent) + c_b.exponent), &decided);
+      const double value =
+          round_quotient_float64(high, low, divisor, divisor_reciprocal(divisor), unit, &decided);
+      if (decided) return value;
+    } else {  // kFloat32Format, the only other format
+      const double value =
+          round_quotient_float32(high, low, divisor, divisor_reciprocal(divisor), unit, &decided);
       if (decided) return value;
     }
   }

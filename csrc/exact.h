@@ -224,17 +224,24 @@ OZAKI_HD double nearest_from_levels(Load load, const PairLayout& layout, int64_t
                                  tau_sum, dropped, format, undecided);
 }
 
+// |x| = m 2^e read straight from the fields of a finite x's bits (m below 2^53, trailing zeros
+// kept), zero and subnormals included.
+OZAKI_HD void significand_fields(uint64_t bits, uint64_t* m, int* e) {
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  *m = bits & ((uint64_t(1) << 52) - 1);
+  *e = -1074;
+  if (biased != 0) {
+    *m |= uint64_t(1) << 52;
+    *e = biased - 1075;
+  }
+}
+
 // Splits a finite nonzero x into sign, odd-or-zero-trailing integer significand and exponent of
 // its lowest set bit: |x| = significand * 2^exponent.
 OZAKI_HD void integer_significand(double x, uint64_t* significand, int* exponent) {
-  const uint64_t u = bits_of(x);
-  const int biased = static_cast<int>((u >> 52) & 0x7ff);
-  uint64_t m = u & ((uint64_t(1) << 52) - 1);
-  int e = -1074;
-  if (biased != 0) {
-    m |= uint64_t(1) << 52;
-    e = biased - 1075;
-  }
+  uint64_t m;
+  int e;
+  significand_fields(bits_of(x), &m, &e);
   const int zeros = count_trailing_zeros(m);
   *significand = m >> zeros;
   *exponent = e + zeros;

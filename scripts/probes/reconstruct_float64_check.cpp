@@ -1,14 +1,15 @@
-// Host check of the float64-first rounding (round_quotient_float64, csrc/crt.h): crt_reconstruct
-// with it against the exact path alone, bit for bit, on the residues of exact integers X drawn
-// across magnitudes, exact ties and near-ties (also just below powers of two), exact quotients,
-// small X at the 64-bit words' borders, and scales that push results to overflow and subnormals;
-// then the float64 rounding alone with a reciprocal off by up to 2^-40 (as the device's may be),
-// against round_quotient_to_format. tests/test_float64_rounding.py runs it.
+// Host check of the rounding in float64 arithmetic first (round_quotient_float64 and
+// round_quotient_float32, csrc/crt.h): crt_reconstruct with it against the exact path alone, bit
+// for bit, for float64 and float32 results, on the residues of exact integers X drawn across
+// magnitudes, exact ties and near-ties (also just below powers of two), exact quotients, small X
+// at the 64-bit words' borders, and scales that push results to overflow and subnormals; then the
+// float64 arithmetic's rounding alone with a reciprocal off by up to 2^-40 (as the device's may
+// be), against round_quotient_to_format. tests/test_float64_rounding.py runs it.
 //   g++ -O2 -std=c++20 -ffp-contract=off -Icsrc scripts/probes/reconstruct_float64_check.cpp -o /tmp/check
 //   /tmp/check 20000000
-// Prints, per moduli count, the draws, how many differ from the exact path (0 expected), how many
-// the float64 rounding decided, and the exact ties met and decided by it (0 expected: a tie is the
-// exact path's).
+// Prints, per format and moduli count, the draws, how many differ from the exact path (0
+// expected), how many the float64 arithmetic decided, and the exact ties met and decided by it (0
+// expected: a tie is the exact path's).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -64,21 +65,21 @@ int bit_length(int128 v) {
   return length;
 }
 
-// Whether |X| / divisor lies exactly halfway between two float64 neighbours (as a significand;
-// the power of two 2^unit moves no tie while the result stays normal).
-bool is_tie(int128 x, int64_t divisor) {
+// Whether |X| / divisor lies exactly halfway between two neighbours of `precision` significant
+// bits (the power of two 2^unit moves no tie while the result stays normal).
+bool is_tie(int128 x, int64_t divisor, int precision) {
   const int128 magnitude = x < 0 ? -x : x;
   if (magnitude % divisor != 0) return false;
   const int128 quotient = magnitude / divisor;
   const int length = bit_length(quotient);
-  if (length < 54) return false;
-  const int dropped = length - 54;  // the 54th significant bit is the half ulp's
+  if (length <= precision) return false;
+  const int dropped = length - (precision + 1);  // the bit after the last kept one is the half's
   return ((quotient >> dropped) & 1) == 1 && quotient % (int128(1) << dropped) == 0;
 }
 
-// One X of the given kind, |X| <= half.
-int128 draw_x(int kind, int128 half, int top, int64_t divisor, uint64_t r0, uint64_t r1,
-              uint64_t r2) {
+// One X of the given kind, |X| <= half, for results of `precision` significant bits.
+int128 draw_x(int kind, int128 half, int top, int64_t divisor, int precision, uint64_t r0,
+              uint64_t r1, uint64_t r2) {
   const bool negative = (r2 >> 51) & 1;
   int128 v;
   if (kind <= 2) {  // random magnitudes, kind 2 the largest ones
@@ -86,9 +87,11 @@ int128 draw_x(int kind, int128 half, int top, int64_t divisor, uint64_t r0, uint
     v = (int128(r1) << 64) | r0;
     v &= bits >= 127 ? ~int128(0) : (int128(1) << bits) - 1;
     v = std::min(v, half);
-  } else if (kind == 3) {  // a tie: divisor times a 54-bit odd integer times 2^e, then +-0..2
+  } else if (kind == 3) {  // a tie: divisor times an odd integer of precision + 1 bits times 2^e,
+                           // then +-0..2
     const int e = int((r2 >> 44) % 60);
-    v = divisor * ((int128(1) << 53) + (r0 & ((uint64_t(1) << 52) - 1)) * 2 + 1);
+    const uint64_t odd_part = r0 & ((uint64_t(1) << (precision - 1)) - 1);
+    v = divisor * ((int128(1) << precision) + int128(odd_part) * 2 + 1);
     if (e > 0) v <<= e - 1;
     while (v > half) v >>= 1;
     v += int64_t((r2 >> 52) % 5) - 2;
@@ -99,8 +102,8 @@ int128 draw_x(int kind, int128 half, int top, int64_t divisor, uint64_t r0, uint
     v = divisor * quotient;
     while (v > half) v >>= 1;
     v += int64_t((r2 >> 52) % 3) - 1;
-  } else if (kind == 5) {  // ties just below a power of two: quotient 2^54 - 1 (times 2^j), +-0..2
-    v = (int128(divisor) * ((int128(1) << 54) - 1)) << int((r2 >> 44) % 64);
+  } else if (kind == 5) {  // ties just below a power of two: quotient 2^(precision + 1) - 1, +-0..2
+    v = (int128(divisor) * ((int128(1) << (precision + 1)) - 1)) << int((r2 >> 44) % 64);
     while (v > half) v >>= 1;
     v += int64_t((r2 >> 52) % 5) - 2;
   } else {  // small X around the 64-bit words' borders
@@ -114,27 +117,37 @@ struct Counts {
   long long draws = 0, differing = 0, decided = 0, ties = 0, ties_decided = 0;
 };
 
+// Scale exponents in [-600, 600) for float64 results and [-100, 100) for float32 ones, so that
+// both reach past their formats' overflow and subnormal thresholds.
 template <int N>
-Counts check_moduli(long long draws) {
+Counts check_moduli(long long draws, RoundingFormat format) {
   const int128 half = moduli_product<N>() / 2 - moduli_product<N>() / (int128(1) << 30);
   const int top = bit_length(half) - 1;  // 2^top <= half
+  const bool float64 = format.precision == kFloat64Format.precision;
+  const int exponents = float64 ? 1200 : 200;
   Counts counts;
   for (long long n = 0; n < draws; ++n) {
     const uint64_t r0 = next_random(), r1 = next_random(), r2 = next_random();
-    const RowScale c_a{16 + int(r2 % 16), int((r2 >> 4) % 1200) - 600};
-    const RowScale c_b{16 + int((r2 >> 16) % 16), int((r2 >> 24) % 1200) - 600};
+    const RowScale c_a{16 + int(r2 % 16), int((r2 >> 4) % exponents) - exponents / 2};
+    const RowScale c_b{16 + int((r2 >> 16) % 16), int((r2 >> 24) % exponents) - exponents / 2};
     const int64_t divisor = c_a.significand * c_b.significand;
-    const int128 x = draw_x(int((r2 >> 40) % 7), half, top, divisor, r0, r1, r2);
+    const int128 x =
+        draw_x(int((r2 >> 40) % 7), half, top, divisor, format.precision, r0, r1, r2);
     int32_t residues[N];
     reduced_residues<N>(x, residues);
-    const double exact = crt_reconstruct<N, true, false>(residues, c_a, c_b, kFloat64Format);
-    const double first = crt_reconstruct<N, true, true>(residues, c_a, c_b, kFloat64Format);
+    const double exact = crt_reconstruct<N, true, false>(residues, c_a, c_b, format);
+    const double first = crt_reconstruct<N, true, true>(residues, c_a, c_b, format);
+    const uint32_t d = static_cast<uint32_t>(divisor);
+    const auto high = static_cast<uint64_t>(static_cast<unsigned __int128>(x) >> 64);
+    const auto low = static_cast<uint64_t>(x);
+    const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
     bool decided;
-    round_quotient_float64(static_cast<uint64_t>(static_cast<unsigned __int128>(x) >> 64),
-                           static_cast<uint64_t>(x), static_cast<uint32_t>(divisor),
-                           divisor_reciprocal(static_cast<uint32_t>(divisor)),
-                           -(int64_t(c_a.exponent) + c_b.exponent), &decided);
-    const bool tie = is_tie(x, divisor);
+    if (float64) {
+      round_quotient_float64(high, low, d, divisor_reciprocal(d), unit, &decided);
+    } else {
+      round_quotient_float32(high, low, d, divisor_reciprocal(d), unit, &decided);
+    }
+    const bool tie = is_tie(x, divisor, format.precision);
     ++counts.draws;
     counts.decided += decided;
     counts.ties += tie;
@@ -144,13 +157,17 @@ Counts check_moduli(long long draws) {
       ++counts.differing;
     }
   }
-  std::printf("N=%d draws %lld differing %lld decided %lld ties %lld ties_decided %lld\n", N,
-              counts.draws, counts.differing, counts.decided, counts.ties, counts.ties_decided);
+  std::printf("%s N=%d draws %lld differing %lld decided %lld ties %lld ties_decided %lld\n",
+              float64 ? "float64" : "float32", N, counts.draws, counts.differing, counts.decided,
+              counts.ties, counts.ties_decided);
   return counts;
 }
 
-// The float64 rounding alone on random 128-bit X with a reciprocal within 2^-40 of 1 / divisor.
-Counts check_perturbed_reciprocal(long long draws) {
+// The float64 arithmetic's rounding alone on random 128-bit X with a reciprocal within 2^-40 of
+// 1 / divisor (units in [-1100, 1100) for float64 results, [-200, 200) for float32 ones).
+Counts check_perturbed_reciprocal(long long draws, RoundingFormat format) {
+  const bool float64 = format.precision == kFloat64Format.precision;
+  const int units = float64 ? 2200 : 400;
   Counts counts;
   for (long long n = 0; n < draws; ++n) {
     const uint64_t r0 = next_random(), r1 = next_random(), r2 = next_random();
@@ -165,26 +182,27 @@ Counts check_perturbed_reciprocal(long long draws) {
       signed_high = ~high + (signed_low == 0 ? 1 : 0);
     }
     const uint32_t divisor = 256 + uint32_t((r2 >> 30) % 768);
-    const int64_t unit = int64_t((r2 >> 40) % 2200) - 1100;
+    const int64_t unit = int64_t((r2 >> 40) % units) - units / 2;
     const double error = std::ldexp(double((r2 >> 50) % 1024), -50);  // below 2^-40
     const double reciprocal = (1.0 / divisor) * (1.0 + ((r2 >> 60) & 1 ? error : -error));
     bool decided;
     const double first =
-        round_quotient_float64(signed_high, signed_low, divisor, reciprocal, unit, &decided);
+        float64 ? round_quotient_float64(signed_high, signed_low, divisor, reciprocal, unit, &decided)
+                : round_quotient_float32(signed_high, signed_low, divisor, reciprocal, unit, &decided);
     ++counts.draws;
     if (!decided) continue;
     ++counts.decided;
     const double exact = high == 0 && low == 0
                              ? 0.0
                              : round_quotient_to_format(high, low, divisor, negative, unit,
-                                                        kFloat64Format);
+                                                        format);
     if (bits_of_double(exact) != bits_of_double(first)) {
       if (counts.differing < 10) std::printf("perturbed differ: exact %a, first %a\n", exact, first);
       ++counts.differing;
     }
   }
-  std::printf("perturbed draws %lld differing %lld decided %lld\n", counts.draws,
-              counts.differing, counts.decided);
+  std::printf("%s perturbed draws %lld differing %lld decided %lld\n",
+              float64 ? "float64" : "float32", counts.draws, counts.differing, counts.decided);
   return counts;
 }
 
@@ -193,10 +211,14 @@ Counts check_perturbed_reciprocal(long long draws) {
 int main(int argc, char** argv) {
   const long long draws = argc > 1 ? std::atoll(argv[1]) : 1000000;
   long long differing = 0;
-  differing += check_moduli<15>(draws).differing;
-  differing += check_moduli<16>(draws).differing;
-  differing += check_moduli<8>(draws).differing;
-  differing += check_moduli<12>(draws).differing;
-  differing += check_perturbed_reciprocal(draws).differing;
+  differing += check_moduli<15>(draws, kFloat64Format).differing;
+  differing += check_moduli<16>(draws, kFloat64Format).differing;
+  differing += check_moduli<8>(draws, kFloat64Format).differing;
+  differing += check_moduli<12>(draws, kFloat64Format).differing;
+  differing += check_moduli<7>(draws, kFloat32Format).differing;
+  differing += check_moduli<8>(draws, kFloat32Format).differing;
+  differing += check_moduli<15>(draws, kFloat32Format).differing;
+  differing += check_perturbed_reciprocal(draws, kFloat64Format).differing;
+  differing += check_perturbed_reciprocal(draws, kFloat32Format).differing;
   return differing == 0 ? 0 : 1;
 }
