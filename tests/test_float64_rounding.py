@@ -22,6 +22,10 @@ LINE = re.compile(r"^(float64|float32) (?:N=(\d+)|perturbed) draws (\d+) differi
                   r"decided (\d+)(?: ties (\d+) ties_decided (\d+))?$")
 CASES = [("float64", 15), ("float64", 16), ("float64", 8), ("float64", 12), ("float32", 7),
          ("float32", 8), ("float32", 15)]
+# the share of draws the float64 arithmetic must decide (measured: 0.73-0.93 for float64 results,
+# 0.60-0.66 for float32; with the perturbed reciprocal 0.93 and 0.62)
+DECIDED_AT_LEAST = {"float64": 0.6, "float32": 0.5}
+PERTURBED_DECIDED_AT_LEAST = {"float64": 0.9, "float32": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +56,9 @@ def test_float64_first_reconstruction_returns_the_exact_paths_bits(counts, case)
     draws, differing, decided, ties, ties_decided = counts[case]
     assert draws == DRAWS and differing == 0
     # the float64 arithmetic decides most entries (else it saves nothing; many draws here are
-    # ties, near-ties and results past the formats' ranges, which it leaves)...
-    assert decided > 0.5 * draws
+    # ties, near-ties and results past the formats' ranges, which it leaves: more of them for
+    # float32, whose range is narrower)...
+    assert decided > DECIDED_AT_LEAST[case[0]] * draws
     # ...and never an exact tie, which it cannot tell from a near-tie: those go the exact way
     assert ties > 0.01 * draws and ties_decided == 0
 
@@ -62,4 +67,5 @@ def test_float64_first_reconstruction_returns_the_exact_paths_bits(counts, case)
 def test_float64_rounding_with_a_reciprocal_off_by_2_to_the_minus_40_is_still_exact(counts,
                                                                                    format_name):
     draws, differing, decided, _, _ = counts[(format_name, "perturbed")]
-    assert draws == DRAWS and differing == 0 and decided > 0.5 * draws
+    assert draws == DRAWS and differing == 0
+    assert decided > PERTURBED_DECIDED_AT_LEAST[format_name] * draws
