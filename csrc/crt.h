@@ -399,15 +399,18 @@ OZAKI_HD double round_word_to_format(uint64_t m, bool negative, int64_t unit,
   return negative ? -value : value;
 }
 
-// x as a float64 (exactly): on the device by its bits (2^52 + x, less 2^52), which spares the
-// conversion unit.
-OZAKI_HD double exact_double(uint32_t x) {
+// x 2^shift as a float64, exactly, for a 32-bit word x and 0 <= shift <= 96: on the device by its
+// bits (2^(52 + shift) + x 2^shift, less 2^(52 + shift)), which spares the conversion unit.
+OZAKI_HD double word_times_power_of_two(uint32_t x, int shift) {
 #ifdef __CUDA_ARCH__
-  return __hiloint2double(0x43300000, static_cast<int>(x)) - 4503599627370496.0;
+  return __hiloint2double(0x43300000 + (shift << 20), static_cast<int>(x)) - pow2(52 + shift);
 #else
-  return static_cast<double>(x);
+  return static_cast<double>(x) * pow2(shift);
 #endif
 }
+
+// x as a float64 (exactly).
+OZAKI_HD double exact_double(uint32_t x) { return word_times_power_of_two(x, 0); }
 
 // A float64 within 2^-40 (relative) of 1 / d, for 256 <= d < 1024: 1 / d rounded on the host; on
 // the device the float32 approximate reciprocal (within one unit of its last place, 2^-23) and
@@ -478,16 +481,6 @@ OZAKI_HD double fused_multiply_add(double a, double b, double c) {
 #endif
 }
 
-// x 2^shift as a float64, exactly, for a 32-bit word x and 0 <= shift <= 96: on the device by its
-// bits (2^(52 + shift) + x 2^shift, less 2^(52 + shift)), which spares the conversion unit.
-OZAKI_HD double word_times_power_of_two(uint32_t x, int shift) {
-#ifdef __CUDA_ARCH__
-  return __hiloint2double(0x43300000 + (shift << 20), static_cast<int>(x)) - pow2(52 + shift);
-#else
-  return static_cast<double>(x) * pow2(shift);
-#endif
-}
-
 // y = X / divisor in float64 arithmetic, for X = high 2^64 + low (128-bit two's complement,
 // |X| < 2^127), 256 <= divisor < 1024 and r within 2^-40 (relative) of 1 / divisor: *y = res + t
 // with res = RN(res + t) and res + t within 2^-79 |y| of y, for the roundings below; false (and
@@ -510,7 +503,7 @@ OZAKI_HD bool quotient_in_float64(uint64_t high, uint64_t low, uint32_t divisor,
                     0x1p127;
   const double w2 = word_times_power_of_two(static_cast<uint32_t>(high), 64);
   const double w1 = word_times_power_of_two(static_cast<uint32_t>(low >> 32), 32);
-  const double w0 = word_times_power_of_two(static_cast<uint32_t>(low), 0);
+  const double w0 = exact_double(static_cast<uint32_t>(low));
   const double s3 = w3 + w2;
   const double e3 = w2 - (s3 - w3);
   const double s2 = s3 + w1;
@@ -648,9 +641,9 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   for (int w = 0; w < 3; ++w) limbs[w + 1] += limbs[w] >> 32;
   uint64_t low = (limbs[0] & 0xffffffffu) | (limbs[1] << 32);
   uint64_t high = (limbs[2] & 0xffffffffu) | (limbs[3] << 32);
+  const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
+  const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
   if constexpr (float64_first) {
-    const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
-    const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
     bool decided;
     if (format.precision == kFloat64Format.precision) {
       const double value =
@@ -668,9 +661,7 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
     high = ~high + (low == 0 ? 1 : 0);
   }
   if (high == 0 && low == 0) return 0.0;
-  const auto divisor = static_cast<uint32_t>(c_a.significand * c_b.significand);
-  return round_quotient_to_format(high, low, divisor, negative,
-                                  -(int64_t(c_a.exponent) + c_b.exponent), format);
+  return round_quotient_to_format(high, low, divisor, negative, unit, format);
 }
 
 // Runs f(std::integral_constant<int, V>{}) for the run-time value First <= value <= Last, so V is a

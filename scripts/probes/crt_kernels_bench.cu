@@ -6,8 +6,8 @@
 //        scripts/probes/crt_kernels_bench.cu -o /tmp/crt_kernels_bench && /tmp/crt_kernels_bench
 // (--bytes: the reduced path's reconstruction at 16384^2 alone, three times over; --wide: the same
 // with 4, 8 or 16 entries per thread; --pipelined: with the next items' loads in flight; --tma:
-// fed by the tensor memory accelerator, see reconstruct_tma; -DFLOAT64_FIRST=0: the GPU's float64
-// reconstructions by the exact path alone, without the library's float64 rounding first)
+// fed by the tensor memory accelerator, see reconstruct_tma; -DFLOAT64_FIRST=0: the GPU's
+// reconstructions by the exact path alone, without the library's rounding in float64 first)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -32,9 +32,10 @@ using ozaki::cuda::copy_box_3d;
 using ozaki::cuda::fence_shared_before_copies;
 using ozaki::cuda::shared_address;
 
-// The GPU's float64 reconstructions try the float64 rounding first (round_quotient_float64,
-// csrc/crt.h), as the library's do; -DFLOAT64_FIRST=0 leaves them the exact path alone. The
-// host's reference takes the exact path either way.
+// The GPU's reconstructions, of float64 and float32 results, try the rounding in float64
+// arithmetic first (round_quotient_float64, round_quotient_float32 in csrc/crt.h), as the
+// library's do; -DFLOAT64_FIRST=0 leaves them the exact path alone. The host's reference takes
+// the exact path either way.
 #ifndef FLOAT64_FIRST
 #define FLOAT64_FIRST 1
 #endif

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "crt.h"
 
@@ -29,12 +28,6 @@ uint64_t next_random() {  // xorshift64
   g_state ^= g_state >> 7;
   g_state ^= g_state << 17;
   return g_state;
-}
-
-uint64_t bits_of_double(double x) {
-  uint64_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
 }
 
 template <int N>
@@ -113,6 +106,14 @@ int128 draw_x(int kind, int128 half, int top, int64_t divisor, int precision, ui
   return negative ? -v : v;
 }
 
+// The rounding in float64 arithmetic alone, for the format's results.
+double rounded_in_float64(uint64_t high, uint64_t low, uint32_t divisor, double reciprocal,
+                          int64_t unit, RoundingFormat format, bool* decided) {
+  return format.precision == kFloat64Format.precision
+             ? round_quotient_float64(high, low, divisor, reciprocal, unit, decided)
+             : round_quotient_float32(high, low, divisor, reciprocal, unit, decided);
+}
+
 struct Counts {
   long long draws = 0, differing = 0, decided = 0, ties = 0, ties_decided = 0;
 };
@@ -142,17 +143,13 @@ Counts check_moduli(long long draws, RoundingFormat format) {
     const auto low = static_cast<uint64_t>(x);
     const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
     bool decided;
-    if (float64) {
-      round_quotient_float64(high, low, d, divisor_reciprocal(d), unit, &decided);
-    } else {
-      round_quotient_float32(high, low, d, divisor_reciprocal(d), unit, &decided);
-    }
+    rounded_in_float64(high, low, d, divisor_reciprocal(d), unit, format, &decided);
     const bool tie = is_tie(x, divisor, format.precision);
     ++counts.draws;
     counts.decided += decided;
     counts.ties += tie;
     counts.ties_decided += tie && decided;
-    if (bits_of_double(exact) != bits_of_double(first)) {
+    if (bits_of(exact) != bits_of(first)) {
       if (counts.differing < 10) std::printf("N=%d differ: exact %a, first %a\n", N, exact, first);
       ++counts.differing;
     }
@@ -186,9 +183,8 @@ Counts check_perturbed_reciprocal(long long draws, RoundingFormat format) {
     const double error = std::ldexp(double((r2 >> 50) % 1024), -50);  // below 2^-40
     const double reciprocal = (1.0 / divisor) * (1.0 + ((r2 >> 60) & 1 ? error : -error));
     bool decided;
-    const double first =
-        float64 ? round_quotient_float64(signed_high, signed_low, divisor, reciprocal, unit, &decided)
-                : round_quotient_float32(signed_high, signed_low, divisor, reciprocal, unit, &decided);
+    const double first = rounded_in_float64(signed_high, signed_low, divisor, reciprocal, unit,
+                                            format, &decided);
     ++counts.draws;
     if (!decided) continue;
     ++counts.decided;
@@ -196,7 +192,7 @@ Counts check_perturbed_reciprocal(long long draws, RoundingFormat format) {
                              ? 0.0
                              : round_quotient_to_format(high, low, divisor, negative, unit,
                                                         format);
-    if (bits_of_double(exact) != bits_of_double(first)) {
+    if (bits_of(exact) != bits_of(first)) {
       if (counts.differing < 10) std::printf("perturbed differ: exact %a, first %a\n", exact, first);
       ++counts.differing;
     }
