@@ -3,6 +3,7 @@ runs (folded into rows, folded into columns, batched GEMM) giving the same bits,
 as one real product, out= and errors (ozaki/matmul.py, ozaki/complex.py, docs/torch.md)."""
 
 import math
+import warnings
 from fractions import Fraction
 
 import pytest
@@ -297,6 +298,41 @@ def test_complex_special_values_follow_the_real_dot_products(device):
     result = ozaki.matmul(a.to(device), b.to(device)).cpu()
     assert result[0, 0].real.item() == inf and math.isnan(result[0, 0].imag.item())
     assert result[1, 0].item() == 3.0
+
+
+def _complex_operands(m, k, n):
+    a = torch.complex(torch.rand(m, k, dtype=f64) - 0.5, torch.rand(m, k, dtype=f64) - 0.5)
+    b = torch.complex(torch.rand(k, n, dtype=f64) - 0.5, torch.rand(k, n, dtype=f64) - 0.5)
+    return a, b
+
+
+@pytest.mark.parametrize("product", [ozaki.matmul, ozaki.gemm], ids=["matmul", "gemm"])
+def test_complex_inner_dimension_limits_name_the_callers_k(product):
+    """A complex product of inner dimension k runs as one real product of inner dimension 2k, so
+    the limits on the inner dimension are those of 2k. A count or backend that k alone would allow
+    is refused with both the caller's k and 2k named, not only an inner dimension that the caller
+    never passed; the smallest count that 2k allows runs (coarsely: few moduli capture few
+    bits)."""
+    from ozaki.crt import MAX_INNER, smallest_moduli
+    k = next(k for k in range(1, 4096) if smallest_moduli(k) < smallest_moduli(2 * k))
+    too_few = smallest_moduli(k)
+    a, b = _complex_operands(3, k, 2)
+    with pytest.raises(ValueError, match=(
+            rf"moduli = {too_few} is too few for inner dimension k = {2 * k}: .* \(a complex "
+            rf"product of inner dimension k = {k} runs as one real product of inner dimension "
+            rf"2k = {2 * k}\)$")):
+        product(a, b, backend="crt", moduli=too_few)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fixed count's check finds it coarse
+        enough = product(a, b, backend="crt", moduli=smallest_moduli(2 * k))
+    assert enough.shape == (3, 2) and bool(torch.isfinite(enough).all())
+    long_k = MAX_INNER // 2 + 1  # k within the limit, 2k past it
+    a, b = _complex_operands(1, long_k, 1)
+    with pytest.raises(ValueError, match=(
+            rf"inner dimension k = {2 * long_k} is too large for backend='crt' .* \(a complex "
+            rf"product of inner dimension k = {long_k} runs as one real product of inner "
+            rf"dimension 2k = {2 * long_k}\)$")):
+        product(a, b, backend="crt")
 
 
 # ---- IEEE special values ------------------------------------------------------------------------

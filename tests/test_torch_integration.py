@@ -3,6 +3,7 @@ torch.compile (fullgraph, same bits as eager, forward and backward, with ozaki.e
 autograd (gradcheck, gradgradcheck, and gradients that are ozaki products with the forward's
 options) (ozaki/library.py, docs/torch.md)."""
 
+import warnings
 
 import pytest
 import torch
@@ -397,6 +398,24 @@ def test_gradients_are_ozaki_products_with_the_forward_options(device, options):
     assert_bitwise_equal(A.grad, torch.mul(ozaki.dgemm(G, B.detach().T, **options), -1.5))
     assert_bitwise_equal(B.grad, torch.mul(ozaki.dgemm(A.detach().T, G, **options), -1.5))
     torch.testing.assert_close(C.grad, (0.5 * G).sum(0), rtol=0, atol=1e-15)
+
+
+def test_a_count_too_few_for_a_gradient_names_the_gradient():
+    """The gradients' products have inner dimensions n (A's) and m (B's), not the forward's k: a
+    moduli count that k allows but n does not is refused in backward with the gradient and its
+    inner dimension named (the forward ran; nothing is computed with another count)."""
+    k = 1
+    n = next(n for n in range(2, crt.MAX_INNER) if crt.smallest_moduli(n) > crt.smallest_moduli(k))
+    A = torch.rand(3, k, dtype=torch.float64, requires_grad=True)
+    B = torch.rand(k, n, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fixed count's check finds one modulus coarse
+        C = ozaki.dgemm(A, B, backend="crt", moduli=crt.smallest_moduli(k))
+    with pytest.raises(ValueError, match=(
+            rf"moduli = 1 is too few for inner dimension k = {n}: .* \(in the gradient of A, "
+            rf"G op\(B\)\^H, whose inner dimension is {n}\)$")):
+        C.sum().backward()
+    assert A.grad is None
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -9,6 +9,7 @@ products round twice and native complex GEMM accumulates in floating point.
 
 import torch
 
+from .operands import InnerDimensionError
 from .product import real_product
 
 
@@ -31,6 +32,11 @@ def complex_parts(A, B, options):
     b_re, b_im, _ = _parts(B)
     # [Re B; Im B] built column by column (as its transpose), the layout the engine reads B in
     cols = torch.cat([b_re.mT, b_im().mT], dim=-1).mT
-    stacked, plan = real_product(rows, cols, rows.dtype, options)
+    try:
+        stacked, plan = real_product(rows, cols, rows.dtype, options)
+    except InnerDimensionError as error:
+        k = A.shape[-1]
+        raise InnerDimensionError(f"{error} (a complex product of inner dimension k = {k} runs as "
+                                  f"one real product of inner dimension 2k = {2 * k})") from None
     m = A.shape[-2]
     return stacked[..., :m, :], stacked[..., m:, :], plan

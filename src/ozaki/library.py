@@ -10,6 +10,7 @@ import torch
 from . import _ops  # noqa: F401  (loads the schemas)
 from . import crt
 from .gemm_op import check_gemm, gemm_kernel
+from .operands import InnerDimensionError
 
 torch.library.impl("ozaki::gemm", ("CPU", "CUDA"), gemm_kernel)
 
@@ -31,14 +32,24 @@ def _adjoint(x):
     return x.mT.conj() if x.is_complex() else x.mT
 
 
+def _gradient(name, product, left, right, alpha, options):
+    """alpha left @ right by ozaki::gemm with the forward's options; a limit of the inner dimension
+    that these options exceed names the gradient, whose inner dimension is not the forward's."""
+    try:
+        return torch.ops.ozaki.gemm(left, right, None, alpha, 0, *options)
+    except InnerDimensionError as error:
+        raise InnerDimensionError(f"{error} (in the gradient of {name}, {product}, whose inner "
+                                  f"dimension is {left.shape[-1]})") from None
+
+
 def _backward(ctx, grad):
     A, B = ctx.saved_tensors
     alpha = complex(ctx.alpha).conjugate() if grad.is_complex() else ctx.alpha
     grad_a = grad_b = grad_c = None
     if ctx.needs_input_grad[0] and ctx.alpha != 0:
-        grad_a = torch.ops.ozaki.gemm(grad, _adjoint(B), None, alpha, 0, *ctx.options)
+        grad_a = _gradient("A", "G op(B)^H", grad, _adjoint(B), alpha, ctx.options)
     if ctx.needs_input_grad[1] and ctx.alpha != 0:
-        grad_b = torch.ops.ozaki.gemm(_adjoint(A), grad, None, alpha, 0, *ctx.options)
+        grad_b = _gradient("B", "op(A)^H G", _adjoint(A), grad, alpha, ctx.options)
     if ctx.needs_input_grad[2] and ctx.beta != 0:
         beta = complex(ctx.beta).conjugate() if grad.is_complex() else ctx.beta
         grad_c = (grad if beta == 1 else grad * beta).sum_to_size(ctx.c_shape)

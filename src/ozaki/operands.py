@@ -6,6 +6,12 @@ import torch
 FLOATS = (torch.float64, torch.float32)
 
 
+class InnerDimensionError(ValueError):
+    """A limit of the product's inner dimension k that the options or k itself exceed, with k named
+    in the message. Complex products run as one real product of inner dimension 2k
+    (ozaki/complex.py), which add the caller's k to it."""
+
+
 def at_least(rank):
     """Dimension counts from rank up (for check_tensor's ranks)."""
     return range(rank, 64)

@@ -11,6 +11,7 @@ from fractions import Fraction
 import torch
 
 from . import crt
+from .operands import InnerDimensionError
 from .slicing import (MAX_SLICES, SIGNIFICAND_BITS, SlicePlan, bits_captured, ceil_log2,
                       digit_bits_for, grid_step_bits, pair_count, slices_for_bits)
 
@@ -190,8 +191,9 @@ def crt_plan(k: int, dtype: torch.dtype, magnitude: float, moduli=None):
     precision = SIGNIFICAND_BITS[dtype]
     smallest = crt.smallest_moduli(k)
     if moduli is not None and moduli < smallest:
-        raise ValueError(f"moduli = {moduli} is too few for inner dimension k = {k}: their product "
-                         f"cannot hold any scaled product (at least {smallest} needed)")
+        raise InnerDimensionError(f"moduli = {moduli} is too few for inner dimension k = {k}: "
+                                  "their product cannot hold any scaled product (at least "
+                                  f"{smallest} needed)")
     if moduli is not None:
         count, reason = moduli, "requested"
     elif magnitude == math.inf:  # no nonzero finite row meets a nonzero finite column

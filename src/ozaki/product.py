@@ -14,7 +14,7 @@ from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, request
                       wide_crt_plan)
 from ._ops import usable_rows as _usable_rows
 from .host_copy import HostCopy
-from .operands import FLOATS, check_alike, check_tensor
+from .operands import FLOATS, InnerDimensionError, check_alike, check_tensor
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
 from .streams import current_stream
@@ -134,11 +134,11 @@ def masked_min(bound, stats_a, stats_b):
 
 def _check_inner(k, digits):
     if digits == "int8" and digit_bits_for(k, "int8") < 1:
-        raise ValueError(f"inner dimension k = {k} is too large for exact INT8 slice products "
-                         "(k must be < 2^29)")
+        raise InnerDimensionError(f"inner dimension k = {k} is too large for exact INT8 slice "
+                                  "products (k must be < 2^29)")
     if digits == "fp16" and digit_bits_for(k) < 1:
-        raise ValueError(f"inner dimension k = {k} is too large for exact FP16 slice products "
-                         "(k must be <= 2^22)")
+        raise InnerDimensionError(f"inner dimension k = {k} is too large for exact FP16 slice "
+                                  "products (k must be <= 2^22)")
 
 
 class Estimates:
@@ -532,8 +532,8 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
         return _scheme_one_plan(est, dtype, slices, fast, None, "fp16"), None
     if k > crt.MAX_INNER:
         if backend == "crt" or moduli is not None:
-            raise ValueError(f"inner dimension k = {k} is too large for backend='crt' (exact INT8 "
-                             f"residue products need k <= {crt.MAX_INNER})")
+            raise InnerDimensionError(f"inner dimension k = {k} is too large for backend='crt' "
+                                      f"(exact INT8 residue products need k <= {crt.MAX_INNER})")
         return _fastest_scheme_one(est, dtype), None
     inputs = _CrtInputs(est)
     magnitude = None if moduli is not None else inputs.magnitude()
