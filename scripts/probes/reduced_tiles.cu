@@ -1,8 +1,9 @@
 // The reduced residue GEMM (csrc/cuda/reduced_kernel.cuh) alone, for one tile, cluster and
 // schedule chosen at build time, over the shapes given on the command line and the tile
-// scheduler's swizzles: milliseconds and INT8 TOPS per shape, sampled entries checked against a
-// plain INT32 dot product mod p, and a hash of every byte written (equal across builds when their
-// bits are). reduced_tiles.sh builds and runs a set of them.
+// scheduler's swizzles: milliseconds, INT8 TOPS and the rate at which a's bytes are read per
+// shape (beside one plain read of them, the floor of products with few columns), sampled entries
+// checked against a plain INT32 dot product mod p, and a hash of every byte written (equal across
+// builds when their bits are). reduced_tiles.sh builds and runs a set of them.
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -I<cutlass include> -DTILE_M=128 -DTILE_N=256 -DTILE_K=128 -DCLUSTER_M=1 -DCLUSTER_N=2
 //        -DSCHEDULE=0 (0 cooperative, 1 ping-pong) [-DDISCARD=1: the epilogue stores nothing;
@@ -240,6 +241,40 @@ __global__ void check_samples(const int8_t* a, const int8_t* b, const uint8_t* o
   }
 }
 
+// The 16-byte vectors p[0, vectors) read once each, folded into one word that feeds a store no
+// thread makes: the memory floor of a GEMM that reads a's residues once.
+__global__ void read_bytes_once(const uint4* p, size_t vectors, unsigned* sink) {
+  unsigned folded = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vectors;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(p + i);
+    folded ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (folded == 0x9e3779b9u && threadIdx.x == 1000) *sink = folded;
+}
+
+// Milliseconds of read_bytes_once over a's bytes (median of 11): the floor printed beside each
+// shape.
+float read_floor_ms(const int8_t* a, size_t bytes, int sms, unsigned* sink) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int r = -2; r < 11; ++r) {
+    CHECK(cudaEventRecord(start));
+    read_bytes_once<<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(a), bytes / 16, sink);
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= 0) times.push_back(ms);
+  }
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 const char* const kDiscardNames[] = {"", " discard", " reduce only", " reduce and stage",
                                      " stage and store", " reduce and exchange",
                                      " reduce, exchange, shared stores", " reduce and barriers",
@@ -319,6 +354,13 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&hash, sizeof(*hash)));
     CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
     const double ops = 2.0 * m * n * k * planes;
+    const double a_bytes = double(m) * k * planes;
+    unsigned* sink;
+    CHECK(cudaMalloc(&sink, sizeof(*sink)));
+    const float floor_ms = read_floor_ms(a, size_t(planes * m * k) / 16 * 16, sms, sink);
+    printf("%lldx%lldx%lld planes %lld: one read of a's bytes %.3f ms (%.0f GB/s)\n", m, n, k,
+           planes, floor_ms, a_bytes / floor_ms / 1e6);
+    CHECK(cudaFree(sink));
     // (the kernel of one block per tile has no tile scheduler to swizzle)
     const std::vector<int> swizzles =
         RESIDENT_BLOCKS ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
@@ -391,8 +433,9 @@ int main(int argc, char** argv) {
         CHECK(cudaMemcpy(&hash_value, hash, sizeof(hash_value), cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(&wrong_count, wrong, sizeof(wrong_count), cudaMemcpyDeviceToHost));
       }
-      printf("%lldx%lldx%lld planes %lld swizzle %d: %.3f ms %.0f TOPS wrong %d hash %016llx\n", m,
-             n, k, planes, swizzle, ms, ops / ms / 1e9, wrong_count, hash_value);
+      printf("%lldx%lldx%lld planes %lld swizzle %d: %.3f ms %.0f TOPS, a read at %.0f GB/s, "
+             "wrong %d hash %016llx\n", m, n, k, planes, swizzle, ms, ops / ms / 1e9,
+             a_bytes / ms / 1e6, wrong_count, hash_value);
       fflush(stdout);
       if (workspace) CHECK(cudaFree(workspace));
       CHECK(cudaEventDestroy(start));
