@@ -11,7 +11,9 @@
 # tests step (default: tests).
 # all = tests + fuzz + bench + study + batched + profile + wide + exact. fuzz writes fuzz.log: CUDA
 # against CPU bits and exact references on random cases for FUZZ_SECONDS (default 120;
-# scripts/fuzz_bits.py, FUZZ_SEED its first seed). The study step writes study.csv (the accuracy
+# scripts/fuzz_bits.py, FUZZ_SEED its first seed), then fuzz_sequences.log: random sequences of
+# calls and writes through the caching layers for SEQUENCES_SECONDS (default 60;
+# scripts/fuzz_sequences.py). The study step writes study.csv (the accuracy
 # study behind notebooks/accuracy.ipynb), study-backends.csv (the int8 and crt backends) and
 # reproducibility.log (CPU threads vs GPU, bitwise); batched writes batched.json/log (batched
 # products against native and a loop, scripts/batched_bench.py); profile writes
@@ -95,6 +97,9 @@ fi
 if wants fuzz; then
   echo "== randomized differential check"
   python3 scripts/fuzz_bits.py --seconds "${FUZZ_SECONDS:-120}" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} 2>&1 | tee "$OUT/fuzz.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  echo "== randomized sequences through the caching layers"
+  python3 scripts/fuzz_sequences.py --seconds "${SEQUENCES_SECONDS:-60}" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} 2>&1 | tee "$OUT/fuzz_sequences.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if wants bench; then
