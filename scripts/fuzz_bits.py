@@ -7,11 +7,13 @@ Each case draws a shape (tile edges and chunked products included), a dtype, a k
 (heavy tails, exponent spreads, rows and columns of wide span, integers, sparse rows, exact
 cancellation, NaN/Inf), the options of a call (backend, counts, fast mode, rounding="nearest"), the
 operands' layout (transposed views), batches and complex operands (through ozaki.matmul),
-ozaki.gemm's alpha, beta, C and transposes, the workspace budget and the wave plan, and then
-checks:
+ozaki.gemm's alpha, beta, C and transposes, the workspace budget and the wave plan, and whether
+the gradients of A and B are taken too (of the sum of the result times fixed random weights),
+and then checks:
 
-- the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN); with --device cpu,
-  the CPU's result with one thread equals its result with the default threads;
+- the CUDA result equals the CPU's bit for bit (NaN where the CPU has NaN), and so do the
+  gradients; with --device cpu, the CPU's result (and gradients) with one thread equal those with
+  the default threads;
 - a second call gives the same bits, and so do the operands' contiguous copies;
 - for single real products with finite entries: under rounding="nearest", sampled entries equal
   the exact product rounded once (exact rationals); under the default plan, they lie within
@@ -110,6 +112,12 @@ def draw_case(seed, large_share=0.1):
         options["slices"] = rng.randint(1, 12)
         options["fast"] = rng.choice([None, True, False])
     case["options"] = options
+    # gradients of A and B too (a stream of its own, so the other draws stay as they were); their
+    # products have inner dimensions n and m, for which a drawn count must suffice as well
+    case["grad"] = not large and random.Random(seed + 4).random() < 0.12
+    if case["grad"] and "moduli" in options:
+        widest = max(case["m"], case["k"], case["n"]) * (2 if case["complex"] else 1)
+        options["moduli"] = max(options["moduli"], smallest_moduli(widest))
     if case["batch"] is None and rng.random() < 0.15:
         scalars = [0.0, 1.0, -1.0, 0.5, rng.uniform(-2.0, 2.0)]
         alpha = 0.0 if rng.random() < 0.05 else rng.choice(scalars[1:])  # 0: A and B unread
@@ -256,6 +264,10 @@ def check_case(case, device="cuda"):
             other = product(A_other, B_other, **options).cpu()
         again = product(A_other, B_other, **options).cpu()
         contiguous = product(A.to(device), B.to(device), **options).cpu()
+        if case.get("grad"):
+            grads_cpu = gradients(case, product, A, B, options)
+            with cpu_threads(1) if device == "cpu" else contextlib.nullcontext():
+                grads_other = gradients(case, product, A_other, B_other, options)
     label = "CUDA" if device == "cuda" else "one CPU thread"
     if not same_bits(other, cpu):
         count = differing(other, cpu) if other.shape == cpu.shape else other.numel()
@@ -264,6 +276,10 @@ def check_case(case, device="cuda"):
         failures.append(f"a second call ({label}) gave other bits")
     if not same_bits(contiguous, other):
         failures.append("the contiguous operands gave other bits than the transposed views")
+    if case.get("grad"):
+        for name, mine, theirs in zip("AB", grads_other, grads_cpu):
+            if not same_gradients(mine, theirs):
+                failures.append(f"{label} and CPU gradients of {name} differ")
     finite = plain and bool(torch.isfinite(A).all() and torch.isfinite(B).all())
     default_plan = set(options) == {"backend"} and options["backend"] == "auto"
     if finite and (options.get("rounding") == "nearest" or default_plan):
@@ -284,6 +300,29 @@ def check_case(case, device="cuda"):
                 failures.append(f"the default plan errs beyond k u |A||B| (worst "
                                 f"{float(np.max(error / np.maximum(bound, 1e-300))):.3g} x)")
     return failures
+
+
+def gradients(case, product, A, B, options):
+    """(A.grad, B.grad) of sum(product(A, B) * W) for a fixed random W of the result's shape, A and
+    B leaves with A's and B's layouts (None where no gradient reaches them: alpha = 0)."""
+    A = A.detach().requires_grad_(True)
+    B = B.detach().requires_grad_(True)
+    result = product(A, B, **options)
+    gen = torch.Generator().manual_seed(case["seed"] + 5)
+    weights = torch.rand(result.shape, generator=gen, dtype=torch.float64) - 0.5
+    if result.is_complex():
+        weights = torch.complex(weights, torch.rand(result.shape, generator=gen,
+                                                    dtype=torch.float64) - 0.5)
+    loss = (result * weights.to(result.dtype).to(result.device)).sum()
+    (loss.real if loss.is_complex() else loss).backward()
+    return A.grad, B.grad
+
+
+def same_gradients(x, y):
+    """Both None, or the same bits (on the CPU)."""
+    if x is None or y is None:
+        return x is None and y is None
+    return same_bits(x.cpu(), y.cpu())
 
 
 def describe(case):
@@ -327,7 +366,8 @@ def main():
             failures = [f"raised {type(error).__name__}: {error}"]
         done += 1
         for label in (case["kind"], "batched" if case["batch"] else None,
-                      "complex" if case["complex"] else None, "gemm" if case["blas"] else None):
+                      "complex" if case["complex"] else None, "gemm" if case["blas"] else None,
+                      "gradients" if case["grad"] else None):
             if label is not None:
                 counts[label] = counts.get(label, 0) + 1
         if failures:

@@ -66,7 +66,7 @@ def wrapped_dgemm(monkeypatch, change):
 
 
 def one_unit_up(C):
-    C = C.clone()
+    C = C.clone(memory_format=torch.contiguous_format)
     C.view(-1)[0] = torch.nextafter(C.view(-1)[0], torch.tensor(math.inf, dtype=C.dtype))
     return C
 
@@ -87,6 +87,23 @@ def test_the_layout_changing_the_bits_is_reported(fuzz, monkeypatch):
     wrapped_dgemm(monkeypatch, lambda call, C: one_unit_up(C) if call == 4 else C)
     failures = fuzz.check_case(plain_case(fuzz, {"backend": "auto"}), "cpu")
     assert any("contiguous operands" in f for f in failures), failures
+
+
+def test_gradients_that_differ_are_reported(fuzz, monkeypatch):
+    """A gradient of B one unit off in the second device's backward is reported; equal gradients
+    pass."""
+    case = plain_case(fuzz, {"backend": "auto"})
+    case["grad"] = True
+    assert fuzz.check_case(case, "cpu") == []
+    real, calls = fuzz.gradients, []
+
+    def gradients(*args):
+        calls.append(None)
+        grad_a, grad_b = real(*args)
+        return (grad_a, one_unit_up(grad_b)) if len(calls) == 2 else (grad_a, grad_b)
+
+    monkeypatch.setattr(fuzz, "gradients", gradients)
+    assert fuzz.check_case(case, "cpu") == ["one CPU thread and CPU gradients of B differ"]
 
 
 def test_an_inaccurate_default_plan_is_reported(fuzz, monkeypatch):
