@@ -14,7 +14,8 @@ operand tensors:
   counter), through .data or a DLPack alias (not seen by it), of a small or a plan-changing value
   (a far larger or smaller one, NaN or Inf);
 - a row of A scaled by a power of two, in place or through .data;
-- B, or A, replaced by a new tensor of the same shape and layout;
+- B, or A, replaced by a new tensor of the same shape and layout (A stored by rows, by columns,
+  or as a window of a larger tensor, whose writes through that tensor count as A's);
 - the call under ozaki.prepare(A), with only writes the version counter sees before it ends;
 - the call on a side CUDA stream.
 
@@ -47,6 +48,9 @@ from ozaki.crt import smallest_moduli  # noqa: E402
 KEPT_FROM = 1 << 10
 STEPS = ["call", "write", "write", "scale row", "new b", "new a", "prepared", "side stream"]
 CHANNELS = ["in place", "data", "dlpack"]
+#: How A is stored: by rows, by columns (the transpose of a contiguous matrix), or as a window
+#: (rows 1..m, columns 2..k + 1) of a larger contiguous tensor.
+LAYOUTS = ["rows", "columns", "window"]
 
 
 def draw_sequence(seed):
@@ -79,6 +83,7 @@ def draw_sequence(seed):
         if step not in ("call", "prepared", "side stream"):
             steps.append("call")  # a change is followed by a call that must see it
     case["steps"] = steps
+    case["layout"] = random.Random(seed + 2).choice(LAYOUTS)  # a stream of its own
     return case
 
 
@@ -136,23 +141,33 @@ def run_sequence(case, device="cuda", served=None):
     m, k, n, dtype, kind = case["m"], case["k"], case["n"], case["dtype"], case["kind"]
 
     def new_a():
-        return fuzz_bits.operand(rng, gen, m, k, kind, dtype).to(device)
+        """A in the case's layout, and the larger tensor it is a window of (else None)."""
+        if case["layout"] == "window":
+            base = fuzz_bits.operand(rng, gen, m + 2, k + 3, kind, dtype).to(device)
+            return base[1:m + 1, 2:k + 2], base
+        values = fuzz_bits.operand(rng, gen, m, k, kind, dtype).to(device)
+        return fuzz_bits.as_layout(values, case["layout"] == "columns"), None
 
     def new_b():
         return fuzz_bits.operand(rng, gen, k, n, kind, dtype).to(device)
 
-    A, B = new_a(), new_b()
+    (A, base), B = new_a(), new_b()
     product = product_function(case)
     failures, done = [], []
     for index, step in enumerate(case["steps"]):
         done.append(step)
         if step == "write":
             target = A if rng.random() < 0.6 else B
+            through_base = target is A and base is not None and rng.random() < 0.5
             channel = rng.choice(CHANNELS)
             i, j = rng.randrange(target.shape[0]), rng.randrange(target.shape[1])
             value = new_value(rng, float(target[i, j]), dtype)
-            alias(target, channel)[i, j] = value
-            done[-1] = f"write {'A' if target is A else 'B'}[{i}, {j}] = {value!r} ({channel})"
+            if through_base:  # the same entry of A, written through the tensor A is a window of
+                alias(base, channel)[i + 1, j + 2] = value
+            else:
+                alias(target, channel)[i, j] = value
+            done[-1] = (f"write {'A' if target is A else 'B'}[{i}, {j}] = {value!r} ({channel}"
+                        f"{', through the tensor A is a window of' if through_base else ''})")
             continue
         if step == "scale row":
             i, shift = rng.randrange(m), rng.choice([-30, -3, 1, 4, 25])
@@ -162,7 +177,7 @@ def run_sequence(case, device="cuda", served=None):
             continue
         if step in ("new a", "new b"):
             if step == "new a":
-                A = new_a()
+                A, base = new_a()
             else:
                 B = new_b()
             continue
