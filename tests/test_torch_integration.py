@@ -412,8 +412,8 @@ def test_a_count_too_few_for_a_gradient_names_the_gradient():
         warnings.simplefilter("ignore")  # the fixed count's check finds one modulus coarse
         C = ozaki.dgemm(A, B, backend="crt", moduli=crt.smallest_moduli(k))
     with pytest.raises(ValueError, match=(
-            rf"moduli = 1 is too few for inner dimension k = {n}: .* \(in the gradient of A, "
-            rf"G op\(B\)\^H, whose inner dimension is {n}\)$")):
+            rf"moduli = {crt.smallest_moduli(k)} is too few for inner dimension k = {n}: .* "
+            rf"\(in the gradient of A, G op\(B\)\^H, whose inner dimension is {n}\)$")):
         C.sum().backward()
     assert A.grad is None
 

@@ -8,8 +8,9 @@ FLOATS = (torch.float64, torch.float32)
 
 class InnerDimensionError(ValueError):
     """A limit of the product's inner dimension k that the options or k itself exceed, with k named
-    in the message. Complex products run as one real product of inner dimension 2k
-    (ozaki/complex.py), which add the caller's k to it."""
+    in the message. Where the product is not the caller's own (a complex product runs as one real
+    product of inner dimension 2k, ozaki/complex.py; a gradient's inner dimension is n or m,
+    ozaki/library.py), the message is extended with what the caller passed."""
 
 
 def at_least(rank):
