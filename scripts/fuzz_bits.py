@@ -332,30 +332,43 @@ def describe(case):
     return " ".join(f"{key}={value}" for key, value in fields.items())
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_arguments(description, device_help):
+    """The arguments every randomized check takes: --seconds, --cases, --device and --seed."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seconds", type=float, default=120.0, help="time to spend (default 120)")
     parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cuda (default): CUDA against CPU bits; cpu: one CPU thread "
-                             "against the default threads (no GPU needed)")
-    parser.add_argument("--large-share", type=float, default=0.1,
-                        help="share of large cases, in [0, 1] (default 0.1)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help=device_help)
     parser.add_argument("--seed", type=int, default=None,
                         help="first case's seed (default: from the clock); case i uses seed + i")
-    args = parser.parse_args()
+    return parser
+
+
+def start_run(name, parser, args, cpu_hint, cpu_where):
+    """The first case's seed, once a bad --seconds or --cases is named (parser.error exits), a
+    missing CUDA device reported, and the run's first line printed."""
     if args.seconds <= 0:
         parser.error(f"--seconds must be positive, got {args.seconds}")
-    if not 0.0 <= args.large_share <= 1.0:
-        parser.error(f"--large-share must lie in [0, 1], got {args.large_share}")
     if args.cases is not None and args.cases <= 0:
         parser.error(f"--cases must be positive, got {args.cases}")
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("fuzz_bits.py --device cuda needs a CUDA device: none is available "
-                 "(--device cpu compares CPU thread counts)")
+        sys.exit(f"{name}.py --device cuda needs a CUDA device: none is available "
+                 f"(--device cpu {cpu_hint})")
     first = args.seed if args.seed is not None else int(time.time())
-    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU threads"
-    print(f"# fuzz_bits: first seed {first}, {where}, torch {torch.__version__}", flush=True)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else cpu_where
+    print(f"# {name}: first seed {first}, {where}, torch {torch.__version__}", flush=True)
+    return first
+
+
+def main():
+    parser = run_arguments(__doc__.splitlines()[0],
+                           "cuda (default): CUDA against CPU bits; cpu: one CPU thread against the "
+                           "default threads (no GPU needed)")
+    parser.add_argument("--large-share", type=float, default=0.1,
+                        help="share of large cases, in [0, 1] (default 0.1)")
+    args = parser.parse_args()
+    if not 0.0 <= args.large_share <= 1.0:
+        parser.error(f"--large-share must lie in [0, 1], got {args.large_share}")
+    first = start_run("fuzz_bits", parser, args, "compares CPU thread counts", "CPU threads")
     start, done, failed = time.monotonic(), 0, 0
     counts = {}
     while time.monotonic() - start < args.seconds and (args.cases is None or done < args.cases):

@@ -25,7 +25,6 @@ entries here (2^23 in the library), so that small, fast products go through ever
 failing case prints its seed (rerun it alone with --seed S --cases 1). Exits 1 on any failure.
 """
 
-import argparse
 import contextlib
 import math
 import random
@@ -219,31 +218,17 @@ def kept_from(entries):
 
 
 def describe(case):
-    fields = {key: value for key, value in case.items() if key != "steps"}
-    fields["dtype"] = str(case["dtype"]).replace("torch.", "")
-    return " ".join(f"{key}={value}" for key, value in fields.items())
+    """The case's parameters on one line (its steps are in the failure's message)."""
+    return fuzz_bits.describe({key: value for key, value in case.items() if key != "steps"})
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=120.0, help="time to spend (default 120)")
-    parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cuda (default): the CUDA layers against the CPU; cpu: the CPU's "
-                             "own layers (kept and prepared operands) against fresh products")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="first case's seed (default: from the clock); case i uses seed + i")
+    parser = fuzz_bits.run_arguments(
+        __doc__.splitlines()[0],
+        "cuda (default): the CUDA layers against the CPU; cpu: the CPU's own layers (kept and "
+        "prepared operands) against fresh products")
     args = parser.parse_args()
-    if args.seconds <= 0:
-        parser.error(f"--seconds must be positive, got {args.seconds}")
-    if args.cases is not None and args.cases <= 0:
-        parser.error(f"--cases must be positive, got {args.cases}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("fuzz_sequences.py --device cuda needs a CUDA device: none is available "
-                 "(--device cpu runs the CPU's layers)")
-    first = args.seed if args.seed is not None else int(time.time())
-    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
-    print(f"# fuzz_sequences: first seed {first}, {where}, torch {torch.__version__}", flush=True)
+    first = fuzz_bits.start_run("fuzz_sequences", parser, args, "runs the CPU's layers", "CPU")
     start, done, failed, calls = time.monotonic(), 0, 0, 0
     served = {"kept": 0, "replayed": 0}
     with kept_from(KEPT_FROM), warnings.catch_warnings():

@@ -1,8 +1,10 @@
 """Helpers shared by the test modules."""
 
 import functools
+import importlib.util
 import math
 import os
+import pathlib
 import re
 from fractions import Fraction
 
@@ -21,6 +23,15 @@ COMPLEX_DTYPES = [pytest.param(torch.complex128, id="complex128"),
                   pytest.param(torch.complex64, id="complex64")]
 ALL_DTYPES = REAL_DTYPES + COMPLEX_DTYPES
 BACKENDS = ("auto", "fp16", "int8", "crt")
+
+
+def load_script(name):
+    """scripts/<name>.py as a module (the randomized checks, which their tests drive)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cpu_and_cuda():

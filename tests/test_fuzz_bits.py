@@ -2,24 +2,18 @@
 CPU (one thread against the default threads, sampled entries against exact references), and its
 checks report a wrong result of each kind they look for."""
 
-import importlib.util
 import math
-import pathlib
 
 import pytest
 import torch
 
 import ozaki
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "fuzz_bits.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_bits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fuzz_bits")
 
 
 @pytest.mark.parametrize("seed", range(20261128, 20261128 + 40))

@@ -2,26 +2,19 @@
 pass on the CPU (kept and prepared operands against fresh products), and the check reports a
 product that returns a stale result or a result one unit off."""
 
-import importlib.util
 import math
-import pathlib
 import warnings
 
 import pytest
 import torch
 
-import ozaki
 from ozaki import repeated
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "fuzz_sequences.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_sequences", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fuzz_sequences")
 
 
 @pytest.fixture
