@@ -16,7 +16,7 @@ operand tensors:
 - a row of A scaled by a power of two, in place or through .data;
 - B, or A, replaced by a new tensor of the same shape and layout (A stored by rows, by columns,
   or as a window of a larger tensor, whose writes through that tensor count as A's);
-- the call under ozaki.prepare(A), with only writes the version counter sees before it ends;
+- the call under ozaki.prepare(A), its handle made and released around that one call;
 - the call on a side CUDA stream.
 
 After every call its result must equal, bit for bit, the product of copies of the operands' values
