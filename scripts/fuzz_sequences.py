@@ -17,7 +17,8 @@ operand tensors:
 - B, or A, replaced by a new tensor of the same shape and layout (A stored by rows, by columns,
   or as a window of a larger tensor, whose writes through that tensor count as A's);
 - the call under ozaki.prepare(A), its handle made and released around that one call;
-- the call on a side CUDA stream.
+- the call on a side CUDA stream;
+- a share of the other calls (ENABLED_SHARE) as A @ B under ozaki.enable with the case's options.
 
 After every call its result must equal, bit for bit, the product of copies of the operands' values
 on the CPU with nothing kept. Left operands are kept from ozaki.repeated.MIN_ENTRIES = 2^10
@@ -50,6 +51,8 @@ CHANNELS = ["in place", "data", "dlpack"]
 #: How A is stored: by rows, by columns (the transpose of a contiguous matrix), or as a window
 #: (rows 1..m, columns 2..k + 1) of a larger contiguous tensor.
 LAYOUTS = ["rows", "columns", "window"]
+#: The share of plain calls made as A @ B under ozaki.enable.
+ENABLED_SHARE = 0.3
 
 
 def draw_sequence(seed):
@@ -83,6 +86,7 @@ def draw_sequence(seed):
             steps.append("call")  # a change is followed by a call that must see it
     case["steps"] = steps
     case["layout"] = random.Random(seed + 2).choice(LAYOUTS)  # a stream of its own
+    case["enabled_share"] = ENABLED_SHARE
     return case
 
 
@@ -152,6 +156,7 @@ def run_sequence(case, device="cuda", served=None):
 
     (A, base), B = new_a(), new_b()
     product = product_function(case)
+    routes = random.Random(case["seed"] + 3)  # its own stream: the other draws stay as they were
     failures, done = [], []
     for index, step in enumerate(case["steps"]):
         done.append(step)
@@ -190,6 +195,10 @@ def run_sequence(case, device="cuda", served=None):
             with torch.cuda.stream(stream):
                 got = product(A, B, **case["options"])
             torch.cuda.current_stream().wait_stream(stream)
+        elif routes.random() < case["enabled_share"]:  # A @ B as a program runs it
+            with ozaki.enable((dtype,), **case["options"]):
+                got = A @ B
+            done[-1] = "A @ B under ozaki.enable"
         else:
             got = product(A, B, **case["options"])
         after = layer_uses()
@@ -199,7 +208,8 @@ def run_sequence(case, device="cuda", served=None):
         expected = reference(case, A, B)
         got = got.cpu()
         if not fuzz_bits.same_bits(got, expected):
-            count = fuzz_bits.differing(got, expected) if got.shape == expected.shape else got.numel()
+            same_shape = got.shape == expected.shape
+            count = fuzz_bits.differing(got, expected) if same_shape else got.numel()
             failures.append(f"step {index} ({step}) differs from a fresh product in {count} of "
                             f"{got.numel()} entries after: {'; '.join(done)}")
             break

@@ -46,7 +46,8 @@ def test_kept_parts_serve_the_sequences(fuzz, kept_small):
 
 def plain_sequence(fuzz, steps):
     case = fuzz.draw_sequence(7)
-    case.update(m=24, k=40, n=16, dtype=torch.float64, kind="phi", options={}, steps=steps)
+    case.update(m=24, k=40, n=16, dtype=torch.float64, kind="phi", options={}, steps=steps,
+                enabled_share=0.0)  # every call through the product the tests replace
     return case
 
 
