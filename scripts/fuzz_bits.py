@@ -208,7 +208,12 @@ def product_of(case):
         return product
     if case["batch"] is not None or case["complex"]:
         return ozaki.matmul
-    return ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+    return real_product_of(case["dtype"])
+
+
+def real_product_of(dtype):
+    """ozaki.dgemm for float64 operands, ozaki.sgemm for float32 ones."""
+    return ozaki.dgemm if dtype == torch.float64 else ozaki.sgemm
 
 
 def as_layout(x, transposed):
@@ -235,6 +240,11 @@ def differing_mask(x, y):
 def same_bits(x, y):
     """Same shape, dtype and bits (NaN where the other has NaN)."""
     return x.shape == y.shape and x.dtype == y.dtype and differing(x, y) == 0
+
+
+def mismatches(x, y):
+    """How many entries of x differ from y's in their bits: all of them where the shapes differ."""
+    return differing(x, y) if x.shape == y.shape else x.numel()
 
 
 def sample_grid(rng, m, n, count=4):
@@ -270,7 +280,7 @@ def check_case(case, device="cuda"):
                 grads_other = gradients(case, product, A_other, B_other, options)
     label = "CUDA" if device == "cuda" else "one CPU thread"
     if not same_bits(other, cpu):
-        count = differing(other, cpu) if other.shape == cpu.shape else other.numel()
+        count = mismatches(other, cpu)
         failures.append(f"{label} and CPU bits differ ({count} of {other.numel()} entries)")
     if not same_bits(again, other):
         failures.append(f"a second call ({label}) gave other bits")

@@ -92,7 +92,7 @@ def draw_sequence(seed):
 
 def product_function(case):
     """The product the sequence calls (tests replace it to check that failures are reported)."""
-    return ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+    return fuzz_bits.real_product_of(case["dtype"])
 
 
 def reference(case, A, B):
@@ -100,7 +100,7 @@ def reference(case, A, B):
     saved = repeated.ENABLED
     repeated.ENABLED = False
     try:
-        fresh = ozaki.dgemm if case["dtype"] == torch.float64 else ozaki.sgemm
+        fresh = fuzz_bits.real_product_of(case["dtype"])
         return fresh(A.cpu().clone(), B.cpu().clone(), **case["options"])
     finally:
         repeated.ENABLED = saved
@@ -208,8 +208,7 @@ def run_sequence(case, device="cuda", served=None):
         expected = reference(case, A, B)
         got = got.cpu()
         if not fuzz_bits.same_bits(got, expected):
-            same_shape = got.shape == expected.shape
-            count = fuzz_bits.differing(got, expected) if same_shape else got.numel()
+            count = fuzz_bits.mismatches(got, expected)
             failures.append(f"step {index} ({step}) differs from a fresh product in {count} of "
                             f"{got.numel()} entries after: {'; '.join(done)}")
             break

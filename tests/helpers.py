@@ -34,6 +34,13 @@ def load_script(name):
     return module
 
 
+def one_unit_up(C):
+    """A contiguous copy of C with its first entry one unit in the last place up."""
+    C = C.clone(memory_format=torch.contiguous_format)
+    C.view(-1)[0] = torch.nextafter(C.view(-1)[0], torch.tensor(math.inf, dtype=C.dtype))
+    return C
+
+
 def cpu_and_cuda():
     """Device parameters: the CUDA case is marked so conftest skips it where no GPU is usable."""
     return [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]

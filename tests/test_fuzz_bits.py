@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ozaki
-from helpers import load_script
+from helpers import load_script, one_unit_up
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +57,6 @@ def wrapped_dgemm(monkeypatch, change):
         return change(len(calls), real(A, B, **options))
 
     monkeypatch.setattr(ozaki, "dgemm", dgemm)
-
-
-def one_unit_up(C):
-    C = C.clone(memory_format=torch.contiguous_format)
-    C.view(-1)[0] = torch.nextafter(C.view(-1)[0], torch.tensor(math.inf, dtype=C.dtype))
-    return C
 
 
 def test_a_result_one_unit_off_is_reported(fuzz, monkeypatch):
