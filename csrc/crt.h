@@ -577,6 +577,17 @@ OZAKI_HD double round_quotient_float32(uint64_t high, uint64_t low, uint32_t div
       static_cast<float>(double_from_bits(bits + (static_cast<uint64_t>(unit) << 52))));
 }
 
+// RN(X / divisor * 2^unit) in `format` (float64 or float32) by float64 arithmetic where that
+// decides it (round_quotient_float64, round_quotient_float32); *decided false leaves it to
+// round_quotient_to_format.
+OZAKI_HD double round_quotient_in_float64(uint64_t high, uint64_t low, uint32_t divisor, double r,
+                                          int64_t unit, RoundingFormat format, bool* decided) {
+  if (format.precision == kFloat64Format.precision) {
+    return round_quotient_float64(high, low, divisor, r, unit, decided);
+  }
+  return round_quotient_float32(high, low, divisor, r, unit, decided);  // the only other format
+}
+
 // The INT32 sum of products of symmetric residues for modulus I, reduced to [0, p_I).
 template <int I>
 OZAKI_HD uint32_t unsigned_residue(int32_t sum) {
@@ -645,15 +656,9 @@ OZAKI_HD double crt_reconstruct(const int32_t* residues, RowScale c_a, RowScale 
   const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
   if constexpr (float64_first) {
     bool decided;
-    if (format.precision == kFloat64Format.precision) {
-      const double value =
-          round_quotient_float64(high, low, divisor, divisor_reciprocal(divisor), unit, &decided);
-      if (decided) return value;
-    } else {  // kFloat32Format, the only other format
-      const double value =
-          round_quotient_float32(high, low, divisor, divisor_reciprocal(divisor), unit, &decided);
-      if (decided) return value;
-    }
+    const double value = round_quotient_in_float64(high, low, divisor, divisor_reciprocal(divisor),
+                                                   unit, format, &decided);
+    if (decided) return value;
   }
   const bool negative = (high >> 63) != 0;
   if (negative) {  // |X| = -X in 128-bit two's complement

@@ -106,14 +106,6 @@ int128 draw_x(int kind, int128 half, int top, int64_t divisor, int precision, ui
   return negative ? -v : v;
 }
 
-// The rounding in float64 arithmetic alone, for the format's results.
-double rounded_in_float64(uint64_t high, uint64_t low, uint32_t divisor, double reciprocal,
-                          int64_t unit, RoundingFormat format, bool* decided) {
-  return format.precision == kFloat64Format.precision
-             ? round_quotient_float64(high, low, divisor, reciprocal, unit, decided)
-             : round_quotient_float32(high, low, divisor, reciprocal, unit, decided);
-}
-
 struct Counts {
   long long draws = 0, differing = 0, decided = 0, ties = 0, ties_decided = 0;
 };
@@ -143,7 +135,7 @@ Counts check_moduli(long long draws, RoundingFormat format) {
     const auto low = static_cast<uint64_t>(x);
     const int64_t unit = -(int64_t(c_a.exponent) + c_b.exponent);
     bool decided;
-    rounded_in_float64(high, low, d, divisor_reciprocal(d), unit, format, &decided);
+    round_quotient_in_float64(high, low, d, divisor_reciprocal(d), unit, format, &decided);
     const bool tie = is_tie(x, divisor, format.precision);
     ++counts.draws;
     counts.decided += decided;
@@ -183,8 +175,8 @@ Counts check_perturbed_reciprocal(long long draws, RoundingFormat format) {
     const double error = std::ldexp(double((r2 >> 50) % 1024), -50);  // below 2^-40
     const double reciprocal = (1.0 / divisor) * (1.0 + ((r2 >> 60) & 1 ? error : -error));
     bool decided;
-    const double first = rounded_in_float64(signed_high, signed_low, divisor, reciprocal, unit,
-                                            format, &decided);
+    const double first = round_quotient_in_float64(signed_high, signed_low, divisor, reciprocal,
+                                                   unit, format, &decided);
     ++counts.draws;
     if (!decided) continue;
     ++counts.decided;
