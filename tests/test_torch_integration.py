@@ -322,6 +322,29 @@ def test_compiled_backward_gives_eager_gradient_bits(device, fresh_dynamo):
     torch.testing.assert_close(compiled_c, eager_c, rtol=1e-15, atol=1e-15)
 
 
+def test_compiled_backward_names_a_gradients_inner_dimension(fresh_dynamo):
+    """Compiled, the backward graph calls ozaki::gemm itself, not the eager backward that names
+    the gradient (test_a_count_too_few_for_a_gradient_names_the_gradient): a count that the
+    forward's k allows but the gradient's inner dimension n does not is refused there with the
+    backward pass named and the gradients' inner dimensions told."""
+    k = 1
+    n = next(n for n in range(2, crt.MAX_INNER) if crt.smallest_moduli(n) > crt.smallest_moduli(k))
+    count = crt.smallest_moduli(k)
+    compiled = torch.compile(lambda x, y: ozaki.dgemm(x, y, backend="crt", moduli=count),
+                             fullgraph=True, dynamic=False)
+    A = torch.rand(3, k, dtype=torch.float64, requires_grad=True)
+    B = torch.rand(k, n, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fixed count's check finds one modulus coarse
+        C = compiled(A, B)
+    with pytest.raises(ValueError, match=(
+            rf"moduli = {count} is too few for inner dimension k = {n}: .* \(raised in the "
+            r"backward pass CompiledFunctionBackward, where the gradient of A in A @ B is a "
+            r"product of inner dimension n and that of B one of inner dimension m\)$")):
+        C.sum().backward()
+    assert A.grad is None
+
+
 # ---- autograd -----------------------------------------------------------------------------------
 
 GRADCHECK_CASES = {

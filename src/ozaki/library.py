@@ -4,6 +4,7 @@ torch.library.opcheck and FakeTensor tracing see shapes and dtypes without runni
 Imported by ozaki/__init__.py."""
 
 import math
+import threading
 
 import torch
 
@@ -12,7 +13,26 @@ from . import crt
 from .gemm_op import check_gemm, gemm_kernel
 from .operands import InnerDimensionError
 
-torch.library.impl("ozaki::gemm", ("CPU", "CUDA"), gemm_kernel)
+_naming = threading.local()  # .gradient: within _gradient, which names the gradient itself
+
+
+def _gemm_kernel(*arguments):
+    """gemm_kernel, whose inner-dimension limits raised in a backward pass that _gradient does not
+    wrap (a compiled backward graph calls the operator itself) tell the gradients' inner
+    dimensions, which are not the forward's k."""
+    try:
+        return gemm_kernel(*arguments)
+    except InnerDimensionError as error:
+        node = torch._C._current_autograd_node()
+        if node is None or getattr(_naming, "gradient", False):
+            raise
+        raise InnerDimensionError(
+            f"{error} (raised in the backward pass {node.name()}, where the gradient of A in "
+            "A @ B is a product of inner dimension n and that of B one of inner dimension m)"
+        ) from None
+
+
+torch.library.impl("ozaki::gemm", ("CPU", "CUDA"), _gemm_kernel)
 
 
 # ---- autograd ----------------------------------------------------------------------------------
@@ -35,11 +55,14 @@ def _adjoint(x):
 def _gradient(name, product, left, right, alpha, options):
     """alpha left @ right by ozaki::gemm with the forward's options; a limit of the inner dimension
     that these options exceed names the gradient, whose inner dimension is not the forward's."""
+    within, _naming.gradient = getattr(_naming, "gradient", False), True
     try:
         return torch.ops.ozaki.gemm(left, right, None, alpha, 0, *options)
     except InnerDimensionError as error:
         raise InnerDimensionError(f"{error} (in the gradient of {name}, {product}, whose inner "
                                   f"dimension is {left.shape[-1]})") from None
+    finally:
+        _naming.gradient = within
 
 
 def _backward(ctx, grad):
