@@ -3,7 +3,10 @@ ozaki.sgemm, all of which run the ozaki::gemm operator (ozaki/blas.py, ozaki/gem
 docs/torch.md, "ozaki.gemm: BLAS semantics")."""
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -397,6 +400,48 @@ def test_complex_typed_scalars_are_rejected_for_real_operands(scalars):
     A, B, C = operands([(3, 4), (4, 2), (3, 2)], torch.float64, seed=16, device="cpu")
     with pytest.raises(TypeError, match="is complex but the operands are torch.float64"):
         ozaki.gemm(A, B, C, **scalars)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("alpha", [np.float32(0.5), np.int64(3), np.float64(0.1), Fraction(1, 3),
+                                   2 ** 70 + 1], ids=["np.float32", "np.int64", "np.float64",
+                                                      "Fraction", "big int"])
+def test_scalars_of_any_real_type_give_their_float64_on_every_path(device, alpha):
+    """alpha and beta of any real type act as their float64 value, whether the call runs the
+    kernel directly or through the dispatched operator (an operand that requires grad), whose
+    Scalar takes only Python numbers."""
+    A, B, C = operands([(6, 9), (9, 4), (6, 4)], torch.float64, seed=17, device=device)
+    expected = ozaki.gemm(A, B, C, alpha=float(alpha), beta=float(alpha))
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=alpha), expected)
+    with_grad = ozaki.gemm(A.clone().requires_grad_(), B, C, alpha=alpha, beta=alpha)
+    assert_bitwise_equal(with_grad.detach(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_float32_operands_take_alpha_and_beta_rounded_to_float32(device):
+    """With float32 operands, alpha and beta are rounded to float32 first, as sgemm takes them:
+    D = RN32(RN32(alpha) P) + RN32(RN32(beta) C), each product of two float32 values exact in
+    float64 and rounded once."""
+    A, B, C = operands([(30, 40), (40, 20), (30, 20)], torch.float32, seed=18, device=device)
+    alpha, beta = 0.1, -1 / 3
+    P = ozaki.sgemm(A, B)
+    def rounded_product(x, s):
+        return (x.double() * float(torch.tensor(s, dtype=torch.float32))).float()
+    expected = torch.add(rounded_product(P, alpha), rounded_product(C, beta))
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=beta), expected)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (Decimal("2"), TypeError, r"alpha must be a real or complex number, got Decimal Decimal\('2'\)"),
+    (2 ** 2000, ValueError, r"alpha = \d+ is past the float64 range"),
+    (Fraction(2 ** 2000, 3), ValueError, r"alpha = Fraction\(\d+, 3\) is past the float64 range"),
+], ids=["Decimal", "int", "Fraction"])
+def test_scalars_no_float64_holds_are_named(value, error, message):
+    """A number that is neither real nor complex, or one past the float64 range, is refused with
+    the argument and the value named, before any product."""
+    A, B = operands([(3, 4), (4, 2)], torch.float64, seed=19, device="cpu")
+    with pytest.raises(error, match="ozaki.gemm: " + message):
+        ozaki.gemm(A, B, alpha=value)
 
 
 # ---- Accuracy -----------------------------------------------------------------------------------

@@ -106,9 +106,12 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
             matrices, or batches of matrices (3-D, the same batch size: a batched GEMM).
         C: the addend, broadcastable to the result's shape (m, n) or (batch, m, n); read only
             when beta != 0 (so NaN in C does not leak into a beta = 0 product).
-        alpha, beta: numbers (complex only with complex operands). alpha = 0 reads neither A nor
-            B (their shapes are still checked). The epilogue is RN(alpha * P) + RN(beta * C) in
-            separate IEEE operations, never fused: alpha = 1 and beta = 1 are exact.
+        alpha, beta: real numbers (Python's, Fraction, NumPy scalars), or complex ones with
+            complex operands, taken as float64 (complex128) values and, with float32 or complex64
+            operands, rounded to float32 first, as BLAS's sgemm and torch.addmm take them.
+            alpha = 0 reads neither A nor B (their shapes are still checked). The epilogue is
+            RN(alpha * P) + RN(beta * C) in separate IEEE operations, never fused: alpha = 1 and
+            beta = 1 are exact.
         transa, transb: False/"N" (as is), True/"T" (transpose) or "C" (conjugate transpose).
             op(X) is a view: no copy is made for it. The kernels read op(A) by rows and op(B) by
             columns, so those layouts are used in place (e.g. transb=True of a row-major B) and
@@ -128,7 +131,7 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
                         "ozaki.sgemm (docs/distributed.md), not by ozaki.gemm")
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
-    check_gemm(name, A, B, C, alpha, beta)
+    _, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     result = run_gemm(A, B, C if beta != 0 else None, alpha, beta, options)
     return result if out is None else copy_out(name, result, out)

@@ -25,11 +25,21 @@ REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
 
 
 def check_scalar(name, arg, value, dtype):
-    """alpha and beta: real numbers, or complex ones for complex operands."""
+    """alpha and beta: real numbers (int, float, Fraction, NumPy's), or complex ones for complex
+    operands. Returns the value as the Python float (complex for complex operands) that every path
+    of ozaki::gemm takes, as torch's Scalar would hold it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
+    if not isinstance(value, numbers.Complex):  # Decimal: a Number of neither kind
+        raise TypeError(f"{name}: {arg} must be a real or complex number, got "
+                        f"{type(value).__name__} {value!r}")
     if not dtype.is_complex and not isinstance(value, numbers.Real):  # 2+0j would make D complex
         raise TypeError(f"{name}: {arg} = {value!r} is complex but the operands are {dtype}")
+    try:
+        converted = complex(value) if dtype.is_complex else float(value)
+    except OverflowError:
+        raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range") from None
+    return converted
 
 
 def check_addend(name, C, dtype, device, shape):
@@ -50,15 +60,16 @@ def check_addend(name, C, dtype, device, shape):
 
 
 def check_gemm(name, A, B, C, alpha, beta):
-    """Everything ozaki::gemm needs of its tensors and scalars; returns the result's shape."""
+    """Everything ozaki::gemm needs of its tensors and scalars; returns the result's shape and
+    alpha and beta as check_scalar gives them."""
     check_tensor(name, "A", A, REAL_OF, (2, 3))
     check_operands(name, A, B, A.dtype, ranks=(2, 3))
-    check_scalar(name, "alpha", alpha, A.dtype)
-    check_scalar(name, "beta", beta, A.dtype)
+    alpha = check_scalar(name, "alpha", alpha, A.dtype)
+    beta = check_scalar(name, "beta", beta, A.dtype)
     shape = (*A.shape[:-1], B.shape[-1])
     if beta != 0:
         check_addend(name, C, A.dtype, A.device, shape)
-    return shape
+    return shape, alpha, beta
 
 
 def _scale(x, s):
@@ -81,7 +92,7 @@ def _parts(x):
 
 def gemm_kernel(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
     name = "ozaki::gemm"
-    shape = check_gemm(name, A, B, C, alpha, beta)
+    shape, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     return _checked_gemm(A, B, C, alpha, beta, options, shape)
 

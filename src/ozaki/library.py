@@ -86,7 +86,7 @@ torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_c
 
 @torch.library.register_fake("ozaki::gemm")
 def _gemm_fake(A, B, C, alpha, beta, backend, slices, fast, moduli, rounding):
-    return A.new_empty(check_gemm("ozaki::gemm", A, B, C, alpha, beta))
+    return A.new_empty(check_gemm("ozaki::gemm", A, B, C, alpha, beta)[0])
 
 
 @torch.library.register_fake("ozaki::row_stats")

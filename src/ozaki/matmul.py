@@ -16,12 +16,14 @@ from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF, run_gemm
 from .operands import at_least, check_alike, check_tensor
 from .options import Options
+from .product import check_device
 
 
 def _check(name, a, b):
     check_tensor(name, "a", a, REAL_OF, at_least(1))
     check_tensor(name, "b", b, REAL_OF, at_least(1))
     check_alike(name, ("a", "b"), a, b)
+    check_device(name, a.device)
     k_a, k_b = a.shape[-1], b.shape[0] if b.dim() == 1 else b.shape[-2]
     if k_a != k_b:
         raise ValueError(f"{name}: a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} "

@@ -45,10 +45,15 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
     if A.shape[-1] != B.shape[-2]:
         raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
                          f"{tuple(B.shape)} (A.shape[-1] must equal B.shape[-2])")
-    if A.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{name}: device must be cpu or cuda, got {A.device}")
-    if A.device.type == "cuda" and not _ops.CUDA_BUILT:
-        raise RuntimeError(f"{name}: the inputs are on {A.device} but this ozaki build has no CUDA "
+    check_device(name, A.device)
+
+
+def check_device(name, device):
+    """The operands' device: the CPU, or a CUDA device where this build has the CUDA backend."""
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: device must be cpu or cuda, got {device}")
+    if device.type == "cuda" and not _ops.CUDA_BUILT:
+        raise RuntimeError(f"{name}: the inputs are on {device} but this ozaki build has no CUDA "
                            "backend (rebuild with torch's CUDA build and nvcc, OZAKI_FORCE_CUDA=1)")
 
 
