@@ -339,8 +339,9 @@ OZAKI_HD void sum_levels(Load load, const PairLayout& layout, int64_t i, int64_t
 
 // IEEE value of the plain dot product of a row of A and a column of B when either holds NaN or
 // +-Inf (design.md, "Special values"): NaN if any NaN, any 0 * Inf, or infinite products of both
-// signs; otherwise the signed infinity. The finite part cannot change that result. b_step: the
-// distance between consecutive entries of the column.
+// signs; otherwise the signed infinity. A product of finite entries is infinite where it overflows
+// the format T (its float64 value, exact for float32 entries, rounded to T). The finite products
+// cannot change that result. b_step: the distance between consecutive entries of the column.
 template <typename T>
 OZAKI_HD double nonfinite_dot(const T* a_row, const T* b_col, int64_t k, int64_t b_step = 1) {
   bool positive_infinity = false;
@@ -351,7 +352,7 @@ OZAKI_HD double nonfinite_dot(const T* a_row, const T* b_col, int64_t k, int64_t
     if (is_nan(a) || is_nan(b)) return quiet_nan();
     const bool a_inf = !is_finite(a);
     const bool b_inf = !is_finite(b);
-    if (!a_inf && !b_inf) continue;
+    if (!a_inf && !b_inf && is_finite(static_cast<double>(static_cast<T>(a * b)))) continue;
     if ((a_inf && b == 0.0) || (b_inf && a == 0.0)) return quiet_nan();
     if (sign_bit(a) != sign_bit(b)) negative_infinity = true; else positive_infinity = true;
   }

@@ -99,6 +99,10 @@ def operands(case):
         A[6, 7] = 0.0          # 0 * -inf: NaN in C[6, 2]
         B[9, 8] = float("inf")
         A[5, 9] = -1e300       # -inf in C[5, 8]
+        big = 1e300 if dtype == torch.float64 else 1e30
+        A[4, 1] = -big         # -big * big overflows to -inf beside inf * 1: NaN in C[4, 6]
+        B[1, 6] = big
+        B[0, 6] = 1.0
     if data == "zero-rows":
         A[2] = 0.0
         B[:, 3] = 0.0

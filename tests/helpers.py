@@ -161,11 +161,24 @@ def assert_usage_error(parse, argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def ieee_dot(row, col):
-    """The IEEE result of the plain dot product of a row and a column holding NaN or +-Inf (NaN on
-    any NaN, 0 * Inf or infinite products of both signs, else the signed infinity); None when
-    every product is finite."""
-    products = [a * b for a, b in zip(row, col)]
+FLOAT32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103  # float32 max + half an ulp: rounds to +Inf
+
+
+def format_product(a, b, dtype):
+    """a * b of two float values of `dtype` as that format's IEEE product (float32: the exact
+    float64 product, rounded to float32 only past its range, where it is +-Inf)."""
+    product = a * b
+    if dtype == torch.float32 and math.isfinite(product) and abs(product) >= FLOAT32_OVERFLOW:
+        return math.copysign(math.inf, product)
+    return product
+
+
+def ieee_dot(row, col, dtype=torch.float64):
+    """The IEEE result of the plain dot product in `dtype` of a row and a column holding NaN or
+    +-Inf (NaN on any NaN, 0 * Inf or infinite products of both signs, a finite product that
+    overflows counting as infinite; else the signed infinity); None when every product is
+    finite."""
+    products = [format_product(a, b, dtype) for a, b in zip(row, col)]
     if any(math.isnan(p) for p in products):
         return math.nan
     infinite = {p for p in products if math.isinf(p)}
@@ -180,7 +193,7 @@ def assert_special_values_follow_ieee(C, A, B):
     C = C.cpu()
     for i, row in enumerate(A.cpu().double().tolist()):
         for j, col in enumerate(B.cpu().double().t().tolist()):
-            expected, got = ieee_dot(row, col), C[i, j].item()
+            expected, got = ieee_dot(row, col, A.dtype), C[i, j].item()
             if expected is None:
                 assert got == sum(a * b for a, b in zip(row, col)), (i, j, got)
             elif math.isnan(expected):

@@ -3,6 +3,8 @@ dtypes), what it leaves alone, nesting, leaving the block, errors and repr (ozak
 docs/torch.md, "Drop-in mode")."""
 
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -70,6 +72,46 @@ CALLS = {
     "linear-vector": (lambda a, b, c, x, w, bias: F.linear(a[1], w, bias),
                       lambda a, b, c, x, w, bias, o: ozaki.gemm(a[1:2], w.T, bias, beta=1,
                                                                 **o)[0]),
+    "torch.linalg.matmul": (lambda a, b, c, x, w, bias: torch.linalg.matmul(a, b),
+                            lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b, **o)),
+    "addmm-deprecated": (lambda a, b, c, x, w, bias: torch.addmm(0.5, c, -2.0, a, b),
+                         lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, alpha=-2.0, beta=0.5,
+                                                                   **o)),
+    "Tensor.addmm-deprecated": (lambda a, b, c, x, w, bias: c.addmm(0.5, a, b),
+                                lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, beta=0.5, **o)),
+    "addmm-torch-scalars": (lambda a, b, c, x, w, bias: torch.addmm(
+                                c, a, b, alpha=torch.tensor(2.0), beta=True),
+                            lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, alpha=2.0, beta=1,
+                                                                      **o)),
+    "Tensor.addmm_": (lambda a, b, c, x, w, bias: c.clone().addmm_(a, b, alpha=1.5),
+                      lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b, c, alpha=1.5, beta=1, **o)),
+    "torch.mv": (lambda a, b, c, x, w, bias: torch.mv(a, b[:, 0]),
+                 lambda a, b, c, x, w, bias, o: ozaki.matmul(a, b[:, 0], **o)),
+    "torch.addmv": (lambda a, b, c, x, w, bias: torch.addmv(c[:, 1], a, b[:, 0], beta=2.0),
+                    lambda a, b, c, x, w, bias, o: ozaki.gemm(a, b[:, :1], c[:, 1:2], beta=2.0,
+                                                              **o)[:, 0]),
+    "torch.dot": (lambda a, b, c, x, w, bias: torch.dot(a[0], b[:, 0]),
+                  lambda a, b, c, x, w, bias, o: ozaki.matmul(a[0], b[:, 0], **o)),
+    "torch.inner": (lambda a, b, c, x, w, bias: torch.inner(a, w),
+                    lambda a, b, c, x, w, bias, o: ozaki.gemm(a, w, transb=True, **o)),
+    "torch.baddbmm": (lambda a, b, c, x, w, bias: torch.baddbmm(a[:, :6], x, x.mT, alpha=0.5),
+                      lambda a, b, c, x, w, bias, o: ozaki.gemm(x, x.mT, a[:, :6], alpha=0.5,
+                                                                beta=1, **o)),
+    "torch.addbmm": (lambda a, b, c, x, w, bias: torch.addbmm(a[:, :6], x, x.mT),
+                     lambda a, b, c, x, w, bias, o: ozaki.gemm(
+                         x.permute(1, 0, 2).reshape(6, 18), x.mT.reshape(18, 6), a[:, :6], beta=1,
+                         **o)),
+    "torch.tensordot": (lambda a, b, c, x, w, bias: torch.tensordot(x, w, ([2], [1])),
+                        lambda a, b, c, x, w, bias, o: ozaki.gemm(
+                            x.reshape(12, 9), w, transb=True, **o).reshape(2, 6, 5)),
+    "torch.einsum": (lambda a, b, c, x, w, bias: torch.einsum("bik,jk->bij", x, w),
+                     lambda a, b, c, x, w, bias, o: ozaki.gemm(
+                         x.reshape(12, 9), w, transb=True, **o).reshape(2, 6, 5)),
+    "linear-bias-of-the-output": (lambda a, b, c, x, w, bias: F.linear(a, w, c),
+                                  lambda a, b, c, x, w, bias, o: ozaki.gemm(a, w, c, beta=1,
+                                                                            transb=True, **o)),
+    "linear-vector-weight": (lambda a, b, c, x, w, bias: F.linear(a, w[0]),
+                             lambda a, b, c, x, w, bias, o: ozaki.matmul(a, w[0], **o)),
 }
 
 
@@ -168,16 +210,61 @@ def test_float32_outside_any_mode_is_native(device):
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_calls_not_intercepted_stay_native(device):
-    """einsum, mv, dot, baddbmm and tensordot stay plain torch inside the mode."""
-    a, b, v, x, y, z = operands([(6, 9), (9, 5), (9,), (2, 6, 9), (2, 9, 5), (2, 6, 5)], 7,
-                                device)
-    calls = [lambda: torch.einsum("ik,kj->ij", a, b), lambda: torch.mv(a, v),
-             lambda: torch.dot(v, v), lambda: torch.baddbmm(z, x, y),
-             lambda: torch.tensordot(a, b, dims=1)]
-    native = [call() for call in calls]
-    with ozaki.enable(**OPTIONS):
-        for call, expected in zip(calls, native):
-            assert_bitwise_equal(call(), expected)
+    """linalg.multi_dot, chain_matmul, linalg.vecdot, outer and a one-operand einsum that sums
+    nothing stay plain torch inside the mode."""
+    a, b, c, v = operands([(6, 9), (9, 5), (5, 4), (9,)], 7, device)
+    calls = [lambda: torch.linalg.multi_dot([a, b, c]), lambda: torch.chain_matmul(a, b, c),
+             lambda: torch.linalg.vecdot(a, a), lambda: torch.outer(v, v),
+             lambda: torch.einsum("ij->ji", a)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chain_matmul is deprecated
+        native = [call() for call in calls]
+        with ozaki.enable(**OPTIONS):
+            for call, expected in zip(calls, native):
+                assert_bitwise_equal(call(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_out_is_resized_as_torch_resizes_it(device):
+    """out= of another shape is resized as torch resizes it: silently when empty, with torch's
+    warning when it held entries; out of another dtype is torch's error."""
+    a, b, c = operands([(6, 9), (9, 5), (6, 5)], 10, device)
+    calls = {"matmul": (lambda out: torch.matmul(a, b, out=out), ozaki.matmul(a, b, **OPTIONS)),
+             "mm": (lambda out: torch.mm(a, b, out=out), ozaki.gemm(a, b, **OPTIONS)),
+             "addmm": (lambda out: torch.addmm(c, a, b, out=out),
+                       ozaki.gemm(a, b, c, beta=1, **OPTIONS))}
+    for call, expected in calls.values():
+        with ozaki.enable(**OPTIONS):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out = torch.empty(0, dtype=f64, device=device)
+                assert call(out) is out
+            assert not [w for w in caught if "resized" in str(w.message)]
+            assert_bitwise_equal(out, expected)
+            out = torch.empty(3, dtype=f64, device=device)
+            with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+                call(out)
+            assert_bitwise_equal(out, expected)
+            with pytest.raises(RuntimeError):
+                call(torch.empty(0, dtype=f32, device=device))
+
+
+def test_calls_with_torchs_other_arguments_go_to_torch():
+    """An out_dtype (a form ozaki has no counterpart of) or a keyword ozaki does not know is handed
+    to torch, which decides (here: its own error)."""
+    a, b, c = operands([(6, 9), (9, 5), (6, 5)], 11, "cpu")
+    calls = [lambda: torch.mm(a, b, f64), lambda: torch.addmm(c, a, b, f64),
+             lambda: torch.mm(a, b, out_dtype=f64)]
+    for call in calls:
+        try:
+            native = call()
+        except (RuntimeError, NotImplementedError, TypeError) as error:
+            with ozaki.enable(**OPTIONS):
+                with pytest.raises(type(error)):
+                    call()
+        else:
+            with ozaki.enable(**OPTIONS):
+                assert_bitwise_equal(call(), native)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

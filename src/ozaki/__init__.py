@@ -15,6 +15,7 @@ from . import library  # noqa: F401  (registers the kernels of ozaki::gemm and t
 from . import repeated  # noqa: F401  (ozaki.repeated.info() and clear(): operands kept unasked)
 from . import replay  # noqa: F401  (ozaki.replay.info() and clear(): the replayed calls' graphs)
 from .blas import dgemm, gemm, sgemm
+from .contractions import einsum, tensordot
 from .dropin import enable
 from .matmul import matmul
 from .prepared import Prepared, prepare
@@ -22,7 +23,7 @@ from .product import plan
 from .slicing import SlicePlan
 
 __version__ = "0.1.0"
-__all__ = ["dgemm", "sgemm", "gemm", "matmul", "enable", "plan", "prepare", "Prepared",
+__all__ = ["dgemm", "sgemm", "gemm", "matmul", "tensordot", "einsum", "enable", "plan", "prepare", "Prepared",
            "SlicePlan", "accuracy", "distributed", "repeated", "replay", "__version__"]
 
 

@@ -1,13 +1,18 @@
 """ozaki.enable: a drop-in mode that sends torch's matrix products through ozaki (docs/torch.md,
-"Drop-in mode"). A torch function mode, so it is scoped, nestable and traced by torch.compile."""
+"Drop-in mode"). A torch function mode, so it is scoped, nestable and traced by torch.compile.
+Each handler returns NotImplemented for a call it does not take (another dtype or device, a
+shape or argument torch rejects, a form ozaki has no counterpart of), which torch then runs."""
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from . import contractions
 from .blas import gemm
+from .contractions import einsum, tensordot
 from .gemm_op import REAL_OF
 from .matmul import matmul
 from .options import Options
@@ -30,60 +35,290 @@ def _broadcasts(shape, target):
         return False
 
 
-def _matmul(mode, a, b, out=None):
-    if not _operands(mode, a, b) or a.dim() == 0 or b.dim() == 0:
+def _scalar(value, dtype):
+    """alpha or beta as torch's Scalar reads it (a bool as 0 or 1, a 0-d tensor as its value, a
+    complex of zero imaginary part as a real for real operands); NotImplemented for what ozaki
+    cannot take the same way."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 and value.numel() != 1:
+            return NotImplemented
+        value = value.item()
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, complex) and not dtype.is_complex:
+        return value.real if value.imag == 0 else NotImplemented
+    return value
+
+
+def _takes_out(out, like):
+    """Whether ozaki writes out= (None, or a tensor of like's dtype and device; another dtype or
+    device is torch's to refuse)."""
+    return out is None or (isinstance(out, torch.Tensor) and out.dtype == like.dtype
+                           and out.device == like.device)
+
+
+def _written(result, out):
+    """out= as torch writes it: resized to the result's shape (with torch's warning where it held
+    entries), then filled."""
+    if out is None:
+        return result
+    if out.shape != result.shape:
+        if out.numel() != 0:
+            warnings.warn(f"An output with one or more elements was resized since it had shape "
+                          f"{list(out.shape)}, which does not match the required output shape "
+                          f"{list(result.shape)}. This behavior is deprecated, and in a future "
+                          "PyTorch release outputs will not be resized unless they have zero "
+                          "elements. You can explicitly reuse an out tensor t by resizing it, "
+                          "inplace, to zero elements with t.resize_(0).", UserWarning, stacklevel=4)
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
+def _in_place(target, result):
+    """target.op_(...): result written into target, which must have the result's shape (torch
+    raises otherwise)."""
+    if result is NotImplemented or target.shape != result.shape:
+        return NotImplemented
+    return target.copy_(result)
+
+
+def _matmul(mode, a, b, *extra, out=None, **unknown):
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() == 0
+            or b.dim() == 0):
         return NotImplemented
     inner_b = b.shape[0] if b.dim() == 1 else b.shape[-2]
+    if a.shape[-1] != inner_b or not _broadcasts_together(a.shape[:-2], b.shape[:-2]):
+        return NotImplemented
+    return _written(matmul(a, b, **mode.options.keywords()), out)
+
+
+def _broadcasts_together(first, second):
     try:
-        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        torch.broadcast_shapes(first, second)
     except RuntimeError:
-        return NotImplemented
-    if a.shape[-1] != inner_b:
-        return NotImplemented
-    return matmul(a, b, out=out, **mode.options.keywords())
+        return False
+    return True
 
 
 def _rmatmul(mode, b, a):
     return _matmul(mode, a, b)
 
 
-def _mm(mode, a, b, out=None):
-    if not _operands(mode, a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+def _mm(mode, a, b, *extra, out=None, **unknown):
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 2
+            or b.dim() != 2 or a.shape[1] != b.shape[0]):
         return NotImplemented  # torch raises its own error for bad shapes
-    return gemm(a, b, out=out, **mode.options.keywords())
+    return _written(gemm(a, b, **mode.options.keywords()), out)
 
 
-def _bmm(mode, a, b, out=None):
-    if (not _operands(mode, a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0]
-            or a.shape[2] != b.shape[1]):
+def _bmm(mode, a, b, *extra, out=None, **unknown):
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 3
+            or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]):
         return NotImplemented
-    return gemm(a, b, out=out, **mode.options.keywords())
+    return _written(gemm(a, b, **mode.options.keywords()), out)
 
 
-def _addmm(mode, c, a, b, *, beta=1, alpha=1, out=None):
-    if (not _operands(mode, c, a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]
-            or not _broadcasts(c.shape, (a.shape[0], b.shape[1]))):
+def _scaled_arguments(args, kwargs, method):
+    """(input, first, second, beta, alpha, out) of addmm, addmv, baddbmm and addbmm in all torch's
+    calling forms: op(input, first, second, *, beta, alpha, out) and the deprecated ones with
+    leading scalars, op(beta, input, [alpha,] first, second) and input.op(beta, [alpha,] first,
+    second); None for others. method: called as Tensor.op (input is args[0])."""
+    if set(kwargs) - {"beta", "alpha", "out"}:
+        return None
+    args = list(args)
+    if not method and len(args) > 1 and not isinstance(args[0], torch.Tensor):
+        args[0], args[1] = args[1], args[0]  # the deprecated op(beta, input, ...)
+    target, rest = args[0], args[1:]
+    scalars = []
+    while rest and not isinstance(rest[0], torch.Tensor):
+        scalars.append(rest.pop(0))
+    if (not isinstance(target, torch.Tensor) or len(rest) != 2 or len(scalars) > 2
+            or (scalars and ("beta" in kwargs or "alpha" in kwargs))):
+        return None
+    beta = scalars[0] if scalars else kwargs.get("beta", 1)
+    alpha = scalars[1] if len(scalars) > 1 else kwargs.get("alpha", 1)
+    return target, rest[0], rest[1], beta, alpha, kwargs.get("out")
+
+
+def _scaled_product(mode, first, second, addend, beta, alpha, shape_ok, product, out=None):
+    """product(alpha, beta) written to out, for operands ozaki takes; NotImplemented else."""
+    if not _operands(mode, addend, first, second) or not shape_ok or not _takes_out(out, first):
         return NotImplemented
-    return gemm(a, b, c, alpha=alpha, beta=beta, out=out, **mode.options.keywords())
+    alpha, beta = _scalar(alpha, first.dtype), _scalar(beta, first.dtype)
+    if alpha is NotImplemented or beta is NotImplemented:
+        return NotImplemented
+    return _written(product(alpha, beta), out)
 
 
-def _linear(mode, x, weight, bias=None):
+def _addmm(mode, *args, **kwargs):
+    arguments = _scaled_arguments(args, kwargs, method=False)
+    if arguments is None:
+        return NotImplemented
+    c, a, b, beta, alpha, out = arguments
+    shape_ok = (a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
+                and _broadcasts(c.shape, (a.shape[0], b.shape[1])))
+    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
+        a, b, c, alpha=alpha, beta=beta, **mode.options.keywords()), out)
+
+
+def _baddbmm(mode, *args, **kwargs):
+    arguments = _scaled_arguments(args, kwargs, method=False)
+    if arguments is None:
+        return NotImplemented
+    c, a, b, beta, alpha, out = arguments
+    shape_ok = (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
+                and a.shape[2] == b.shape[1]
+                and _broadcasts(c.shape, (a.shape[0], a.shape[1], b.shape[2])))
+    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
+        a, b, c, alpha=alpha, beta=beta, **mode.options.keywords()), out)
+
+
+def _addbmm(mode, *args, **kwargs):
+    """beta input + alpha sum_i a[i] b[i]: one product over the batch's inner dimensions
+    together, (m, batch k) x (batch k, n)."""
+    arguments = _scaled_arguments(args, kwargs, method=False)
+    if arguments is None:
+        return NotImplemented
+    c, a, b, beta, alpha, out = arguments
+    shape_ok = (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
+                and a.shape[2] == b.shape[1] and _broadcasts(c.shape, (a.shape[1], b.shape[2])))
+
+    def product(alpha, beta):
+        batch, m, k = a.shape
+        rows = a.permute(1, 0, 2).reshape(m, batch * k)
+        columns = b.reshape(batch * k, b.shape[2])
+        return gemm(rows, columns, c, alpha=alpha, beta=beta, **mode.options.keywords())
+    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, product, out)
+
+
+def _addmv(mode, *args, **kwargs):
+    arguments = _scaled_arguments(args, kwargs, method=False)
+    if arguments is None:
+        return NotImplemented
+    c, a, v, beta, alpha, out = arguments
+    shape_ok = (a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]
+                and _broadcasts(c.shape, (a.shape[0],)))
+    return _scaled_product(mode, a, v, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
+        a, v.unsqueeze(1), c.reshape(*c.shape, 1) if c.dim() else c, alpha=alpha, beta=beta,
+        **mode.options.keywords()).squeeze(1), out)
+
+
+def _in_place_of(handler):
+    """Tensor.op_ of an add handler: the result of input.op(...) written into input."""
+    def in_place(mode, target, *args, **kwargs):
+        if "out" in kwargs:
+            return NotImplemented
+        arguments = _scaled_arguments((target, *args), kwargs, method=True)
+        if arguments is None:
+            return NotImplemented
+        _, first, second, beta, alpha, _ = arguments
+        return _in_place(target, handler(mode, target, first, second, beta=beta, alpha=alpha))
+    return in_place
+
+
+def _method(handler):
+    """Tensor.op of an add handler: input first, then the deprecated scalars or the operands."""
+    def method(mode, target, *args, **kwargs):
+        arguments = _scaled_arguments((target, *args), kwargs, method=True)
+        if arguments is None:
+            return NotImplemented
+        _, first, second, beta, alpha, out = arguments
+        return handler(mode, target, first, second, beta=beta, alpha=alpha, out=out)
+    return method
+
+
+def _mv(mode, a, v, *extra, out=None, **unknown):
+    if (extra or unknown or not _operands(mode, a, v) or not _takes_out(out, a) or a.dim() != 2
+            or v.dim() != 1 or a.shape[1] != v.shape[0]):
+        return NotImplemented
+    return _written(matmul(a, v, **mode.options.keywords()), out)
+
+
+def _dot(mode, a, b, *extra, out=None, conjugate=False, **unknown):
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 1
+            or b.dim() != 1 or a.shape != b.shape):
+        return NotImplemented
+    return _written(matmul(a.conj() if conjugate else a, b, **mode.options.keywords()), out)
+
+
+def _vdot(mode, a, b, *extra, out=None, **unknown):
+    if extra or unknown:
+        return NotImplemented
+    return _dot(mode, a, b, out=out, conjugate=True)
+
+
+def _inner(mode, a, b, *extra, out=None, **unknown):
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() == 0
+            or b.dim() == 0 or a.shape[-1] != b.shape[-1]):
+        return NotImplemented  # a 0-d operand makes inner a plain multiplication
+    return _written(tensordot(a, b, ([a.dim() - 1], [b.dim() - 1]),
+                              **mode.options.keywords()), out)
+
+
+def _tensordot(mode, a, b, dims=2, out=None, *extra, **unknown):
+    if extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a):
+        return NotImplemented
+    try:
+        contractions.tensordot_dims("torch.tensordot", a, b, dims)
+    except (TypeError, ValueError):
+        return NotImplemented  # torch raises its own error
+    return _written(tensordot(a, b, dims, **mode.options.keywords()), out)
+
+
+def _einsum(mode, *args, **unknown):
+    if unknown:
+        return NotImplemented
+    try:
+        equation, operands = contractions.einsum_arguments("torch.einsum", args)
+        labels, out = contractions.parse_equation("torch.einsum", equation, operands)
+    except (TypeError, ValueError, AttributeError):
+        return NotImplemented  # torch raises its own error
+    if not operands or not _operands(mode, *operands):
+        return NotImplemented
+    if len(operands) == 1 and set(labels[0]) == set(out):
+        return NotImplemented  # a permutation or a diagonal: no arithmetic
+    return einsum(equation, *operands, **mode.options.keywords())
+
+
+def _linear(mode, x, weight, bias=None, *extra, **unknown):
+    if extra or unknown:
+        return NotImplemented
     tensors = (x, weight) if bias is None else (x, weight, bias)
-    if (not _operands(mode, *tensors) or x.dim() == 0 or weight.dim() != 2
-            or x.shape[-1] != weight.shape[1]
-            or (bias is not None and not _broadcasts(bias.shape, (weight.shape[0],)))):
+    if not _operands(mode, *tensors) or x.dim() == 0 or weight.dim() not in (1, 2) \
+            or x.shape[-1] != weight.shape[-1]:
         return NotImplemented
+    shape = (*x.shape[:-1], weight.shape[0]) if weight.dim() == 2 else x.shape[:-1]
+    if bias is not None and not _broadcasts(bias.shape, shape):
+        return NotImplemented
+    options = mode.options.keywords()
+    if weight.dim() == 1:  # y = x w (+ bias): a product with one column
+        y = matmul(x, weight, **options)
+        return y if bias is None else torch.add(y, bias)
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    y = gemm(rows, weight, bias, beta=0 if bias is None else 1, transb=True, **mode.options.keywords())
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    if bias is None or _broadcasts(bias.shape, (weight.shape[0],)):  # bias in the epilogue
+        y = gemm(rows, weight, bias, beta=0 if bias is None else 1, transb=True, **options)
+        return y.reshape(shape)
+    # a bias of the output's shape: RN(P + bias), as the epilogue with beta = 1 adds it
+    return torch.add(gemm(rows, weight, transb=True, **options).reshape(shape), bias)
 
 
 _HANDLERS = {
     torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
-    torch.Tensor.__rmatmul__: _rmatmul,
+    torch.Tensor.__rmatmul__: _rmatmul, torch.linalg.matmul: _matmul,
     torch.mm: _mm, torch.Tensor.mm: _mm,
     torch.bmm: _bmm, torch.Tensor.bmm: _bmm,
-    torch.addmm: _addmm, torch.Tensor.addmm: _addmm,
+    torch.addmm: _addmm, torch.Tensor.addmm: _method(_addmm),
+    torch.Tensor.addmm_: _in_place_of(_addmm),
+    torch.baddbmm: _baddbmm, torch.Tensor.baddbmm: _method(_baddbmm),
+    torch.Tensor.baddbmm_: _in_place_of(_baddbmm),
+    torch.addbmm: _addbmm, torch.Tensor.addbmm: _method(_addbmm),
+    torch.Tensor.addbmm_: _in_place_of(_addbmm),
+    torch.addmv: _addmv, torch.Tensor.addmv: _method(_addmv),
+    torch.Tensor.addmv_: _in_place_of(_addmv),
+    torch.mv: _mv, torch.Tensor.mv: _mv,
+    torch.dot: _dot, torch.Tensor.dot: _dot, torch.vdot: _vdot, torch.Tensor.vdot: _vdot,
+    torch.inner: _inner, torch.Tensor.inner: _inner,
+    torch.tensordot: _tensordot, torch.einsum: _einsum,
     F.linear: _linear,
 }
 
@@ -113,10 +348,11 @@ class OzakiMode(TorchFunctionMode):
 
 def enable(dtypes=(torch.float64,), *, backend="auto", slices=None, fast=None, moduli=None,
            rounding=None):
-    """Within `with ozaki.enable(...):`, torch.matmul, @, mm, bmm, addmm and
-    torch.nn.functional.linear (so nn.Linear) on tensors of `dtypes` run through ozaki with the
-    given options (ozaki.dgemm's); other dtypes, devices and functions stay plain torch, and
-    leaving the block restores plain torch.
+    """Within `with ozaki.enable(...):`, torch's products (matmul, @, linalg.matmul, mm, bmm, mv,
+    dot, vdot, inner, addmm, baddbmm, addmv, addbmm and their in-place forms, tensordot, einsum,
+    and torch.nn.functional.linear, so nn.Linear; docs/torch.md lists them) on tensors of `dtypes`
+    run through ozaki with the given options (ozaki.dgemm's); other dtypes, devices and functions
+    stay plain torch, and leaving the block restores plain torch.
 
     Nestable: the innermost mode that takes a dtype handles it; a call it does not take goes on
     to the enclosing modes. Under torch.compile, a mode entered around the compiled call is traced

@@ -188,7 +188,27 @@ def _nonfinite_counts(x, yt):
                 + f(x_pos & ~x_inf) @ f(y_inf & y_pos).T + f(x_neg & ~x_inf) @ f(y_inf & y_neg).T)
     negative = (f(x_inf & x_pos) @ f(y_neg).T + f(x_inf & x_neg) @ f(y_pos).T
                 + f(x_pos & ~x_inf) @ f(y_inf & y_neg).T + f(x_neg & ~x_inf) @ f(y_inf & y_pos).T)
-    return torch.stack([nan, positive, negative])
+    overflowing = _overflowing_products(x, yt)
+    return torch.stack([nan, positive + overflowing[0], negative + overflowing[1]])
+
+
+def _overflowing_products(x, yt):
+    """(2, rows, cols) float64 counts of the finite x_il, yt_jl whose product overflows the format
+    to +Inf and to -Inf, one row (or column) of products at a time."""
+    counts = torch.zeros((2, x.shape[0], yt.shape[0]), dtype=torch.float64, device=x.device)
+    by_rows = x.shape[0] <= yt.shape[0]
+    ones, others = (x, yt) if by_rows else (yt, x)
+    finite_others = others.isfinite()
+    for i in range(ones.shape[0]):
+        products = ones[i] * others  # in the operands' format: +-Inf where it overflows
+        over = products.isinf() & finite_others & ones[i].isfinite()
+        for sign, mask in enumerate((products > 0, products < 0)):
+            count = (over & mask).sum(1, dtype=torch.float64)
+            if by_rows:
+                counts[sign, i] = count
+            else:
+                counts[sign, :, i] = count
+    return counts
 
 
 def _nonfinite_values(counts, dtype):
