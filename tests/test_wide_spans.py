@@ -17,7 +17,7 @@ import ozaki
 from helpers import assert_bitwise_equal, cpu_and_cuda, scale_of, seeded
 from ozaki import _ops, accuracy, crt
 from ozaki.fixed_counts import AccuracyWarning
-from ozaki.product import Estimates, row_operands
+from ozaki.product import BackendWarning, Estimates, row_operands
 
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 AUTOMATIC_BACKENDS = ("auto", "crt", "int8", "fp16")
@@ -179,6 +179,23 @@ def test_the_plan_says_which_path_and_why():
     assert (f"the entries of rows or columns spanning more than the {plan.bits_captured} bits of "
             "its slices that these leave undecided are computed exactly") in str(plan)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(accuracy.exact_matmul(A, B)))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_crt_asked_for_where_scheme_two_cannot_serve_says_so(device):
+    """backend="crt" on rows spanning 1000 bits, which neither truncated nor exact scheme II can
+    serve, runs INT8 scheme I's correctly rounded plan and says so (BackendWarning); the default
+    backend runs the same plan without a warning."""
+    A = torch.tensor([[1.0, 2.0 ** -1000], [0.5, 3.0]], dtype=torch.float64)
+    B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    with pytest.warns(BackendWarning, match=(
+            r"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
+            r"\(.*, and exact scheme II needs more than 40 moduli\), so INT8 scheme I ran")):
+        C = ozaki.dgemm(A.to(device), B.to(device), backend="crt")
+    assert_bitwise_equal(C, accuracy.round_exact(accuracy.exact_matmul(A, B)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_bitwise_equal(ozaki.dgemm(A.to(device), B.to(device)), C)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

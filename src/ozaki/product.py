@@ -4,6 +4,7 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import functools
+import warnings
 from fractions import Fraction
 
 import torch
@@ -510,6 +511,11 @@ class _CrtInputs:
                 _ops.crt_wide_exponents(self.norm_b, self.est.stats_b, t_b))
 
 
+class BackendWarning(UserWarning):
+    """backend="crt" was asked for, but scheme II cannot be shown to meet the error bound on these
+    operands (docs/api.md, "Plans"), so INT8 scheme I ran instead."""
+
+
 def plan_for(est, dtype, options, exact_scheme_two=True):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
     crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
@@ -568,8 +574,17 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
     if plan is None:  # no moduli count can be shown to meet the target: scheme I keeps it
         fallback = (_fastest_scheme_one(est, dtype) if backend == "auto"
                     else _scheme_one_plan(est, dtype, None, None, None, "int8"))
-        return (dataclasses.replace(fallback, reason=f"{fallback.reason}; not scheme II: "
-                                    f"{truncated_why}"), None)
+        reason = f"{fallback.reason}; not scheme II: {truncated_why}"
+        if backend == "crt":
+            exact_why = (f"exact scheme II needs more than {crt.MAX_EXACT_MODULI} moduli"
+                         if exact_scheme_two else "exact scheme II does not run on k-shards")
+            warnings.warn(BackendWarning(
+                f"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
+                f"({truncated_why}, and {exact_why}), so INT8 scheme I ran ({fallback.reason}); "
+                "pass backend='int8' to ask "
+                "for it, moduli= to force scheme II, or rounding='nearest'. ozaki.plan(A, B, "
+                "backend='crt') gives the figures."), stacklevel=2)
+        return dataclasses.replace(fallback, reason=reason), None
     if backend == "auto":
         # short rows (integers, few binades): the exact INT8 split, where it costs no more
         if _exact_int8_gemms(est) <= plan.gemms:
