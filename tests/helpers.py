@@ -142,8 +142,9 @@ def error_test(function, cases):
 
 
 def assert_wrong_out_is_named(name, product, shape, wrong_dtype, device):
-    """product(out=...) rejects an out of the transposed shape and one of wrong_dtype, with
-    messages naming the function and out; product's result is float64 of the given shape."""
+    """product(out=...) rejects an out of the transposed shape, one of wrong_dtype and a leaf that
+    requires grad, with messages naming the function and out; product's result is float64 of the
+    given shape."""
     transposed = tuple(reversed(shape))
     with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's shape "
                                                    f"{shape}, got {transposed}")):
@@ -151,6 +152,10 @@ def assert_wrong_out_is_named(name, product, shape, wrong_dtype, device):
     with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's dtype "
                                                    f"torch.float64, got {wrong_dtype}")):
         product(out=torch.empty(shape, dtype=wrong_dtype, device=device))
+    leaf = torch.empty(shape, dtype=torch.float64, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match=re.escape(f"{name}: out is a leaf tensor that requires "
+                                                     "grad")):
+        product(out=leaf)
 
 
 def assert_usage_error(parse, argv, message, capsys):

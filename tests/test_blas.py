@@ -3,6 +3,7 @@ ozaki.sgemm, all of which run the ozaki::gemm operator (ozaki/blas.py, ozaki/gem
 docs/torch.md, "ozaki.gemm: BLAS semantics")."""
 
 import math
+import warnings
 from decimal import Decimal
 from fractions import Fraction
 
@@ -415,6 +416,19 @@ def test_scalars_of_any_real_type_give_their_float64_on_every_path(device, alpha
     assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=alpha), expected)
     with_grad = ozaki.gemm(A.clone().requires_grad_(), B, C, alpha=alpha, beta=alpha)
     assert_bitwise_equal(with_grad.detach(), expected)
+
+
+def test_numpy_integers_and_bools_serve_as_options():
+    """slices, moduli and fast may be NumPy integers and bools (from arrays and configurations):
+    the same plan and bits as Python's; a NumPy float is still refused by name."""
+    A, B = operands([(6, 9), (9, 4)], torch.float64, seed=20, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few slices or moduli: the fixed counts' warning
+        assert_bitwise_equal(ozaki.gemm(A, B, slices=np.int64(3), fast=np.True_),
+                             ozaki.gemm(A, B, slices=3, fast=True))
+        assert_bitwise_equal(ozaki.gemm(A, B, moduli=np.int32(9)), ozaki.gemm(A, B, moduli=9))
+    with pytest.raises(TypeError, match=r"ozaki.gemm: slices must be an int or None, got float64"):
+        ozaki.gemm(A, B, slices=np.float64(3))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

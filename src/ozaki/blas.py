@@ -146,4 +146,7 @@ def copy_out(name, result, out):
                               ("device", out.device, result.device)):
         if got != wanted:
             raise ValueError(f"{name}: out must have the result's {what} {wanted}, got {got}")
+    if out.is_leaf and out.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name}: out is a leaf tensor that requires grad, which out= cannot "
+                           "write in place (pass an out that does not require grad, or none)")
     return out.copy_(result)

@@ -2,6 +2,7 @@
 frozen object, checked where a call enters ozaki and carried as is through the layers below."""
 
 import dataclasses
+import numbers
 from typing import Optional
 
 from . import crt
@@ -27,6 +28,8 @@ class Options:
         if (backend == "auto" and slices is None and fast is None and moduli is None
                 and rounding is None and cls is Options):
             return DEFAULT  # the usual call: nothing to check
+        slices, moduli = _plain_int(slices), _plain_int(moduli)
+        fast = _plain_bool(fast)
         _check(name, slices, fast, rounding, backend, moduli)
         return cls(backend, slices, fast, moduli, rounding)
 
@@ -41,6 +44,20 @@ class Options:
 
 #: The default options, the one object Options.checked returns for them (compared by identity).
 DEFAULT = Options()
+
+
+def _plain_int(value):
+    """A NumPy (or other Integral) integer as the int it stands for; anything else as it is."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    return value
+
+
+def _plain_bool(value):
+    """NumPy's bool as a bool; anything else as it is."""
+    if type(value).__name__ in ("bool_", "bool") and type(value).__module__ == "numpy":
+        return bool(value)
+    return value
 
 
 def _check(name, slices, fast, rounding, backend, moduli):
