@@ -190,7 +190,8 @@ def test_crt_asked_for_where_scheme_two_cannot_serve_says_so(device):
     B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=torch.float64)
     with pytest.warns(BackendWarning, match=(
             r"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
-            r"\(.*, and exact scheme II needs more than 40 moduli\), so INT8 scheme I ran")):
+            r"\(.*, and exact scheme II needs more than 40 moduli\), so INT8 scheme I runs in "
+            r"its place")):
         C = ozaki.dgemm(A.to(device), B.to(device), backend="crt")
     assert_bitwise_equal(C, accuracy.round_exact(accuracy.exact_matmul(A, B)))
     with warnings.catch_warnings():

@@ -580,10 +580,10 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
                          if exact_scheme_two else "exact scheme II does not run on k-shards")
             warnings.warn(BackendWarning(
                 f"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
-                f"({truncated_why}, and {exact_why}), so INT8 scheme I ran ({fallback.reason}); "
-                "pass backend='int8' to ask "
-                "for it, moduli= to force scheme II, or rounding='nearest'. ozaki.plan(A, B, "
-                "backend='crt') gives the figures."), stacklevel=2)
+                f"({truncated_why}, and {exact_why}), so INT8 scheme I runs in its place "
+                f"({fallback.reason}); pass backend='int8' to ask for it, moduli= to force scheme "
+                "II, or rounding='nearest'. ozaki.plan(A, B, backend='crt') gives the figures."),
+                stacklevel=2)
         return dataclasses.replace(fallback, reason=reason), None
     if backend == "auto":
         # short rows (integers, few binades): the exact INT8 split, where it costs no more
