@@ -140,67 +140,54 @@ def _scaled_arguments(args, kwargs, method):
     return target, rest[0], rest[1], beta, alpha, kwargs.get("out")
 
 
-def _scaled_product(mode, first, second, addend, beta, alpha, shape_ok, product, out=None):
-    """product(alpha, beta) written to out, for operands ozaki takes; NotImplemented else."""
-    if not _operands(mode, addend, first, second) or not shape_ok or not _takes_out(out, first):
-        return NotImplemented
-    alpha, beta = _scalar(alpha, first.dtype), _scalar(beta, first.dtype)
-    if alpha is NotImplemented or beta is NotImplemented:
-        return NotImplemented
-    return _written(product(alpha, beta), out)
+def _scaled(fits, product):
+    """The handler of an op(input, first, second, *, beta, alpha, out) in all its calling forms
+    (_scaled_arguments): fits(input, first, second) says whether torch takes the shapes, and
+    product(input, first, second, alpha, beta, options) is beta input + alpha (first op second)
+    by ozaki."""
+    def handler(mode, *args, **kwargs):
+        arguments = _scaled_arguments(args, kwargs, method=False)
+        if arguments is None:
+            return NotImplemented
+        c, a, b, beta, alpha, out = arguments
+        if not _operands(mode, c, a, b) or not fits(c, a, b) or not _takes_out(out, a):
+            return NotImplemented
+        alpha, beta = _scalar(alpha, a.dtype), _scalar(beta, a.dtype)
+        if alpha is NotImplemented or beta is NotImplemented:
+            return NotImplemented
+        return _written(product(c, a, b, alpha, beta, mode.options.keywords()), out)
+    return handler
 
 
-def _addmm(mode, *args, **kwargs):
-    arguments = _scaled_arguments(args, kwargs, method=False)
-    if arguments is None:
-        return NotImplemented
-    c, a, b, beta, alpha, out = arguments
-    shape_ok = (a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
-                and _broadcasts(c.shape, (a.shape[0], b.shape[1])))
-    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
-        a, b, c, alpha=alpha, beta=beta, **mode.options.keywords()), out)
+def _gemm_with_addend(c, a, b, alpha, beta, options):
+    return gemm(a, b, c, alpha=alpha, beta=beta, **options)
 
 
-def _baddbmm(mode, *args, **kwargs):
-    arguments = _scaled_arguments(args, kwargs, method=False)
-    if arguments is None:
-        return NotImplemented
-    c, a, b, beta, alpha, out = arguments
-    shape_ok = (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
-                and a.shape[2] == b.shape[1]
-                and _broadcasts(c.shape, (a.shape[0], a.shape[1], b.shape[2])))
-    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
-        a, b, c, alpha=alpha, beta=beta, **mode.options.keywords()), out)
+def _addbmm_product(c, a, b, alpha, beta, options):
+    """beta c + alpha sum_i a[i] b[i]: one product over the batch's inner dimensions together,
+    (m, batch k) x (batch k, n)."""
+    batch, m, k = a.shape
+    rows = a.permute(1, 0, 2).reshape(m, batch * k)
+    columns = b.reshape(batch * k, b.shape[2])
+    return gemm(rows, columns, c, alpha=alpha, beta=beta, **options)
 
 
-def _addbmm(mode, *args, **kwargs):
-    """beta input + alpha sum_i a[i] b[i]: one product over the batch's inner dimensions
-    together, (m, batch k) x (batch k, n)."""
-    arguments = _scaled_arguments(args, kwargs, method=False)
-    if arguments is None:
-        return NotImplemented
-    c, a, b, beta, alpha, out = arguments
-    shape_ok = (a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
-                and a.shape[2] == b.shape[1] and _broadcasts(c.shape, (a.shape[1], b.shape[2])))
-
-    def product(alpha, beta):
-        batch, m, k = a.shape
-        rows = a.permute(1, 0, 2).reshape(m, batch * k)
-        columns = b.reshape(batch * k, b.shape[2])
-        return gemm(rows, columns, c, alpha=alpha, beta=beta, **mode.options.keywords())
-    return _scaled_product(mode, a, b, c, beta, alpha, shape_ok, product, out)
+def _addmv_product(c, a, v, alpha, beta, options):
+    addend = c.reshape(*c.shape, 1) if c.dim() else c
+    return gemm(a, v.unsqueeze(1), addend, alpha=alpha, beta=beta, **options).squeeze(1)
 
 
-def _addmv(mode, *args, **kwargs):
-    arguments = _scaled_arguments(args, kwargs, method=False)
-    if arguments is None:
-        return NotImplemented
-    c, a, v, beta, alpha, out = arguments
-    shape_ok = (a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]
-                and _broadcasts(c.shape, (a.shape[0],)))
-    return _scaled_product(mode, a, v, c, beta, alpha, shape_ok, lambda alpha, beta: gemm(
-        a, v.unsqueeze(1), c.reshape(*c.shape, 1) if c.dim() else c, alpha=alpha, beta=beta,
-        **mode.options.keywords()).squeeze(1), out)
+_addmm = _scaled(lambda c, a, b: a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
+                 and _broadcasts(c.shape, (a.shape[0], b.shape[1])), _gemm_with_addend)
+_baddbmm = _scaled(lambda c, a, b: a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
+                   and a.shape[2] == b.shape[1]
+                   and _broadcasts(c.shape, (a.shape[0], a.shape[1], b.shape[2])),
+                   _gemm_with_addend)
+_addbmm = _scaled(lambda c, a, b: a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
+                  and a.shape[2] == b.shape[1]
+                  and _broadcasts(c.shape, (a.shape[1], b.shape[2])), _addbmm_product)
+_addmv = _scaled(lambda c, a, v: a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]
+                 and _broadcasts(c.shape, (a.shape[0],)), _addmv_product)
 
 
 def _in_place_of(handler):
