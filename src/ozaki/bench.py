@@ -219,9 +219,9 @@ def parse_args(argv=None):
                          "ozaki's limit for exact FP16 slice products")
     check_output_path(parser, "--json", args.json)
     check_output_path(parser, "--markdown", args.markdown)
-    check_plot_path(parser, "--plot", args.plot)
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
         parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
+    check_plot_path(parser, "--plot", args.plot)
     return args
 
 
