@@ -122,6 +122,23 @@ def test_einsum_gradients():
     assert torch.autograd.gradcheck(lambda a, b: ozaki.einsum("ij,jk->ki", a, b), (a, b))
 
 
+def test_contractions_compile_to_eager_bits():
+    """torch.compile(fullgraph=True) of ozaki.einsum, ozaki.tensordot and torch.einsum under
+    ozaki.enable gives eager's bits."""
+    torch._dynamo.reset()
+    x, y = operands([(2, 3, 4), (2, 4, 5)], 10)
+
+    def enabled(x, y):
+        with ozaki.enable():
+            return torch.einsum("bij,bjk->bik", x, y)
+    calls = [lambda x, y: ozaki.einsum("bij,bjk->bik", x, y) * 2.0,
+             lambda x, y: ozaki.tensordot(x, y, ([0, 2], [0, 1])), enabled]
+    for call in calls:
+        compiled = torch.compile(call, fullgraph=True, dynamic=False)
+        assert_bitwise_equal(compiled(x, y), call(x, y))
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("dims", [0, 1, 2, ([0, 2], [1, 0]), torch.tensor([[2], [0]])],
                          ids=["0", "1", "2", "pairs", "tensor"])
 def test_tensordot_matches_torch_and_is_one_product(dims):

@@ -82,11 +82,11 @@ def tensordot(a, b, dims=2, *, out=None, backend="auto", slices=None, fast=None,
     dims_a, dims_b = tensordot_dims(name, a, b, dims)
     free_a = [d for d in range(a.dim()) if d not in dims_a]
     free_b = [d for d in range(b.dim()) if d not in dims_b]
-    inner = math.prod(a.shape[d] for d in dims_a)
-    rows = a.permute([*free_a, *dims_a]).reshape(1, math.prod(a.shape[d] for d in free_a), inner)
-    columns = b.permute([*dims_b, *free_b]).reshape(1, inner, math.prod(b.shape[d] for d in free_b))
-    result = _product(rows, columns, options)[0].reshape([*(a.shape[d] for d in free_a),
-                                                          *(b.shape[d] for d in free_b)])
+    sizes_a, sizes_b = [a.shape[d] for d in free_a], [b.shape[d] for d in free_b]
+    inner = math.prod([a.shape[d] for d in dims_a])
+    rows = a.permute([*free_a, *dims_a]).reshape(1, math.prod(sizes_a), inner)
+    columns = b.permute([*dims_b, *free_b]).reshape(1, inner, math.prod(sizes_b))
+    result = _product(rows, columns, options)[0].reshape([*sizes_a, *sizes_b])
     return _written(name, result, out)
 
 
@@ -140,7 +140,8 @@ def parse_equation(name, equation, operands):
         for term in labels:
             for label in term:
                 counts[label] = counts.get(label, 0) + 1
-        letters = sorted(label for label, n in counts.items() if isinstance(label, str) and n == 1)
+        letters = sorted([label for label, n in counts.items()
+                          if isinstance(label, str) and n == 1])
         out = [*range(ellipsis_rank), *letters]
     return labels, out
 
@@ -149,7 +150,7 @@ def _unique(t, labels):
     """t with each label once: a repeated label's diagonal (a view) in its place."""
     labels = list(labels)
     while len(set(labels)) != len(labels):
-        label = next(l for l in labels if labels.count(l) > 1)
+        label = [l for l in labels if labels.count(l) > 1][0]
         first = labels.index(label)
         second = labels.index(label, first + 1)
         t = torch.diagonal(t, dim1=first, dim2=second)  # the diagonal becomes the last dimension
@@ -185,8 +186,8 @@ def _contract(name, a, la, b, lb, keep, options):
     summed = [l for l in la if l not in keep] + [l for l in lb if l not in keep and l not in la]
     rows = _arranged(a, la, batch + free_a + summed, sizes)
     columns = _arranged(b, lb, batch + summed + free_b, sizes)
-    count = math.prod(sizes[l] for l in batch)
-    m, k, n = (math.prod(sizes[l] for l in group) for group in (free_a, summed, free_b))
+    count, m, k, n = [math.prod([sizes[l] for l in group])
+                      for group in (batch, free_a, summed, free_b)]
     result = _product(rows.reshape(count, m, k), columns.reshape(count, k, n), options)
     labels = batch + free_a + free_b
     return result.reshape([sizes[l] for l in labels]), labels
