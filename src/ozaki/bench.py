@@ -221,7 +221,7 @@ def parse_args(argv=None):
     check_output_path(parser, "--markdown", args.markdown)
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
         parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
-    check_plot_path(parser, "--plot", args.plot)
+    check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
     return args
 
 

@@ -115,8 +115,8 @@ def parse_args(argv=None):
         args.device = resolve_device(parser, args.device)
         args.dtype = list(dict.fromkeys(args.dtype))
         check_output_path(parser, "--csv", args.csv)
-        check_plot_path(parser, "--plot", args.plot)
         check_backends_and_modes(parser, args)
+        check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
     else:
         args.backends = list(dict.fromkeys(args.backends))
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
