@@ -40,7 +40,7 @@ def _product(a, b, options):
 
 
 def _dimension(name, arg, d, rank):
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not -rank <= d < max(rank, 1):
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not -rank <= d < rank:
         raise ValueError(f"{name}: {arg} holds {d!r}, not a dimension of a {rank}-D operand")
     return int(d) % rank
 
