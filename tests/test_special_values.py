@@ -1,6 +1,5 @@
 """NaN, +-Inf, zeros, subnormals and extreme exponents in inputs and results."""
 
-
 import pytest
 import torch
 
