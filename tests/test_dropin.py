@@ -110,6 +110,15 @@ CALLS = {
     "torch.tensordot": (lambda a, b, c, x, w, bias: torch.tensordot(x, w, ([2], [1])),
                         lambda a, b, c, x, w, bias, o: ozaki.gemm(
                             x.reshape(12, 9), w, transb=True, **o).reshape(2, 6, 5)),
+    "torch.linalg.multi_dot": (lambda a, b, c, x, w, bias: torch.linalg.multi_dot([a, b, w]),
+                               lambda a, b, c, x, w, bias, o: ozaki.gemm(ozaki.gemm(a, b, **o), w,
+                                                                         **o)),
+    "torch.linalg.multi_dot-vectors": (
+        lambda a, b, c, x, w, bias: torch.linalg.multi_dot([a[0], b, c[0]]),
+        lambda a, b, c, x, w, bias, o: ozaki.matmul(ozaki.matmul(a[0], b, **o), c[0], **o)),
+    "torch.linalg.vecdot": (lambda a, b, c, x, w, bias: torch.linalg.vecdot(a, w[:1], dim=1),
+                            lambda a, b, c, x, w, bias, o: ozaki.gemm(a, w[:1], transb=True,
+                                                                      **o)[:, 0]),
     "torch.einsum": (lambda a, b, c, x, w, bias: torch.einsum("bik,jk->bij", x, w),
                      lambda a, b, c, x, w, bias, o: ozaki.gemm(
                          x.reshape(12, 9), w, transb=True, **o).reshape(2, 6, 5)),
@@ -216,18 +225,27 @@ def test_float32_outside_any_mode_is_native(device):
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_calls_not_intercepted_stay_native(device):
-    """linalg.multi_dot, chain_matmul, linalg.vecdot, outer and a one-operand einsum that sums
-    nothing stay plain torch inside the mode."""
-    a, b, c, v = operands([(6, 9), (9, 5), (5, 4), (9,)], 7, device)
-    calls = [lambda: torch.linalg.multi_dot([a, b, c]), lambda: torch.chain_matmul(a, b, c),
-             lambda: torch.linalg.vecdot(a, a), lambda: torch.outer(v, v),
+    """Products without sums (outer, kron) and a one-operand einsum that only permutes stay plain
+    torch inside the mode."""
+    a, v = operands([(6, 9), (9,)], 7, device)
+    calls = [lambda: torch.outer(v, v), lambda: torch.kron(a, a[:2, :2]),
              lambda: torch.einsum("ij->ji", a)]
+    native = [call() for call in calls]
+    with ozaki.enable(**OPTIONS):
+        for call, expected in zip(calls, native):
+            assert_bitwise_equal(call(), expected)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_chain_matmul_is_multi_dot(device):
+    """The deprecated torch.chain_matmul runs as torch.linalg.multi_dot does, in the chain's
+    cheapest association (here (a b) c: 6 9 5 + 6 5 6 multiply-adds against 9 5 6 + 6 9 6)."""
+    a, b, c = operands([(6, 9), (9, 5), (5, 6)], 12, device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # chain_matmul is deprecated
-        native = [call() for call in calls]
         with ozaki.enable(**OPTIONS):
-            for call, expected in zip(calls, native):
-                assert_bitwise_equal(call(), expected)
+            result = torch.chain_matmul(a, b, c)
+    assert_bitwise_equal(result, ozaki.gemm(ozaki.gemm(a, b, **OPTIONS), c, **OPTIONS))
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -267,6 +267,69 @@ def _einsum(mode, *args, **unknown):
     return einsum(equation, *operands, **mode.options.keywords())
 
 
+def _chain_order(shapes):
+    """split[i][j]: where the cheapest association of matrices i..j (shapes (rows, columns)) splits
+    it, by multiply-adds; ties go to the earliest split, so the order depends on the shapes only."""
+    count = len(shapes)
+    cost = [[0] * count for _ in range(count)]
+    split = [[0] * count for _ in range(count)]
+    for length in range(2, count + 1):
+        for i in range(count - length + 1):
+            j = i + length - 1
+            best = None
+            for s in range(i, j):
+                c = cost[i][s] + cost[s + 1][j] + shapes[i][0] * shapes[s][1] * shapes[j][1]
+                if best is None or c < best:
+                    best, split[i][j] = c, s
+            cost[i][j] = best
+    return split
+
+
+def _multi_dot(mode, tensors, *extra, out=None, **unknown):
+    """torch.linalg.multi_dot: the chain multiplied in its cheapest association, each step an
+    ozaki product (a 1-D first or last operand is a row or a column vector)."""
+    if (extra or unknown or not isinstance(tensors, (list, tuple)) or len(tensors) < 2
+            or not _operands(mode, *tensors) or not _takes_out(out, tensors[0])):
+        return NotImplemented
+    first, last = tensors[0].dim() == 1, tensors[-1].dim() == 1
+    matrices = [tensors[0].unsqueeze(0) if first else tensors[0], *tensors[1:-1],
+                tensors[-1].unsqueeze(1) if last else tensors[-1]]
+    if any(t.dim() != 2 for t in matrices) or any(
+            left.shape[1] != right.shape[0] for left, right in zip(matrices, matrices[1:])):
+        return NotImplemented
+    split = _chain_order([tuple(t.shape) for t in matrices])
+    options = mode.options.keywords()
+
+    def product(i, j):
+        if i == j:
+            return matrices[i]
+        s = split[i][j]
+        return gemm(product(i, s), product(s + 1, j), **options)
+    result = product(0, len(matrices) - 1)
+    if first:
+        result = result.squeeze(0)
+    if last:
+        result = result.squeeze(-1)
+    return _written(result, out)
+
+
+def _chain_matmul(mode, *matrices, out=None, **unknown):
+    return _multi_dot(mode, list(matrices), out=out, **unknown)
+
+
+def _vecdot(mode, x, y, *extra, dim=-1, out=None, **unknown):
+    """torch.linalg.vecdot: sum over dim of conj(x) y, one ozaki product per vector pair."""
+    if (extra or unknown or not _operands(mode, x, y) or not _takes_out(out, x) or x.dim() == 0
+            or y.dim() == 0 or not isinstance(dim, int) or not -x.dim() <= dim < x.dim()
+            or not -y.dim() <= dim < y.dim() or x.shape[dim] != y.shape[dim]
+            or not _broadcasts_together(x.movedim(dim, -1).shape[:-1],
+                                        y.movedim(dim, -1).shape[:-1])):
+        return NotImplemented
+    result = einsum("...i,...i->...", x.movedim(dim, -1).conj(), y.movedim(dim, -1),
+                    **mode.options.keywords())
+    return _written(result, out)
+
+
 def _linear(mode, x, weight, bias=None, *extra, **unknown):
     if extra or unknown:
         return NotImplemented
@@ -306,6 +369,8 @@ _HANDLERS = {
     torch.dot: _dot, torch.Tensor.dot: _dot, torch.vdot: _vdot, torch.Tensor.vdot: _vdot,
     torch.inner: _inner, torch.Tensor.inner: _inner,
     torch.tensordot: _tensordot, torch.einsum: _einsum,
+    torch.linalg.multi_dot: _multi_dot, torch.chain_matmul: _chain_matmul,
+    torch.linalg.vecdot: _vecdot,
     F.linear: _linear,
 }
 
@@ -337,7 +402,8 @@ def enable(dtypes=(torch.float64,), *, backend="auto", slices=None, fast=None, m
            rounding=None):
     """Within `with ozaki.enable(...):`, torch's products (matmul, @, linalg.matmul, mm, bmm, mv,
     dot, vdot, inner, addmm, baddbmm, addmv, addbmm and their in-place forms, tensordot, einsum,
-    and torch.nn.functional.linear, so nn.Linear; docs/torch.md lists them) on tensors of `dtypes`
+    linalg.vecdot, linalg.multi_dot, chain_matmul and torch.nn.functional.linear, so nn.Linear;
+    docs/torch.md lists them) on tensors of `dtypes`
     run through ozaki with the given options (ozaki.dgemm's); other dtypes, devices and functions
     stay plain torch, and leaving the block restores plain torch.
 
