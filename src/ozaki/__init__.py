@@ -23,8 +23,8 @@ from .product import plan
 from .slicing import SlicePlan
 
 __version__ = "0.1.0"
-__all__ = ["dgemm", "sgemm", "gemm", "matmul", "tensordot", "einsum", "enable", "plan", "prepare", "Prepared",
-           "SlicePlan", "accuracy", "distributed", "repeated", "replay", "__version__"]
+__all__ = ["dgemm", "sgemm", "gemm", "matmul", "tensordot", "einsum", "enable", "plan", "prepare",
+           "Prepared", "SlicePlan", "accuracy", "distributed", "repeated", "replay", "__version__"]
 
 
 def __getattr__(name):

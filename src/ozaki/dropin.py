@@ -58,18 +58,16 @@ def _takes_out(out, like):
 
 
 def _written(result, out):
-    """out= as torch writes it: resized to the result's shape (with torch's warning where it held
-    entries), then filled."""
+    """out= as torch writes it: resized to the result's shape (with a warning where it held
+    entries, as torch warns), then filled."""
     if out is None:
         return result
     if out.shape != result.shape:
         if out.numel() != 0:
-            warnings.warn(f"An output with one or more elements was resized since it had shape "
-                          f"{list(out.shape)}, which does not match the required output shape "
-                          f"{list(result.shape)}. This behavior is deprecated, and in a future "
-                          "PyTorch release outputs will not be resized unless they have zero "
-                          "elements. You can explicitly reuse an out tensor t by resizing it, "
-                          "inplace, to zero elements with t.resize_(0).", UserWarning, stacklevel=4)
+            warnings.warn(f"ozaki.enable: out of shape {list(out.shape)} held entries and was "
+                          f"resized to the result's shape {list(result.shape)}, as torch resizes "
+                          "it (torch deprecates this; resize out to zero elements first to write "
+                          "it silently)", UserWarning, stacklevel=4)
         out.resize_(result.shape)
     return out.copy_(result)
 
