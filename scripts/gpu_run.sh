@@ -8,7 +8,8 @@
 # OZAKI_SAVE_BUILD=1 writes the built extension, stripped of its debug sections, to
 # $OUT/ozaki_C.so (about 7.5 MB); copied here to src/ozaki/_C.cpython-312-x86_64-linux-gnu.so and
 # carried, it spares the next calls the build as long as no C++ or CUDA source changes. TESTS overrides the test paths of the
-# tests step (default: tests).
+# tests step (default: tests; with TEST_JOBS > 1, files and folders whose test_*.py files run TEST_JOBS
+# at a time, one pytest each, their logs in $OUT/tests-files.log).
 # all = tests + fuzz + bench + study + batched + profile + wide + exact. fuzz writes fuzz.log: CUDA
 # against CPU bits and exact references on random cases for FUZZ_SECONDS (default 120;
 # scripts/fuzz_bits.py, FUZZ_SEED its first seed), then fuzz_sequences.log: random sequences of
@@ -88,7 +89,19 @@ if [[ ${OZAKI_SAVE_BUILD:-0} == 1 ]]; then
   strip --strip-debug -o "$OUT/ozaki_C.so" src/ozaki/_C*.so && ls -l "$OUT/ozaki_C.so"
 fi
 
-if wants tests; then
+if wants tests && [[ ${TEST_JOBS:-1} -gt 1 ]]; then
+  echo "== tests, $TEST_JOBS files at a time"
+  # one pytest per file, the largest files first (rc 5: every test of the file skipped at
+  # collection); the files' logs end up one after the other in tests-files.log
+  logs=$(mktemp -d)
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-3}
+  find ${TESTS:-tests} -name 'test_*.py' -printf '%s %p\n' | sort -rn | cut -d' ' -f2 | xargs -P "$TEST_JOBS" -I{} sh -c \
+    'python3 -m pytest -q -rs -p no:cacheprovider "$1" > "$2/$(basename "$1" .py).log" 2>&1
+     rc=$?; [ $rc = 0 ] || [ $rc = 5 ] || echo "$1 (rc $rc)" >> "$2/failed.txt"' _ {} "$logs"
+  for log in "$logs"/test_*.log; do echo "$(basename "$log" .log): $(tail -1 "$log")"; done | tee "$OUT/tests.log"
+  for log in "$logs"/test_*.log; do echo "==== $(basename "$log" .log)"; cat "$log"; done > "$OUT/tests-files.log"
+  if [[ -s $logs/failed.txt ]]; then status=1; echo "failed: $(cat "$logs/failed.txt")" | tee -a "$OUT/tests.log"; fi
+elif wants tests; then
   echo "== tests"
   python3 -m pytest -q -rs ${TESTS:-tests} 2>&1 | tee "$OUT/tests.log" | grep -vE '^\s*$' | tail -40
   status=${PIPESTATUS[0]}
