@@ -458,6 +458,32 @@ def test_scalars_no_float64_holds_are_named(value, error, message):
         ozaki.gemm(A, B, alpha=value)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("arg, value", [("alpha", 1e300), ("beta", -1e39), ("alpha", 3.5e38j),
+                                        ("beta", 2.0 ** 128 - 2.0 ** 103)],
+                         ids=["alpha-1e300", "beta-minus-1e39", "alpha-imaginary",
+                              "beta-rounds-up"])
+def test_float32_scalars_that_round_to_infinity_are_named(dtype, arg, value):
+    """With float32 operands alpha and beta are rounded to float32; a finite one that rounds to
+    +-Inf there (torch's addmm refuses those too) is refused by name, not run as Inf."""
+    if isinstance(value, complex) and not dtype.is_complex:
+        pytest.skip("complex scalars are for complex operands")
+    A, B, C = operands([(3, 4), (4, 2), (3, 2)], dtype, seed=21, device="cpu")
+    with pytest.raises(ValueError, match=rf"ozaki.gemm: {arg} = .* rounds to infinity in float32, "
+                                         rf"the operands' precision"):
+        ozaki.gemm(A, B, C, **{arg: value})
+
+
+def test_float32_scalars_up_to_the_rounding_boundary_are_taken():
+    """Just below the midpoint between the largest float32 and 2^128, alpha rounds to the largest
+    float32 and is taken; infinite alpha is taken as Inf, as torch takes it."""
+    A, B = operands([(3, 4), (4, 2)], torch.float32, seed=22, device="cpu")
+    largest = float(torch.finfo(torch.float32).max)
+    below = float(np.nextafter(2.0 ** 128 - 2.0 ** 103, 0))
+    assert_bitwise_equal(ozaki.gemm(A, B, alpha=below), ozaki.gemm(A, B, alpha=largest))
+    assert torch.isinf(ozaki.gemm(A, B, alpha=float("inf"))).any()
+
+
 # ---- Accuracy -----------------------------------------------------------------------------------
 
 

@@ -182,8 +182,15 @@ def test_tensordot_entries_are_correctly_rounded():
      r"ozaki.einsum: label 'i' stands for sizes 3 and 4, which do not broadcast"),
     (lambda a, b: ozaki.einsum("ij,jk->ik", a, b.float()), TypeError,
      r"ozaki.einsum: operands\[0\] and operands\[1\] must have the same dtype"),
+    (lambda a, b: ozaki.einsum("ii->", a[:1]), ValueError,
+     r"ozaki.einsum: subscript 'i' is repeated in operands\[0\]'s 'ii' over dimensions of sizes "
+     r"1 and 4, which must be equal"),
+    (lambda a, b: ozaki.einsum("ij,ii->j", a, a), ValueError,
+     r"ozaki.einsum: subscript 'i' is repeated in operands\[1\]'s 'ii' over dimensions of sizes "
+     r"3 and 4, which must be equal"),
 ], ids=["dims-rank", "dims-size", "dims-type", "b-int", "operand-count", "output-label",
-        "subscripts-rank", "subscript-digit", "sizes", "dtypes"])
+        "subscripts-rank", "subscript-digit", "sizes", "dtypes", "diagonal-sizes",
+        "diagonal-against-other-operand"])
 def test_contraction_errors_name_the_argument(call, error, message):
     a, b = operands([(3, 4), (4, 5)], 9)
     with pytest.raises(error, match=message):

@@ -5,6 +5,7 @@ docs/torch.md, "Drop-in mode")."""
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -324,7 +325,7 @@ def bad_calls(device):
 
 
 def assert_raises_like_torch(call):
-    with pytest.raises(RuntimeError) as native:
+    with pytest.raises(Exception) as native:
         call()
     with ozaki.enable(**OPTIONS):
         with pytest.raises(Exception) as inside:
@@ -342,6 +343,84 @@ def test_bad_shapes_raise_torchs_error(device, call):
 @pytest.mark.parametrize("call", ["matmul", "@", "linear-bias", "addmm-C"])
 def test_bad_shapes_of_the_other_calls_raise_torchs_error(call):
     assert_raises_like_torch(bad_calls("cpu")[call])
+
+
+def rejected_calls(device):
+    """Calls torch refuses for their arguments (not their shapes alone), by name."""
+    a, b, c, x, w1, bias = operands([(3, 4), (4, 5), (3, 5), (2, 3, 4), (4,), (3,)], 13, device)
+    a32, b32, c32 = a.float(), b.float(), c.float()
+    grad_a = a.clone().requires_grad_()
+    return {
+        "einsum-diagonal-sizes": lambda: torch.einsum("ii->", a[:1]),
+        "einsum-diagonal-against-another": lambda: torch.einsum("ij,ii->j", a, a),
+        "einsum-label-sizes": lambda: torch.einsum("ij,jk->ik", a, c),
+        "chain_matmul-vectors": lambda: torch.chain_matmul(a[0], b, b[0]),
+        "linear-matrix-vector-weight-bias": lambda: F.linear(a, w1, bias),
+        "tensordot-two-ints": lambda: torch.tensordot(a, b, dims=(1, 0)),
+        "tensordot-numpy-int": lambda: torch.tensordot(a, b, dims=np.int64(1)),
+        "addmm-float32-alpha-past-range": lambda: torch.addmm(c32, a32, b32, alpha=1e300),
+        "addmm-float32-beta-past-range": lambda: torch.addmm(c32, a32, b32, beta=-1e39),
+        "mm-out-requires-grad": lambda: torch.mm(grad_a, b, out=torch.empty_like(c)),
+        "matmul-out-requires-grad": lambda: torch.matmul(grad_a, b, out=torch.empty_like(c)),
+        "addmm-out-requires-grad": lambda: torch.addmm(c, grad_a, b, out=torch.empty_like(c)),
+        "vecdot-out-requires-grad": lambda: torch.linalg.vecdot(grad_a, a, out=torch.empty(3,
+                                                                                      dtype=f64)),
+    }
+
+
+@pytest.mark.parametrize("call", list(rejected_calls("cpu")))
+def test_calls_torch_refuses_raise_torchs_error(call):
+    """Arguments torch refuses (label sizes, 1-D operands where it wants matrices, dims of a type it
+    does not take, float32 scalars past the float32 range, out= beside an operand that requires
+    grad) are handed to torch, which raises its own error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chain_matmul is deprecated
+        assert_raises_like_torch(rejected_calls("cpu")[call])
+
+
+def test_out_beside_an_operand_requiring_grad_is_written_without_grad_mode():
+    """Without grad mode torch writes out= whatever the operands require: so does the mode."""
+    a, b = operands([(3, 4), (4, 5)], 14, "cpu")
+    a.requires_grad_()
+    out = torch.empty(3, 5, dtype=f64)
+    with torch.no_grad(), ozaki.enable(**OPTIONS):
+        assert torch.mm(a, b, out=out) is out
+    assert_bitwise_equal(out, ozaki.gemm(a.detach(), b, **OPTIONS))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("shapes, dim", [(((3, 3, 3), (3, 3)), 0), (((3, 3, 3), (3, 3)), 1),
+                                         (((3, 3), (3, 3, 3)), 0), (((1, 3), (4, 3)), 0),
+                                         (((2, 4, 3), (4, 1)), 1), (((2, 4, 3), (4, 3)), -2)],
+                         ids=["3d-2d-dim0", "3d-2d-dim1", "2d-3d-dim0", "broadcast-summed",
+                              "broadcast-last", "negative"])
+@pytest.mark.parametrize("dtype", [f64, torch.complex128])
+def test_vecdot_sums_over_dim_of_the_broadcast_shape(device, shapes, dim, dtype):
+    """torch.linalg.vecdot(x, y, dim) sums conj(x) y over dimension dim of x and y broadcast
+    together (not of each operand alone): the result is that of the broadcast operands, with
+    ozaki's bits, and within rounding of torch's."""
+    x, y = operands(shapes, 15, device, dtype)
+    native = torch.linalg.vecdot(x, y, dim=dim)
+    with ozaki.enable(dtypes=(dtype,)):
+        result = torch.linalg.vecdot(x, y, dim=dim)
+    wide_x, wide_y = torch.broadcast_tensors(x, y)
+    assert_bitwise_equal(result, ozaki.einsum("...i,...i->...", wide_x.movedim(dim, -1).conj(),
+                                              wide_y.movedim(dim, -1)))
+    torch.testing.assert_close(result, native, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_chain_matmul_writes_out(device):
+    """torch.chain_matmul(..., out=o) writes o and returns it, as without the mode (torch's
+    chain_matmul does not pass out on to function modes; the mode finds it in the call)."""
+    a, b, c = operands([(6, 9), (9, 5), (5, 6)], 16, device)
+    out = torch.full((6, 6), nan, dtype=f64, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chain_matmul is deprecated
+        with ozaki.enable(**OPTIONS):
+            result = torch.chain_matmul(a, b, c, out=out)
+    assert result is out
+    assert_bitwise_equal(out, ozaki.gemm(ozaki.gemm(a, b, **OPTIONS), c, **OPTIONS))
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

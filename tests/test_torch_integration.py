@@ -468,17 +468,37 @@ def test_complex_gradients_use_the_conjugate_alpha(device):
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_alpha_zero_sends_no_gradient_to_a_and_b(device):
-    """alpha = 0: no gradient (None or zeros, never NaN) reaches A and B even when A holds NaN;
-    C gets beta G."""
+    """alpha = 0: A and B get zero gradients (as torch's addmm gives, never NaN) even when A holds
+    NaN; C gets beta G."""
     A, B, C = operands([(4, 6), (6, 3), (4, 3)], 16, device)
     A[1, 2] = nan
     for t in (A, B, C):
         t.requires_grad_()
     G, = operands([(4, 3)], 17, device)
     ozaki.gemm(A, B, C, alpha=0, beta=2.0).backward(G)
-    for grad in (A.grad, B.grad):
-        assert grad is None or (grad == 0).all()
+    for grad, t in ((A.grad, A), (B.grad, B)):
+        assert_bitwise_equal(grad, torch.zeros_like(t))
     assert_bitwise_equal(C.grad, G * 2.0)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [f64, torch.complex128])
+def test_zero_coefficients_give_zero_gradients_as_torch_does(device, dtype):
+    """torch.autograd.grad of a product with alpha = 0 or beta = 0 gives the unused operands zero
+    gradients, as it does for torch.addmm (it would raise if they had none), and the used ones
+    ozaki's gradients; batched C broadcast from one row."""
+    A, B, C = (t.to(dtype).requires_grad_() for t in operands([(2, 4, 6), (2, 6, 3), (3,)], 18,
+                                                             device))
+    G = operands([(2, 4, 3)], 19, device)[0].to(dtype)
+    ga, gb, gc = torch.autograd.grad(ozaki.gemm(A, B, C, alpha=0, beta=0.5), (A, B, C), G)
+    assert_bitwise_equal(ga, torch.zeros_like(A))
+    assert_bitwise_equal(gb, torch.zeros_like(B))
+    assert_bitwise_equal(gc, (G * 0.5).sum_to_size(C.shape))
+    ga, gb, gc = torch.autograd.grad(ozaki.gemm(A, B, C, alpha=2.0, beta=0), (A, B, C), G)
+    assert_bitwise_equal(gc, torch.zeros_like(C))
+    assert_bitwise_equal(ga, ozaki.gemm(G, B.detach(), alpha=2.0, transb="C"))
+    native = torch.autograd.grad(torch.baddbmm(C, A, B, beta=0), (A, B, C), G)
+    assert_bitwise_equal(native[2], gc)
 
 
 # ---- plain eager calls: the operator's kernel called directly (ozaki/gemm_op.py, run_gemm) -------

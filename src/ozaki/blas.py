@@ -133,7 +133,11 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     B = _transposed(name, "B", B, transb)
     _, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
-    result = run_gemm(A, B, C if beta != 0 else None, alpha, beta, options)
+    # with beta = 0, C is still handed on where it requires grad, for its zero gradient (torch's
+    # addmm gives one); it is never read
+    joins_graph = (isinstance(C, torch.Tensor) and C.requires_grad and torch.is_grad_enabled()
+                   and C.dtype == A.dtype and C.device == A.device)
+    result = run_gemm(A, B, C if beta != 0 or joins_graph else None, alpha, beta, options)
     return result if out is None else copy_out(name, result, out)
 
 

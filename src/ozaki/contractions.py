@@ -146,6 +146,27 @@ def parse_equation(name, equation, operands):
     return labels, out
 
 
+def check_sizes(name, equation, labels, operands):
+    """Sizes torch takes: a label repeated in one operand (a diagonal) over dimensions of one size,
+    and each label's sizes across the operands equal or 1 (broadcast)."""
+    terms = equation.replace(" ", "").partition("->")[0].split(",")
+    sizes = {}
+    for i, (t, term_labels) in enumerate(zip(operands, labels)):
+        own = {}
+        for label, size in zip(term_labels, t.shape):
+            if own.setdefault(label, size) != size:
+                raise ValueError(f"{name}: subscript {label!r} is repeated in operands[{i}]'s "
+                                 f"{terms[i]!r} over dimensions of sizes {own[label]} and {size}, "
+                                 "which must be equal")
+        for label, size in own.items():
+            known = sizes.setdefault(label, size)
+            if known == 1:
+                sizes[label] = size
+            elif size not in (1, known):
+                raise ValueError(f"{name}: label {label!r} stands for sizes {known} and {size}, "
+                                 "which do not broadcast")
+
+
 def _unique(t, labels):
     """t with each label once: a repeated label's diagonal (a view) in its place."""
     labels = list(labels)
@@ -167,19 +188,15 @@ def _arranged(t, labels, order, sizes):
     return t.expand([sizes[label] for label in order])
 
 
-def _contract(name, a, la, b, lb, keep, options):
+def _contract(a, la, b, lb, keep, options):
     """(a·b summed over the labels not in keep, its labels): one ozaki product."""
     a, la = _unique(a, la)
     b, lb = _unique(b, lb)
-    sizes = {}  # each label's size, size-1 dimensions broadcast
+    sizes = {}  # each label's size, size-1 dimensions broadcast (check_sizes: they do)
     for t, labels in ((a, la), (b, lb)):
         for label, size in zip(labels, t.shape):
-            known = sizes.setdefault(label, size)
-            if known == 1:
+            if sizes.setdefault(label, size) == 1:
                 sizes[label] = size
-            elif size not in (1, known):
-                raise ValueError(f"{name}: label {label!r} stands for sizes {known} and {size}, "
-                                 "which do not broadcast")
     batch = [l for l in la if l in lb and l in keep]
     free_a = [l for l in la if l not in lb and l in keep]
     free_b = [l for l in lb if l not in la and l in keep]
@@ -240,6 +257,7 @@ def einsum(*arguments, backend="auto", slices=None, fast=None, moduli=None, roun
     _check_operands(name, [(f"operands[{i}]", t) for i, t in enumerate(operands)])
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     labels, out = parse_equation(name, equation, operands)
+    check_sizes(name, equation, labels, operands)
     t, lt = operands[0], labels[0]
     if len(operands) == 1:  # summed against ones over the labels the output lacks
         summed = [l for l in dict.fromkeys(lt) if l not in out]
@@ -248,5 +266,5 @@ def einsum(*arguments, backend="auto", slices=None, fast=None, moduli=None, roun
     for i in range(1, len(operands)):
         later = {l for term in labels[i + 1:] for l in term}
         keep = set(out) | later
-        t, lt = _contract(name, t, lt, operands[i], labels[i], keep, options)
+        t, lt = _contract(t, lt, operands[i], labels[i], keep, options)
     return t.permute([lt.index(label) for label in out]).contiguous()

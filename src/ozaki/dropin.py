@@ -4,6 +4,7 @@ Each handler returns NotImplemented for a call it does not take (another dtype o
 shape or argument torch rejects, a form ozaki has no counterpart of), which torch then runs."""
 
 import math
+import sys
 import warnings
 
 import torch
@@ -35,10 +36,14 @@ def _broadcasts(shape, target):
         return False
 
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
 def _scalar(value, dtype):
     """alpha or beta as torch's Scalar reads it (a bool as 0 or 1, a 0-d tensor as its value, a
     complex of zero imaginary part as a real for real operands); NotImplemented for what ozaki
-    cannot take the same way."""
+    cannot take the same way, and for finite values past the float32 range with float32 operands
+    (torch refuses those)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 and value.numel() != 1:
             return NotImplemented
@@ -46,15 +51,27 @@ def _scalar(value, dtype):
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, complex) and not dtype.is_complex:
-        return value.real if value.imag == 0 else NotImplemented
+        if value.imag != 0:
+            return NotImplemented
+        value = value.real
+    if dtype in (torch.float32, torch.complex64):
+        parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
+        try:
+            if any(math.isfinite(p) and abs(p) > _FLOAT32_MAX for p in map(float, parts)):
+                return NotImplemented
+        except (TypeError, OverflowError):
+            return NotImplemented
     return value
 
 
-def _takes_out(out, like):
-    """Whether ozaki writes out= (None, or a tensor of like's dtype and device; another dtype or
-    device is torch's to refuse)."""
-    return out is None or (isinstance(out, torch.Tensor) and out.dtype == like.dtype
-                           and out.device == like.device)
+def _takes_out(out, *operands):
+    """Whether ozaki writes out= (None, or a tensor of the operands' dtype and device, none of
+    them requiring grad in grad mode; the rest is torch's to refuse)."""
+    if out is None:
+        return True
+    like = operands[0]
+    return (isinstance(out, torch.Tensor) and out.dtype == like.dtype and out.device == like.device
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in operands)))
 
 
 def _written(result, out):
@@ -81,7 +98,7 @@ def _in_place(target, result):
 
 
 def _matmul(mode, a, b, *extra, out=None, **unknown):
-    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() == 0
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b) or a.dim() == 0
             or b.dim() == 0):
         return NotImplemented
     inner_b = b.shape[0] if b.dim() == 1 else b.shape[-2]
@@ -103,14 +120,14 @@ def _rmatmul(mode, b, a):
 
 
 def _mm(mode, a, b, *extra, out=None, **unknown):
-    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 2
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b) or a.dim() != 2
             or b.dim() != 2 or a.shape[1] != b.shape[0]):
         return NotImplemented  # torch raises its own error for bad shapes
     return _written(gemm(a, b, **mode.options.keywords()), out)
 
 
 def _bmm(mode, a, b, *extra, out=None, **unknown):
-    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 3
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b) or a.dim() != 3
             or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]):
         return NotImplemented
     return _written(gemm(a, b, **mode.options.keywords()), out)
@@ -148,7 +165,7 @@ def _scaled(fits, product):
         if arguments is None:
             return NotImplemented
         c, a, b, beta, alpha, out = arguments
-        if not _operands(mode, c, a, b) or not fits(c, a, b) or not _takes_out(out, a):
+        if not _operands(mode, c, a, b) or not fits(c, a, b) or not _takes_out(out, a, b, c):
             return NotImplemented
         alpha, beta = _scalar(alpha, a.dtype), _scalar(beta, a.dtype)
         if alpha is NotImplemented or beta is NotImplemented:
@@ -213,14 +230,14 @@ def _method(handler):
 
 
 def _mv(mode, a, v, *extra, out=None, **unknown):
-    if (extra or unknown or not _operands(mode, a, v) or not _takes_out(out, a) or a.dim() != 2
+    if (extra or unknown or not _operands(mode, a, v) or not _takes_out(out, a, v) or a.dim() != 2
             or v.dim() != 1 or a.shape[1] != v.shape[0]):
         return NotImplemented
     return _written(matmul(a, v, **mode.options.keywords()), out)
 
 
 def _dot(mode, a, b, *extra, out=None, conjugate=False, **unknown):
-    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() != 1
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b) or a.dim() != 1
             or b.dim() != 1 or a.shape != b.shape):
         return NotImplemented
     return _written(matmul(a.conj() if conjugate else a, b, **mode.options.keywords()), out)
@@ -233,7 +250,7 @@ def _vdot(mode, a, b, *extra, out=None, **unknown):
 
 
 def _inner(mode, a, b, *extra, out=None, **unknown):
-    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a) or a.dim() == 0
+    if (extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b) or a.dim() == 0
             or b.dim() == 0 or a.shape[-1] != b.shape[-1]):
         return NotImplemented  # a 0-d operand makes inner a plain multiplication
     return _written(tensordot(a, b, ([a.dim() - 1], [b.dim() - 1]),
@@ -241,8 +258,13 @@ def _inner(mode, a, b, *extra, out=None, **unknown):
 
 
 def _tensordot(mode, a, b, dims=2, out=None, *extra, **unknown):
-    if extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a):
+    if extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b):
         return NotImplemented
+    torch_takes = (isinstance(dims, (int, torch.Tensor)) and not isinstance(dims, bool)) or (
+        isinstance(dims, (list, tuple)) and len(dims) == 2
+        and all(isinstance(d, (list, tuple)) for d in dims))
+    if not torch_takes:
+        return NotImplemented  # torch refuses other types of dims (two ints, NumPy ints)
     try:
         contractions.tensordot_dims("torch.tensordot", a, b, dims)
     except (TypeError, ValueError):
@@ -259,6 +281,10 @@ def _einsum(mode, *args, **unknown):
     except (TypeError, ValueError, AttributeError):
         return NotImplemented  # torch raises its own error
     if not operands or not _operands(mode, *operands):
+        return NotImplemented
+    try:
+        contractions.check_sizes("torch.einsum", equation, labels, operands)
+    except ValueError:
         return NotImplemented
     if len(operands) == 1 and set(labels[0]) == set(out):
         return NotImplemented  # a permutation or a diagonal: no arithmetic
@@ -287,7 +313,7 @@ def _multi_dot(mode, tensors, *extra, out=None, **unknown):
     """torch.linalg.multi_dot: the chain multiplied in its cheapest association, each step an
     ozaki product (a 1-D first or last operand is a row or a column vector)."""
     if (extra or unknown or not isinstance(tensors, (list, tuple)) or len(tensors) < 2
-            or not _operands(mode, *tensors) or not _takes_out(out, tensors[0])):
+            or not _operands(mode, *tensors) or not _takes_out(out, *tensors)):
         return NotImplemented
     first, last = tensors[0].dim() == 1, tensors[-1].dim() == 1
     matrices = [tensors[0].unsqueeze(0) if first else tensors[0], *tensors[1:-1],
@@ -312,17 +338,42 @@ def _multi_dot(mode, tensors, *extra, out=None, **unknown):
 
 
 def _chain_matmul(mode, *matrices, out=None, **unknown):
+    """torch.chain_matmul: multi_dot of matrices only. torch's chain_matmul hands function modes its
+    matrices without its out=, so out is read from that call's frame, to be written as torch
+    would."""
+    if out is None:
+        out = _chain_matmul_out()
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in matrices):
+        return NotImplemented
     return _multi_dot(mode, list(matrices), out=out, **unknown)
 
 
+def _chain_matmul_out():
+    """out= of the torch.chain_matmul call that reached the mode: a local of its frame, a few
+    frames up (torch.overrides.handle_torch_function, the mode, this handler); None if not found."""
+    code = getattr(torch.functional.chain_matmul, "__code__", None)
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            return frame.f_locals.get("out")
+        frame = frame.f_back
+    return None
+
+
 def _vecdot(mode, x, y, *extra, dim=-1, out=None, **unknown):
-    """torch.linalg.vecdot: sum over dim of conj(x) y, one ozaki product per vector pair."""
-    if (extra or unknown or not _operands(mode, x, y) or not _takes_out(out, x) or x.dim() == 0
-            or y.dim() == 0 or not isinstance(dim, int) or not -x.dim() <= dim < x.dim()
-            or not -y.dim() <= dim < y.dim() or x.shape[dim] != y.shape[dim]
-            or not _broadcasts_together(x.movedim(dim, -1).shape[:-1],
-                                        y.movedim(dim, -1).shape[:-1])):
+    """torch.linalg.vecdot: sum over dimension dim of x and y broadcast together of conj(x) y, one
+    ozaki product per vector pair."""
+    if (extra or unknown or not _operands(mode, x, y) or not _takes_out(out, x, y) or x.dim() == 0
+            or y.dim() == 0 or isinstance(dim, bool) or not isinstance(dim, int)
+            or not _broadcasts_together(x.shape, y.shape)):
         return NotImplemented
+    rank = max(x.dim(), y.dim())
+    if not -rank <= dim < rank:
+        return NotImplemented
+    # both of the broadcast rank (leading dimensions of size 1), so dim names the same dimension
+    x, y = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (x, y))
     result = einsum("...i,...i->...", x.movedim(dim, -1).conj(), y.movedim(dim, -1),
                     **mode.options.keywords())
     return _written(result, out)
@@ -335,6 +386,8 @@ def _linear(mode, x, weight, bias=None, *extra, **unknown):
     if not _operands(mode, *tensors) or x.dim() == 0 or weight.dim() not in (1, 2) \
             or x.shape[-1] != weight.shape[-1]:
         return NotImplemented
+    if weight.dim() == 1 and x.dim() == 2 and bias is not None:
+        return NotImplemented  # torch's addmm path, which refuses a 1-D weight
     shape = (*x.shape[:-1], weight.shape[0]) if weight.dim() == 2 else x.shape[:-1]
     if bias is not None and not _broadcasts(bias.shape, shape):
         return NotImplemented

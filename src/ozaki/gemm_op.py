@@ -10,6 +10,7 @@ not leak). Complex scalars act on the real and imaginary parts with real operati
 same reason.
 """
 
+import math
 import numbers
 
 import torch
@@ -24,10 +25,16 @@ REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
            torch.complex128: torch.float64, torch.complex64: torch.float32}
 
 
+# The midpoint between float32's largest finite value and 2^128: from it on, rounding to float32
+# gives infinity.
+_FLOAT32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
+
+
 def check_scalar(name, arg, value, dtype):
     """alpha and beta: real numbers (int, float, Fraction, NumPy's), or complex ones for complex
-    operands. Returns the value as the Python float (complex for complex operands) that every path
-    of ozaki::gemm takes, as torch's Scalar would hold it."""
+    operands, finite ones within the range of the operands' precision. Returns the value as the
+    Python float (complex for complex operands) that every path of ozaki::gemm takes, as torch's
+    Scalar would hold it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
     if not isinstance(value, numbers.Complex):  # Decimal: a Number of neither kind
@@ -39,6 +46,11 @@ def check_scalar(name, arg, value, dtype):
         converted = complex(value) if dtype.is_complex else float(value)
     except OverflowError:
         raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range") from None
+    if REAL_OF[dtype] == torch.float32:
+        parts = (converted.real, converted.imag) if dtype.is_complex else (converted,)
+        if any(math.isfinite(p) and abs(p) >= _FLOAT32_OVERFLOW for p in parts):
+            raise ValueError(f"{name}: {arg} = {value!r} rounds to infinity in float32, the "
+                             "operands' precision")
     return converted
 
 

@@ -45,7 +45,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(A if ctx.needs_input_grad[1] else None,
                           B if ctx.needs_input_grad[0] else None)
     ctx.alpha, ctx.beta, ctx.options = alpha, beta, options
-    ctx.c_shape = None if C is None else C.shape
+    ctx.shapes = (A.shape, B.shape, None if C is None else C.shape)
 
 
 def _adjoint(x):
@@ -68,15 +68,19 @@ def _gradient(name, product, left, right, alpha, options):
 def _backward(ctx, grad):
     A, B = ctx.saved_tensors
     alpha = complex(ctx.alpha).conjugate() if grad.is_complex() else ctx.alpha
-    grad_a = grad_b = grad_c = None
+    # alpha = 0 (beta = 0) gives A and B (C) zero gradients without a product, as torch's addmm
+    # gives zeros there, never NaN from their entries
+    grads = [grad.new_zeros(shape) if needed and coefficient == 0 else None
+             for needed, shape, coefficient in zip(ctx.needs_input_grad, ctx.shapes,
+                                                   (ctx.alpha, ctx.alpha, ctx.beta))]
     if ctx.needs_input_grad[0] and ctx.alpha != 0:
-        grad_a = _gradient("A", "G op(B)^H", grad, _adjoint(B), alpha, ctx.options)
+        grads[0] = _gradient("A", "G op(B)^H", grad, _adjoint(B), alpha, ctx.options)
     if ctx.needs_input_grad[1] and ctx.alpha != 0:
-        grad_b = _gradient("B", "op(A)^H G", _adjoint(A), grad, alpha, ctx.options)
+        grads[1] = _gradient("B", "op(A)^H G", _adjoint(A), grad, alpha, ctx.options)
     if ctx.needs_input_grad[2] and ctx.beta != 0:
         beta = complex(ctx.beta).conjugate() if grad.is_complex() else ctx.beta
-        grad_c = (grad if beta == 1 else grad * beta).sum_to_size(ctx.c_shape)
-    return (grad_a, grad_b, grad_c) + (None,) * 7
+        grads[2] = (grad if beta == 1 else grad * beta).sum_to_size(ctx.shapes[2])
+    return (*grads, *(None,) * 7)
 
 
 torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_context)
