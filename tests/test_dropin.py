@@ -410,6 +410,42 @@ def test_vecdot_sums_over_dim_of_the_broadcast_shape(device, shapes, dim, dtype)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_tensors_passed_by_keyword_go_through_ozaki(device):
+    """Calls that name their tensors (torch.mm(input=a, mat2=b), c.addmm(mat1=a, mat2=b), ...) run
+    through ozaki as the positional calls do, not silently through torch."""
+    a, b, c, x, w, bias = call_operands(17, device, f64)
+    v = b[:, 0]
+    calls = [
+        (lambda: torch.mm(input=a, mat2=b), lambda: torch.mm(a, b)),
+        (lambda: a.mm(mat2=b), lambda: torch.mm(a, b)),
+        (lambda: torch.matmul(input=a, other=b), lambda: torch.matmul(a, b)),
+        (lambda: torch.linalg.matmul(input=a, other=b), lambda: torch.matmul(a, b)),
+        (lambda: torch.bmm(input=x, mat2=x.mT), lambda: torch.bmm(x, x.mT)),
+        (lambda: torch.mv(input=a, vec=v), lambda: torch.mv(a, v)),
+        (lambda: torch.dot(input=a[0], tensor=a[1]), lambda: torch.dot(a[0], a[1])),
+        (lambda: torch.inner(input=a, other=w), lambda: torch.inner(a, w)),
+        (lambda: torch.addmm(input=c, mat1=a, mat2=b, beta=0.5), lambda: torch.addmm(c, a, b,
+                                                                                    beta=0.5)),
+        (lambda: c.addmm(mat1=a, mat2=b, alpha=2.0), lambda: torch.addmm(c, a, b, alpha=2.0)),
+        (lambda: c.clone().addmm_(mat1=a, mat2=b), lambda: torch.addmm(c, a, b)),
+        (lambda: torch.addmv(input=c[:, 0], mat=a, vec=v), lambda: torch.addmv(c[:, 0], a, v)),
+        (lambda: torch.baddbmm(input=x[:, :, :6], batch1=x, batch2=x.mT),
+         lambda: torch.baddbmm(x[:, :, :6], x, x.mT)),
+        (lambda: torch.linalg.vecdot(x=a, y=a), lambda: torch.linalg.vecdot(a, a)),
+        (lambda: F.linear(input=a, weight=w, bias=bias), lambda: F.linear(a, w, bias)),
+        (lambda: torch.linalg.multi_dot(tensors=[a, b, w]),
+         lambda: torch.linalg.multi_dot([a, b, w])),
+    ]
+    for named, positional in calls:
+        with ozaki.enable(**OPTIONS), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # slices=3: the fixed counts' accuracy warning
+            expected = positional()
+            result = named()
+        assert_bitwise_equal(result, expected)
+        assert not torch.equal(result, positional()), "the positional call must run ozaki's product"
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_chain_matmul_writes_out(device):
     """torch.chain_matmul(..., out=o) writes o and returns it, as without the mode (torch's
     chain_matmul does not pass out on to function modes; the mode finds it in the call)."""

@@ -426,6 +426,42 @@ _HANDLERS = {
 }
 
 
+# torch's names of the tensor parameters the handlers take by position (a Tensor method's self is
+# the first): a call that names them, torch.mm(input=a, mat2=b), is handled as the positional one.
+_MATRICES = ("input", "mat2")
+_ADDED = {torch.addmm: ("input", "mat1", "mat2"), torch.addmv: ("input", "mat", "vec"),
+          torch.baddbmm: ("input", "batch1", "batch2"), torch.addbmm: ("input", "batch1", "batch2")}
+_PARAMETERS = {
+    torch.matmul: ("input", "other"), torch.Tensor.matmul: ("input", "other"),
+    torch.linalg.matmul: ("input", "other"),
+    torch.mm: _MATRICES, torch.Tensor.mm: _MATRICES, torch.bmm: _MATRICES,
+    torch.Tensor.bmm: _MATRICES,
+    torch.mv: ("input", "vec"), torch.Tensor.mv: ("input", "vec"),
+    torch.dot: ("input", "tensor"), torch.Tensor.dot: ("input", "tensor"),
+    torch.vdot: ("input", "other"), torch.Tensor.vdot: ("input", "other"),
+    torch.inner: ("input", "other"), torch.Tensor.inner: ("input", "other"),
+    torch.linalg.vecdot: ("x", "y"), F.linear: ("input", "weight", "bias"),
+    torch.linalg.multi_dot: ("tensors",), torch.tensordot: ("a", "b"),
+    **_ADDED,
+    **{getattr(torch.Tensor, f.__name__ + suffix): names for f, names in _ADDED.items()
+       for suffix in ("", "_")},
+}
+
+
+def _positional(func, args, kwargs):
+    """(args, kwargs) with the tensor parameters of func that kwargs names moved into args, in
+    order, as far as they follow the positional ones."""
+    names = _PARAMETERS.get(func, ())
+    if not kwargs or len(args) >= len(names):
+        return args, kwargs
+    args, kwargs = list(args), dict(kwargs)
+    for name in names[len(args):]:
+        if name not in kwargs:
+            break
+        args.append(kwargs.pop(name))
+    return tuple(args), kwargs
+
+
 class OzakiMode(TorchFunctionMode):
     """The mode object ozaki.enable returns; use it in a with statement."""
 
@@ -438,7 +474,8 @@ class OzakiMode(TorchFunctionMode):
         kwargs = kwargs or {}
         handler = _HANDLERS.get(func)
         if handler is not None:
-            result = handler(self, *args, **kwargs)
+            positional, named = _positional(func, args, kwargs)
+            result = handler(self, *positional, **named)
             if result is not NotImplemented:
                 return result
         return func(*args, **kwargs)
