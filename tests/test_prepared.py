@@ -304,6 +304,29 @@ def test_in_place_changes_of_a_are_seen(device):
     assert not torch.equal(first, changed)
 
 
+@pytest.mark.parametrize("move", ["set_", "data", "resize_"])
+def test_a_prepared_operand_that_moves_serves_only_itself(move):
+    """A prepared A that moves to other memory (A.set_, A.data = ..., A.resize_) leaves its old
+    address: a view of the old memory, and any tensor placed there later, get their own bits, and
+    A's products those of its new contents."""
+    A, B = phi_pair(40, 64, 6, 1.0, seed=14)
+    old = A[:]  # keeps the old memory, at the address the handle was found by
+    with ozaki.prepare(A):
+        ozaki.dgemm(A, B)
+        new = phi_pair(40, 64, 1, 1.0, seed=15)[0]
+        if move == "set_":
+            A.set_(new)
+        elif move == "data":
+            A.data = new
+        else:
+            A.resize_(50, 64)
+            A[40:] = 1.5
+        old.mul_(2.0)
+        assert_bitwise_equal(ozaki.dgemm(old, B), ozaki.dgemm(old.clone(), B))
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+
+
 def test_transposed_and_other_views_of_a_are_not_confused():
     """Only the same view (storage, offset, shape, strides) reuses the kept parts: A.t() of a
     square A, a row slice and a prepared transposed view all get their own bits."""

@@ -5,6 +5,7 @@ kept memory stays within its budget and visible."""
 
 import gc
 import itertools
+import sys
 import threading
 
 import pytest
@@ -217,6 +218,70 @@ def test_threads_sharing_a_kept_operand_get_its_bits(device, streams, monkeypatc
         for i, C in enumerate(results[name]):
             assert_bitwise_equal(C, expected[i % CALLS])
     assert repeated.info()[0]["uses"] >= 4 * CALLS
+
+
+def test_threads_multiplying_fresh_views_of_a_kept_operand(monkeypatch):
+    """Threads that each multiply a view made afresh per call (ozaki.matmul of a batch of rows
+    folds it into one matrix) read their own view, never another thread's that may be gone."""
+    interval = sys.getswitchinterval()
+    K = phi_pair(2 * 64, 150, 1, 0.5, seed=12)[0].reshape(2, 64, 150)
+    P = phi_pair(1, 150, 16, 0.5, seed=13)[1]
+    expected = unkept(lambda: ozaki.matmul(K, P), monkeypatch)
+    errors, results = [], []
+
+    def work():
+        try:
+            for _ in range(400):
+                results.append(ozaki.matmul(K, P))
+        except Exception as error:  # noqa: BLE001 (any error fails the test below)
+            errors.append(error)
+
+    threads_before = torch.get_num_threads()
+    sys.setswitchinterval(1e-6)  # switch threads often, inside the products too
+    torch.set_num_threads(1)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(threads_before)
+    assert not errors, errors[:3]
+    for C in results:
+        assert_bitwise_equal(C, expected)
+
+
+def test_parts_made_after_keeping_stay_within_the_budget(monkeypatch):
+    """Operands kept while only scheme I ran (their statistics alone made) hold room for their
+    digits: made later by scheme II products, the parts of all still fit MAX_BYTES."""
+    Ks = [phi_pair(256, 256, 1, 0.5, seed=20 + i)[0] for i in range(4)]
+    P = phi_pair(1, 256, 8, 0.5, seed=24)[1]
+    monkeypatch.setattr(repeated, "MAX_BYTES", 2 * repeated._fixed_bytes(Ks[0]))
+    for K in Ks:
+        for _ in range(2):
+            ozaki.dgemm(K, P, backend="int8")
+    for K in Ks:
+        ozaki.dgemm(K, P)
+        assert repeated.nbytes() <= repeated.MAX_BYTES
+
+
+def test_seen_is_read_at_each_product(monkeypatch):
+    """ozaki.repeated.SEEN set by the program takes effect: with SEEN = 1, an operand that comes
+    back after another one is not kept."""
+    m, k, n = SHAPE
+    K1, K2 = (phi_pair(m, k, 1, 0.5, seed=30 + i)[0] for i in range(2))
+    P = rights(n, 32, torch.float64, "cpu")[0]
+    monkeypatch.setattr(repeated, "SEEN", 1)
+    for K in (K1, K2, K1, K2):
+        ozaki.dgemm(K, P)
+    assert repeated.info() == []
+    monkeypatch.setattr(repeated, "SEEN", 2)
+    repeated.clear()
+    for K in (K1, K2, K1):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

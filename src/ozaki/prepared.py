@@ -14,11 +14,13 @@ ozaki.enable too) reuses the kept parts instead of computing them again:
 
 Every kept part is what the product computes anyway, so results are bit for bit the same with or
 without it. An in-place change of A (anything that bumps its version counter) drops the kept parts
-at the next product; changes that bypass the counter (through A.data, a NumPy or DLPack view, a
-raw pointer) are not seen.
+at the next product, and so does A's move to other memory (A.set_, A.data = ..., A.resize_);
+changes that bypass the counter (through A.data, a NumPy or DLPack view, a raw pointer) are not
+seen.
 """
 
 import math
+import threading
 import weakref
 
 import torch
@@ -35,6 +37,7 @@ _OWN_ROWS = "A's own rows"
 
 #: Handles by the identity of their operand; an entry leaves with its handle.
 REGISTRY = weakref.WeakValueDictionary()
+_registry_lock = threading.Lock()
 
 
 def _tensors(part):
@@ -63,7 +66,8 @@ class Prepared:
         self._key = identity(A)
         self._version = A._version
         self._clear()
-        REGISTRY[self._key] = self
+        with _registry_lock:
+            REGISTRY[self._key] = self
 
     def _clear(self):
         self._rows = None  # A's rows copied contiguous, _OWN_ROWS where A's rows serve
@@ -220,8 +224,9 @@ class Prepared:
     def release(self):
         """Frees the kept parts; later products compute everything again."""
         self._clear()
-        if REGISTRY.get(self._key) is self:
-            del REGISTRY[self._key]
+        with _registry_lock:
+            if REGISTRY.get(self._key) is self:
+                del REGISTRY[self._key]
 
     def __enter__(self):
         return self
@@ -257,5 +262,20 @@ def find(A):
     """The current Prepared handle of left operand A, or None."""
     if A.dim() != 2 or not REGISTRY or A.is_inference():
         return None
+    _follow_moved()
     kept = REGISTRY.get(identity(A))
     return None if kept is None else kept.current()
+
+
+def _follow_moved():
+    """Handles whose A has moved to other memory (A.set_, A.data = ..., A.resize_) since they were
+    registered: found by A's new identity from now on, their parts (of the old contents) dropped,
+    so that a tensor at the old address is not taken for A."""
+    with _registry_lock:
+        for key, kept in list(REGISTRY.items()):
+            now = identity(kept.A)
+            if now != key:
+                del REGISTRY[key]
+                kept._key, kept._version = now, kept.A._version
+                kept._clear()
+                REGISTRY[now] = kept

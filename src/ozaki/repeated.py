@@ -48,7 +48,7 @@ PLANES_TO_KEEP = 16
 #: asked").
 MIN_ENTRIES = 1 << 23
 
-_seen = collections.deque(maxlen=SEEN)  # (storage's weak reference, identity, version)
+_seen = collections.deque()  # (storage's weak reference, identity, version), the last SEEN
 _kept = collections.OrderedDict()  # identity -> _Kept, least recently used first
 _lock = threading.RLock()  # RLock: an operand freed while the lock is held drops its entry
 
@@ -69,7 +69,10 @@ class _Kept(prepared.Prepared):
     unchanged since they were made."""
 
     def __init__(self, A):  # Prepared.__init__ holds A and registers the handle: neither here
-        self._view = weakref.ref(A)  # this call's view of the operand, which the parts read
+        # Each thread's view of the operand in its current call, which the parts read: another
+        # thread's view may be gone by then (a view made afresh for one call).
+        self._views = threading.local()
+        self._views.current = weakref.ref(A)
         self._storage = StorageWeakRef(A.untyped_storage())
         self._base = weakref.ref(A if A._base is None else A._base, self._freed)
         self._key = _identity(A)
@@ -80,13 +83,15 @@ class _Kept(prepared.Prepared):
             self._host = torch.empty((), dtype=torch.int64, pin_memory=True)
             self._copied = torch.cuda.Event()
         self._made = HostCopy(_ops.fingerprint(A)).values()  # of the contents the parts are of
+        self._fixed = _fixed_bytes(A)  # the room held for its parts besides residues
         self._checks = {}  # thread -> the HostCopy of the digest it started
         self.uses = 1
         self._clear()
 
     @property
     def A(self):
-        return self._view()
+        view = getattr(self._views, "current", None)
+        return None if view is None else view()
 
     def serves(self, A):
         """Whether A (found by its identity) may use these parts, pending check(): its storage is
@@ -96,7 +101,7 @@ class _Kept(prepared.Prepared):
     def start_check(self, A):
         """Starts digesting A, this call's view of the operand (which the parts then read), for
         this thread's check()."""
-        self._view = weakref.ref(A)
+        self._views.current = weakref.ref(A)
         shared = () if self._checks else (self._host, self._copied)  # else another thread's
         self._checks[threading.get_ident()] = HostCopy(_ops.fingerprint(A), *shared)
         self.uses += 1
@@ -108,8 +113,15 @@ class _Kept(prepared.Prepared):
             checked = self._checks.pop(threading.get_ident(), None)
         return checked is None or checked.values() == self._made
 
+    @property
+    def committed(self):
+        """The bytes its parts take, or may take without asking for room: the room held for its
+        parts besides residues (made as products need them) and the residues kept."""
+        residues = sum(r.numel() for _, r in self._residues)
+        return max(self.nbytes, self._fixed + residues)
+
     def _over(self, size):
-        return nbytes() + size > MAX_BYTES
+        return _committed() + size > MAX_BYTES
 
     def _freed(self, _ref):
         with _lock:
@@ -140,6 +152,8 @@ def find(A):
             _drop(key)  # changed in place, or freed
         if not _seen_before(A, key):
             _seen.append((StorageWeakRef(A.untyped_storage()), key, A._version))
+            while len(_seen) > max(SEEN, 0):
+                _seen.popleft()
             return None
         if not _make_room(_bytes_to_keep(A)):
             return None
@@ -218,10 +232,11 @@ def _plane_bytes(A):
 
 def _fixed_bytes(A):
     """Bytes of A's kept parts besides its residues: the magnitude digits (one plane), its rows'
-    copy where they are not contiguous, and a bound for the statistics and scales."""
+    copy where they are not contiguous, exact scheme II's column exponents, and a bound for the
+    statistics and scales."""
     m, k = A.shape
     rows = 0 if A.is_contiguous() else A.numel() * A.element_size()
-    return _plane_bytes(A) + rows + 64 * m
+    return _plane_bytes(A) + rows + 8 * k + 64 * m
 
 
 def _bytes_to_keep(A):
@@ -233,13 +248,18 @@ def _bytes_to_keep(A):
     return fixed + residues if fixed + residues <= MAX_BYTES else fixed
 
 
+def _committed():
+    """The bytes the kept operands' parts take or may take (_Kept.committed)."""
+    return sum(kept.committed for kept in _kept.values())
+
+
 def _make_room(size):
-    """Drops the least recently used kept operands until `size` more bytes fit MAX_BYTES; False
-    where they cannot."""
+    """Drops the least recently used kept operands until `size` more bytes fit MAX_BYTES beside
+    what the others take or may take; False where they cannot."""
     if size > MAX_BYTES:
         return False
     _drop_freed()
-    while _kept and sum(kept.nbytes for kept in _kept.values()) + size > MAX_BYTES:
+    while _kept and _committed() + size > MAX_BYTES:
         _drop(next(iter(_kept)))
     return True
 
