@@ -191,23 +191,53 @@ def run_dtensor_case(case, rank, world, device, mesh):
 def run_error_checks(rank, world, device):
     """A mismatch between ranks raises the same ValueError on every rank (no hang)."""
     A = torch.ones((4, 6), dtype=torch.float64, device=device)
-    moduli = 8 if rank == 0 else 9
-    try:
-        ozaki.distributed.matmul(A, A.t(), "rows", backend="crt", moduli=moduli)
-    except ValueError as error:
-        if "differs across the ranks" not in str(error):
-            return f"unexpected message: {error}"
-    else:
-        return "no error for options that differ across ranks"
+    mismatch = _mismatches_name_the_values(rank, world, A)
+    if mismatch:
+        return mismatch
     k = 6 if rank == 0 else 5
     try:
         ozaki.distributed.matmul(A[:, :k], A[:, :k].t(), "rows")
     except ValueError as error:
-        if "k (inner dimension) differs" not in str(error):
+        if "k (inner dimension) differs across the ranks of the group (from 5 to 6)" not in \
+                str(error):
             return f"unexpected message: {error}"
     else:
         return "no error for inner dimensions that differ across ranks"
     return _unsupported_inputs_raise(device)
+
+
+def _mismatches_name_the_values(rank, world, A):
+    """Layout, dtype and options that differ across the ranks are named in the message, with the
+    ranks that passed each value (rank 0 one value, the other ranks another)."""
+    others = "rank 1" if world == 2 else f"ranks {', '.join(map(str, range(1, world)))}"
+    first = rank == 0
+    checks = [
+        (lambda: ozaki.distributed.matmul(A, A.t(), "rows", backend="crt",
+                                          moduli=8 if first else 9),
+         "moduli differs across the ranks of the group (from 8 to 9)"),
+        (lambda: ozaki.distributed.matmul(A if first else A.float(), A.t() if first else
+                                          A.t().float(), "rows"),
+         f"dtype differs across the ranks of the group (torch.float64 on rank 0; torch.float32 "
+         f"on {others})"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "rows" if first else "cols"),
+         f"layout differs across the ranks of the group ('rows' on rank 0; 'cols' on {others})"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "inner" if first else "rows"),
+         f"layout differs across the ranks of the group ('inner' on rank 0; 'rows' on {others})"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "cols", backend="fp16",
+                                          slices=3 if first else None),
+         f"slices differs across the ranks of the group (3 on rank 0; None on {others})"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "cols", backend="crt" if first else "int8"),
+         f"backend differs across the ranks of the group ('crt' on rank 0; 'int8' on {others})"),
+    ]
+    for call, message in checks:
+        try:
+            call()
+        except ValueError as error:
+            if f"ozaki.distributed.matmul: {message}; every rank must pass the same" != str(error):
+                return f"unexpected message: {error}"
+        else:
+            return f"no error for {message}"
+    return None
 
 
 def _unsupported_inputs_raise(device):

@@ -650,3 +650,30 @@ def test_crt_rows_beyond_its_inner_limit_are_not_applicable():
     assert " n/a " in line and line.split()[4] == "crt"
     assert bench.progress_message(crt, row).endswith(f"ozaki dgemm default (crt) ... n/a "
                                                      f"({row['note']})")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seed", "18446744073709551616"], "argument --seed: must be an integer in 0..2^64 - 1 (a "
+                                         "seed of torch.Generator.manual_seed), got "
+                                         "'18446744073709551616'"),
+    (["--seed", "-1"], "argument --seed: must be an integer in 0..2^64 - 1"),
+    (["--phi", "40", "--sizes", "8"], "argument --phi: 40 is too large: the 8 x 8 x 8 inputs "
+                                      "(rand - 0.5) * exp(phi * randn) of --seed 0 hold entries "
+                                      "past the range of float32"),
+    (["--phi", "1000", "--sizes", "8", "--dtype", "float64"],
+     "argument --phi: 1000 is too large: the 8 x 8 x 8 inputs (rand - 0.5) * exp(phi * randn) "
+     "of --seed 0 hold entries past the range of float64"),
+])
+def test_seed_and_phi_the_inputs_cannot_take_stop_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--device", "cpu", "--quiet", *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err
+
+
+def test_phi_checked_against_the_dtypes_run():
+    # float64 holds the inputs that float32 cannot
+    args = bench.parse_args(["--device", "cpu", "--phi", "40", "--sizes", "8", "--dtype",
+                             "float64", "--seed", str(2 ** 64 - 1)])
+    assert args.phi == 40 and args.seed == 2 ** 64 - 1

@@ -24,3 +24,33 @@ def test_demo_prints_plans_times_and_errors(capsys):
 ])
 def test_bad_arguments_name_the_argument_and_value(argv, message, capsys):
     assert_usage_error(demo.parse_args, argv, message, capsys)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seed", "18446744073709551616"], "argument --seed: must be an integer in 0..2^64 - 1 (a "
+                                         "seed of torch.Generator.manual_seed), got "
+                                         "'18446744073709551616'"),
+    (["--seed", "-1"], "argument --seed: must be an integer in 0..2^64 - 1"),
+])
+def test_seed_outside_the_generator_seeds_is_refused(argv, message, capsys):
+    assert_usage_error(demo.parse_args, ["--device", "cpu", *argv], message, capsys)
+    assert demo.parse_args(["--device", "cpu", "--seed", str(2 ** 64 - 1)]).seed == 2 ** 64 - 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--phi", "25"], "argument --phi: 25 is too large: the 512 x 512 x 512 inputs (rand - 0.5) "
+                      "* exp(phi * randn) of --seed 0 hold entries past the range of float32"),
+    (["--phi", "1000", "--size", "8"], "argument --phi: 1000 is too large: the 8 x 8 x 8 inputs"),
+])
+def test_phi_past_the_range_of_the_inputs_stops_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--device", "cpu", *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err
+    assert "phi <= 10.35 fits every seed" in captured.err
+
+
+def test_phi_whose_inputs_fit_is_accepted():
+    # past the bound that fits every seed, but these inputs fit float32
+    assert demo.parse_args(["--device", "cpu", "--size", "8", "--phi", "16"]).phi == 16

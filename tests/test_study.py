@@ -452,3 +452,47 @@ def test_plot_writes_one_figure_per_dtype(tmp_path, capsys):
 ])
 def test_bad_plot_arguments(argv, message, capsys):
     assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", *argv], message, capsys)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["accuracy", "--seed", "18446744073709551616"],
+     "argument --seed: must be an integer in 0..2^64 - 1 (a seed of "
+     "torch.Generator.manual_seed), got '18446744073709551616'"),
+    (["reproducibility", "--seed", "-1"], "argument --seed: must be an integer in 0..2^64 - 1"),
+    (["accuracy", "--device", "cpu", "--phi", "1", "40", "--dtype", "float32", "--k", "8",
+      "--size", "4"],
+     "argument --phi: 40 is too large: the 4 x 8 x 4 inputs (rand - 0.5) * exp(phi * randn) of "
+     "--seed 0 hold entries past the range of float32"),
+    (["reproducibility", "--devices", "cpu", "--phi", "1000", "--shape", "4", "8", "4"],
+     "argument --phi: 1000 is too large: the 4 x 8 x 4 inputs"),
+])
+def test_seed_and_phi_the_inputs_cannot_take_stop_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv + ["--quiet"])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err
+
+
+def test_phi_checked_against_the_dtypes_studied():
+    args = cli.parse_args(["accuracy", "--device", "cpu", "--phi", "40", "--dtype", "float64",
+                           "--k", "8", "--size", "4", "--seed", str(2 ** 64 - 1)])
+    assert args.phi == [40.0] and args.seed == 2 ** 64 - 1
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["accuracy", "--modes", "moduli"], "--modes"),
+    (["accuracy", "--moduli", "12"], "--moduli"),
+    (["accuracy", "--modes", "auto", "--plot", "figure.png"], "--plot"),
+    (["accuracy", "--csv", "/no/such/folder/x.csv"], "--csv"),
+    (["accuracy", "--device", "tpu"], "--device"),
+    (["reproducibility", "--devices", "gpu"], "--devices"),
+    (["reproducibility", "--shape", "2", "4194305", "2"], "--shape"),
+])
+def test_option_errors_show_the_usage_of_the_command(argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: python -m ozaki.study {argv[0]} [-h]")
+    assert f"\npython -m ozaki.study {argv[0]}: error: argument {option}: " in err

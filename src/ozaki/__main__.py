@@ -10,7 +10,7 @@ import time
 import torch
 
 from . import accuracy, dgemm, plan, sgemm
-from .cli import device_name, nonnegative_int, phi_value, positive_int, resolve_device
+from .cli import check_phi, device_name, phi_value, positive_int, resolve_device, seed_value
 
 
 def parse_args(argv=None):
@@ -23,11 +23,12 @@ def parse_args(argv=None):
                         help="rows and columns checked against the exact product")
     parser.add_argument("--device", default=None,
                         help="cpu, cuda or cuda:I (default: cuda if usable, else cpu)")
-    parser.add_argument("--seed", type=nonnegative_int, default=0)
+    parser.add_argument("--seed", type=seed_value, default=0)
     args = parser.parse_args(argv)
     args.device = resolve_device(parser, args.device)
     if args.size is None:
         args.size = 2048 if args.device.type == "cuda" else 512
+    check_phi(parser, [args.phi], [(args.size,) * 3], args.seed, [torch.float64, torch.float32])
     return args
 
 

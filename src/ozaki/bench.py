@@ -79,8 +79,9 @@ import ozaki
 from ozaki import accuracy
 from ozaki import crt
 from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
-                       check_plot_path, device_name, moduli_count, nonnegative_int,
-                       per_dtype_paths, phi_value, positive_int, resolve_device, slice_count)
+                       check_phi, check_plot_path, device_name, moduli_count, nonnegative_int,
+                       per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
+                       slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -132,7 +133,7 @@ def build_parser():
                         help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
     parser.add_argument("--phi", type=phi_value, default=0.5,
                         help="exponent spread of the inputs (rand - 0.5) * exp(phi * randn)")
-    parser.add_argument("--seed", type=nonnegative_int, default=0,
+    parser.add_argument("--seed", type=seed_value, default=0,
                         help="seed of the inputs and the sampled entries (same for every shape)")
     selections = [
         ("--dtype", "dtypes", list(DTYPES), "DTYPE",
@@ -222,6 +223,7 @@ def parse_args(argv=None):
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
         parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
     check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
+    check_phi(parser, [args.phi], args.shapes, args.seed, [DTYPES[name] for name in args.dtypes])
     return args
 
 

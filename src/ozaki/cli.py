@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-from . import _ops
+from . import _ops, accuracy
 from .crt import MAX_MODULI
 from .slicing import MAX_SLICES
 
@@ -77,6 +77,49 @@ def phi_value(text):
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return value
+
+
+#: The seeds torch.Generator.manual_seed takes as distinct: it also takes -2^63..-1, as 2^64 + seed.
+SEED_LIMIT = 2 ** 64
+
+
+def seed_value(text):
+    """argparse type: a generator seed, an integer in 0..2^64 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..2^64 - 1 (a seed of "
+                                         f"torch.Generator.manual_seed), got {text!r}")
+    return value
+
+
+#: The largest |randn| torch's CPU generator draws: the Box-Muller radius sqrt(-2 ln u), u >= 2^-53.
+MAX_RANDN = math.sqrt(-2 * math.log(2.0 ** -53))
+
+
+def check_phi(parser, phis, shapes, seed, dtypes, option="--phi"):
+    """A parser error unless a tool's phi_matrix inputs fit the narrowest of `dtypes`: for each phi
+    of `phis` and (m, k, n) of `shapes`, A (m x k) then B (k x n) from a CPU generator seeded with
+    `seed`, as the tools draw them. Entries |rand - 0.5| exp(phi randn) stay below
+    exp(phi MAX_RANDN), so only a phi past that bound has its inputs drawn here."""
+    dtype = min(dtypes, key=lambda d: torch.finfo(d).max)
+    largest = torch.finfo(dtype).max
+    bound = math.log(largest) / MAX_RANDN
+    for phi in dict.fromkeys(phis):
+        if phi <= bound:
+            continue
+        for m, k, n in dict.fromkeys(shapes):
+            generator = torch.Generator().manual_seed(seed)
+            try:
+                for rows, cols in ((m, k), (k, n)):
+                    accuracy.phi_matrix(rows, cols, phi, generator, dtype)
+            except ValueError:
+                parser.error(f"argument {option}: {phi:g} is too large: the {m} x {k} x {n} inputs "
+                             f"(rand - 0.5) * exp(phi * randn) of --seed {seed} hold entries past "
+                             f"the range of {DTYPE_NAMES[dtype]} ({largest:.3g}); phi <= "
+                             f"{math.floor(bound * 100) / 100:g} fits every seed")
 
 
 def resolve_device(parser, text, option="--device"):

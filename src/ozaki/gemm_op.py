@@ -32,9 +32,9 @@ _FLOAT32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 
 def check_scalar(name, arg, value, dtype):
     """alpha and beta: real numbers (int, float, Fraction, NumPy's), or complex ones for complex
-    operands, finite ones within the range of the operands' precision. Returns the value as the
-    Python float (complex for complex operands) that every path of ozaki::gemm takes, as torch's
-    Scalar would hold it."""
+    operands; with float32 operands, none that is finite but rounds to +-Inf in float32. Returns
+    the value as the Python float (complex for complex operands) that every path of ozaki::gemm
+    takes, as torch's Scalar would hold it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
     if not isinstance(value, numbers.Complex):  # Decimal: a Number of neither kind

@@ -11,7 +11,7 @@ import torch
 
 from ..operands import check_alike, check_tensor
 from ..options import Options
-from .collectives import RankGroup, option_code
+from .collectives import RankGroup
 from .inner import inner_product
 from .sharded import sharded_product
 
@@ -21,8 +21,6 @@ from .sharded import sharded_product
 #: "inner": a_local holds columns of A and b_local the same rows of B (the inner dimension k is
 #: split); every rank gets the whole C.
 LAYOUTS = ("rows", "cols", "inner")
-#: Layout codes for the cross-rank agreement check.
-_DTYPES = {torch.float64: 1, torch.float32: 2}
 
 
 def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None, fast=None,
@@ -45,18 +43,19 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
     group = group if isinstance(group, RankGroup) else RankGroup(group)
     m, k = a_local.shape
     n = b_local.shape[1]
-    code = option_code(layout, backend, slices, fast, moduli, rounding)
     dtype = a_local.dtype
+    # what every rank must pass alike, layout first: the shapes compared next depend on it
+    alike = {"layout": layout, "dtype": dtype, **options.keywords()}
     if layout == "inner":
-        group.check_agree(name, a_local.device, **{"m (rows of A)": m, "n (columns of B)": n,
-                                                    "dtype": _DTYPES[dtype], "layout or options": code})
+        group.check_agree(name, a_local.device, **alike, **{"m (rows of A)": m,
+                                                           "n (columns of B)": n})
         total_k = sum(group.agreed_sizes(k, a_local.device))
         if m == 0 or n == 0 or total_k == 0:
             return torch.zeros((m, n), dtype=dtype, device=a_local.device)
         return inner_product(a_local, b_local, dtype, options, group, total_k)[0]
-    shared = {"k (inner dimension)": k, "dtype": _DTYPES[dtype], "layout or options": code}
+    shared = {"k (inner dimension)": k}
     shared["n (columns of B)" if layout == "rows" else "m (rows of A)"] = n if layout == "rows" else m
-    group.check_agree(name, a_local.device, **shared)
+    group.check_agree(name, a_local.device, **alike, **shared)
     split = group.agreed_sizes(m if layout == "rows" else n, a_local.device)
     whole = (sum(split), n) if layout == "rows" else (m, sum(split))
     if 0 in whole or k == 0:

@@ -5,6 +5,7 @@ Every rank must run the same collectives in the same order, so all decisions mad
 the ranks agreed on (check_agree).
 """
 
+import itertools
 import zlib
 
 import torch
@@ -56,16 +57,27 @@ class RankGroup:
         return torch.cat([part[:, :width] for part, width in zip(parts, widths)], dim=1)
 
     def check_agree(self, name, device, **values):
-        """Raise the same ValueError on every rank unless every rank passed the same integers
-        (shapes, dtype and options hashed by option_code)."""
+        """Raise the same ValueError on every rank unless every rank passed the same values:
+        integers (shapes) compared as they are, others (dtype, layout, options) by option_code.
+        All agree: one all-reduce. A mismatch: the ranks also gather the values to name them."""
         if self.size == 1:
             return
-        local = torch.tensor([[v, -v] for v in values.values()], dtype=torch.int64, device=device)
+        codes = [2 * v if type(v) is int else 2 * option_code(v) + 1 for v in values.values()]
+        local = torch.tensor([[c, -c] for c in codes], dtype=torch.int64, device=device)
         reduced = self.max(local).tolist()
-        for (what, _), (high, negated_low) in zip(values.items(), reduced):
-            if high != -negated_low:
-                raise ValueError(f"{name}: {what} differs across the ranks of the group (from "
-                                 f"{-negated_low} to {high}); every rank must pass the same")
+        for (what, value), (high, negated_low) in zip(values.items(), reduced):
+            if high != -negated_low:  # the same on every rank: all gather, none waits
+                spread = _spread(self.gather_texts(repr(value), device))
+                raise ValueError(f"{name}: {what} differs across the ranks of the group "
+                                 f"({spread}); every rank must pass the same")
+
+    def gather_texts(self, text, device):
+        """Every rank's string, in rank order."""
+        data = torch.tensor([list(text.encode())], dtype=torch.int64, device=device)
+        widths = self.agreed_sizes(data.shape[1], device)
+        joined = bytes(self.gather_columns(data)[0].tolist())
+        starts = itertools.accumulate(widths, initial=0)
+        return [joined[start:start + width].decode() for start, width in zip(starts, widths)]
 
     def agreed_sizes(self, size, device):
         """Every rank's `size` (an int), in rank order."""
@@ -81,6 +93,18 @@ def _one_hot(index, length, value, device):
     out = torch.zeros(length, dtype=torch.int64, device=device)
     out[index] = value
     return out
+
+
+def _spread(texts):
+    """The ranks' values (reprs, in rank order): 'from 5 to 6' for integers, else each value and
+    its ranks, 'torch.float64 on ranks 0, 2; torch.float32 on rank 1'."""
+    if all(text.lstrip("-").isdigit() for text in texts):
+        return f"from {min(map(int, texts))} to {max(map(int, texts))}"
+    ranks = {}
+    for rank, text in enumerate(texts):
+        ranks.setdefault(text, []).append(str(rank))
+    return "; ".join(f"{text} on rank{'s' if len(on) > 1 else ''} {', '.join(on)}"
+                     for text, on in ranks.items())
 
 
 def option_code(*values) -> int:

@@ -8,9 +8,9 @@ import sys
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path, check_plot_path,
-                       device_name, moduli_count, nonnegative_int, per_dtype_paths, phi_value,
-                       positive_int, resolve_device, slice_count)
+from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path, check_phi,
+                       check_plot_path, device_name, moduli_count, per_dtype_paths, phi_value,
+                       positive_int, resolve_device, seed_value, slice_count)
 from ozaki.crt import MAX_INNER as CRT_MAX_INNER
 from ozaki.crt import MAX_MODULI
 from ozaki.progress import Progress
@@ -38,6 +38,7 @@ def build_parser():
         description="Accuracy and reproducibility studies of ozaki's products.",
         formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = commands.choices  # {command: its parser}, for the errors of parse_args
 
     study = commands.add_parser(
         "accuracy", formatter_class=HelpFormatter,
@@ -73,7 +74,7 @@ def build_parser():
                        help="exact reference: Python integers, or mpmath at exact precision")
     study.add_argument("--device", default=None,
                        help="cpu, cuda or cuda:I (default: cuda if available, else cpu)")
-    study.add_argument("--seed", type=nonnegative_int, default=0)
+    study.add_argument("--seed", type=seed_value, default=0)
     study.add_argument("--csv", metavar="PATH", help="write every row as CSV")
     study.add_argument("--plot", metavar="PATH",
                        help="draw the error against the slice count with ozaki.plots: PATH (.png, "
@@ -102,7 +103,7 @@ def build_parser():
                        default=list(reproducibility.DEFAULT_BACKENDS),
                        help="the backend= of the products; each adds its own products")
     repro.add_argument("--phi", type=phi_value, default=1.0)
-    repro.add_argument("--seed", type=nonnegative_int, default=0)
+    repro.add_argument("--seed", type=seed_value, default=0)
     repro.add_argument("--repeats", type=positive_int, default=2, help="runs per setting")
     repro.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -111,12 +112,15 @@ def build_parser():
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    parser = parser.commands[args.command]  # the command's parser: its usage in the errors
     if args.command == "accuracy":
         args.device = resolve_device(parser, args.device)
         args.dtype = list(dict.fromkeys(args.dtype))
         check_output_path(parser, "--csv", args.csv)
         check_backends_and_modes(parser, args)
         check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
+        check_phi(parser, args.phi, [(args.size, k, args.size) for k in args.k], args.seed,
+                  [DTYPES[name] for name in args.dtype])
     else:
         args.backends = list(dict.fromkeys(args.backends))
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
@@ -130,6 +134,8 @@ def parse_args(argv=None):
         args.threads = list(dict.fromkeys(args.threads or [1, 2, torch.get_num_threads()]))
         args.devices = default_devices() if args.devices is None else [
             resolve_device(parser, text, "--devices") for text in dict.fromkeys(args.devices)]
+        check_phi(parser, [args.phi], args.shapes, args.seed,
+                  {dtype for _, dtype, _ in reproducibility.products(args.backends)})
     return args
 
 
