@@ -143,8 +143,8 @@ def test_calls_that_may_differ_take_the_full_path(change, monkeypatch):
         A.requires_grad_()
     elif change == "options":
         call = lambda a, b: ozaki.dgemm(a, b, backend="crt")  # noqa: E731
-    elif change == "prepared":
-        monkeypatch.setattr(replay.prepared, "REGISTRY", {"another operand": None})
+    elif change == "prepared":  # a prepared operand, even another one, takes the full path
+        other = ozaki.prepare(torch.ones(4, 4, dtype=torch.float64, device="cuda"))  # noqa: F841
     elif change == "path":
         monkeypatch.setenv("OZAKI_CRT_PATH", "cublas")
     elif change == "workspace":
