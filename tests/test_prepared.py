@@ -4,6 +4,10 @@ products without it, on every plan that keeps something: truncated scheme II on 
 wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
 
 import contextlib
+import sys
+import threading
+import time
+import warnings
 
 import pytest
 import torch
@@ -325,6 +329,82 @@ def test_a_prepared_operand_that_moves_serves_only_itself(move):
         assert_bitwise_equal(ozaki.dgemm(old, B), ozaki.dgemm(old.clone(), B))
         for _ in range(2):
             assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+
+
+@pytest.mark.parametrize("part", ["row_stats_with_norm_scales", "crt_left_residues"])
+def test_parts_made_while_a_changes_are_not_kept(part, monkeypatch):
+    """A part made while another thread's product finds A changed in place (and clears the
+    handle) is of the old contents: it serves the product that made it, but the products after
+    the change get the new contents' bits."""
+    A, B = phi_pair(48, 128, 16, 1.0, seed=16)
+    X2 = phi_pair(48, 128, 1, 1.0, seed=17)[0]
+    expected = ozaki.dgemm(X2, B)
+    with ozaki.prepare(A) as kept:
+        made = getattr(_ops, part)
+        changed = []
+
+        def making_while_a_changes(*args, **kwargs):
+            result = made(*args, **kwargs)
+            if not changed:  # the other thread: A written, then its product sees the change
+                changed.append(True)
+                A.copy_(X2)
+                kept.current()
+            return result
+        monkeypatch.setattr(_ops, part, making_while_a_changes)
+        ozaki.dgemm(A, B)
+        monkeypatch.setattr(_ops, part, made)
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+
+
+def test_threads_cycling_plans_keep_the_bookkeeping():
+    """Threads multiplying a prepared operand with moduli counts in turn, while another thread
+    prepares and releases an operand of its own: every product gives its bits, no thread fails,
+    and the handle keeps at most KEPT_PLANS residue sets within its cap."""
+    A, B = phi_pair(32, 64, 8, 0.5, seed=18)
+    other = phi_pair(32, 64, 1, 0.5, seed=19)[0]
+    counts = (5, 6, 7)
+    expected = {m: ozaki.dgemm(A, B, moduli=m) for m in counts}
+    cap = 2 * 7 * 32 * 64
+    errors, wrong = [], []
+    stop = threading.Event()
+
+    def multiply(offset):
+        try:
+            for i in range(300):
+                m = counts[(i + offset) % 3]
+                if not torch.equal(ozaki.dgemm(A, B, moduli=m), expected[m]):
+                    wrong.append(m)
+        except Exception as error:  # noqa: BLE001 (any error fails the test below)
+            errors.append(error)
+
+    def prepare_and_release():
+        while not stop.is_set():
+            with ozaki.prepare(other):
+                time.sleep(0.0005)
+
+    interval, threads_before = sys.getswitchinterval(), torch.get_num_threads()
+    sys.setswitchinterval(1e-6)
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings(), ozaki.prepare(A, max_bytes=cap) as kept:
+            warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
+            side = threading.Thread(target=prepare_and_release)
+            side.start()
+            workers = [threading.Thread(target=multiply, args=(i,)) for i in range(3)]
+            for thread in workers:
+                thread.start()
+            for thread in workers:
+                thread.join()
+            stop.set()
+            side.join()
+            assert not errors, errors[:3]
+            assert not wrong
+            assert len(kept._residues) <= prepared.KEPT_PLANS
+            assert sum(r.numel() for _, r in kept._residues) <= cap
+    finally:
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(threads_before)
 
 
 def test_transposed_and_other_views_of_a_are_not_confused():

@@ -7,6 +7,7 @@ import gc
 import itertools
 import sys
 import threading
+import warnings
 
 import pytest
 import torch
@@ -251,6 +252,44 @@ def test_threads_multiplying_fresh_views_of_a_kept_operand(monkeypatch):
     assert not errors, errors[:3]
     for C in results:
         assert_bitwise_equal(C, expected)
+
+
+def test_threads_keeping_operands_of_their_own(monkeypatch):
+    """Two threads, each multiplying its own kept operand with moduli counts in turn: the budget's
+    count of the kept parts reads the kept operands under the lock, so no thread fails while
+    the other's find reorders them, and every product gives its bits."""
+    As = [phi_pair(32, 64, 1, 0.5, seed=40 + i)[0] for i in range(2)]
+    B = phi_pair(1, 64, 8, 0.5, seed=42)[1]
+    counts = (5, 6, 7)
+    expected = [{m: unkept(lambda: ozaki.dgemm(A, B, moduli=m), monkeypatch) for m in counts}
+                for A in As]
+    errors, wrong = [], []
+
+    def work(index):
+        try:
+            for i in range(1500):
+                m = counts[i % 3]
+                if not torch.equal(ozaki.dgemm(As[index], B, moduli=m), expected[index][m]):
+                    wrong.append(m)
+        except Exception as error:  # noqa: BLE001 (any error fails the test below)
+            errors.append(error)
+
+    interval, threads_before = sys.getswitchinterval(), torch.get_num_threads()
+    sys.setswitchinterval(1e-6)
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(threads_before)
+    assert not errors, errors[:3]
+    assert not wrong
 
 
 def test_parts_made_after_keeping_stay_within_the_budget(monkeypatch):

@@ -65,11 +65,16 @@ class Prepared:
         self.max_bytes = max_bytes
         self._key = identity(A)
         self._version = A._version
+        self._lock = threading.RLock()  # the parts' making and the residue sets' bookkeeping
+        self._generation = 0
         self._clear()
         with _registry_lock:
             REGISTRY[self._key] = self
 
     def _clear(self):
+        # A new generation: parts that products in flight are making of older contents are not
+        # kept (_kept_part). No lock: repeated drops handles under its own lock.
+        self._generation += 1
         self._rows = None  # A's rows copied contiguous, _OWN_ROWS where A's rows serve
         self._stats = None  # (row_stats, norm scale codes)
         self._row_bounds = None
@@ -116,37 +121,53 @@ class Prepared:
 
     # ---- what products read -------------------------------------------------------------------
 
+    def _kept_part(self, attribute, name, make):
+        """Part `attribute` (`name` for _ready), made by make() where missing. It is kept only
+        where the handle was not cleared while it was made (another thread's product saw A
+        changed in place): a part of older contents then serves its own product alone."""
+        part = getattr(self, attribute)
+        if part is None:
+            generation = self._generation
+            made = make()
+            with self._lock:
+                part = getattr(self, attribute)
+                if part is None:
+                    if self._generation != generation:
+                        return made
+                    part = self._keep(name, made)
+                    setattr(self, attribute, part)
+        return self._ready(name, part)
+
     def rows(self):
         """A with contiguous rows: A itself where its rows are (not held twice), else a kept
         copy."""
-        if self._rows is None:
-            from .product import row_operand  # product imports this module
-            rows = row_operand(self.A)
-            self._rows = _OWN_ROWS if rows is self.A else self._keep("rows", rows)
-        return self.A if self._rows is _OWN_ROWS else self._ready("rows", self._rows)
+        from .product import row_operand  # product imports this module
+        A = self.A
+
+        def make():
+            rows = row_operand(A)
+            return _OWN_ROWS if rows is A else rows
+        rows = self._kept_part("_rows", "rows", make)
+        return A if rows is _OWN_ROWS else rows
 
     def stats_and_norms(self):
         """(row_stats, norm scale codes) of A's rows."""
-        if self._stats is None:
-            self._stats = self._keep("stats", _ops.row_stats_with_norm_scales(self.rows()))
-        return self._ready("stats", self._stats)
+        return self._kept_part("_stats", "stats",
+                               lambda: _ops.row_stats_with_norm_scales(self.rows()))
 
     def row_bounds(self):
         """ozaki::crt_row_bounds of A's rows."""
-        if self._row_bounds is None:
-            self._row_bounds = self._keep("row_bounds",
-                                          _ops.crt_row_bounds(*self.stats_and_norms()))
-        return self._ready("row_bounds", self._row_bounds)
+        return self._kept_part("_row_bounds", "row_bounds",
+                               lambda: _ops.crt_row_bounds(*self.stats_and_norms()))
 
     def magnitude_digits(self):
         """Scheme II's magnitude digits of A's rows (ozaki::crt_magnitude_digits), their rows
         padded with zeros to a multiple of 16 entries (as ozaki::crt_kept_plan_reads reads them)."""
-        if self._digits is None:
+        def make():
             stats, norms = self.stats_and_norms()
             digits = _ops.crt_magnitude_digits(self.rows(), stats[0], norms)
-            self._digits = self._keep("digits",
-                                      torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16)))
-        return self._ready("digits", self._digits)
+            return torch.nn.functional.pad(digits, (0, -digits.shape[1] % 16))
+        return self._kept_part("_digits", "digits", make)
 
     def has_column_exponents(self):
         """Whether exact scheme II's column exponents of A are kept (a product needed them)."""
@@ -158,9 +179,7 @@ class Prepared:
 
     def column_exponents(self, compute):
         """Exact scheme II's column exponents of A (compute() makes them)."""
-        if self._column_exponents is None:
-            self._column_exponents = self._keep("column_exponents", compute())
-        return self._ready("column_exponents", self._column_exponents)
+        return self._kept_part("_column_exponents", "column_exponents", compute)
 
     def residues(self, kind, moduli, scale):
         """A's INT8 residues for a plan of `kind` ("crt", "wide" or "exact") and `moduli`, whose
@@ -168,24 +187,27 @@ class Prepared:
         fit max_bytes beside the last product's. The last KEPT_PLANS plans' are kept (plans of
         successive products may alternate between two moduli counts)."""
         key = (kind, moduli)
-        last, self._last_plan = self._last_plan, key
-        for index, (known, residues) in enumerate(self._residues):
-            if known == key:
-                self._residues.append(self._residues.pop(index))
-                return self._ready(key, residues)
-        size = math.prod(crt.left_residue_shape(self.A.shape, moduli))
-        # The oldest sets make room, except the last product's: where only it stands in the way,
-        # this plan's residues are computed for this product alone (plans that alternate under a
-        # cap that holds one set then keep one, instead of computing each set again every time).
-        while len(self._residues) >= KEPT_PLANS or self._over(size):
-            index = next((i for i, (known, _) in enumerate(self._residues) if known != last), None)
-            if index is None:
-                return None
-            self._origins.pop(self._residues.pop(index)[0], None)
-        residues = self._keep(key, _ops.crt_left_residues(self.rows(), scale, moduli,
-                                                          kind != "crt"))
-        self._residues.append((key, residues))
-        return residues
+        with self._lock:  # one thread at a time books the sets (_clear replaces the list)
+            kept, generation = self._residues, self._generation
+            last, self._last_plan = self._last_plan, key
+            for index, (known, residues) in enumerate(kept):
+                if known == key:
+                    kept.append(kept.pop(index))
+                    return self._ready(key, residues)
+            size = math.prod(crt.left_residue_shape(self.A.shape, moduli))
+            # The oldest sets make room, except the last product's: where only it stands in the
+            # way, this plan's residues are computed for this product alone (plans that alternate
+            # under a cap that holds one set then keep one, instead of computing each set again
+            # every time).
+            while len(kept) >= KEPT_PLANS or self._over(size):
+                index = next((i for i, (known, _) in enumerate(kept) if known != last), None)
+                if index is None:
+                    return None
+                self._origins.pop(kept.pop(index)[0], None)
+            residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
+            if self._generation == generation:  # else of contents A no longer holds: not kept
+                kept.append((key, self._keep(key, residues)))
+            return residues
 
     def kept_parts(self, kind, moduli):
         """The kept tensors that a product of a plan of `kind` with `moduli` reads (A's rows, row

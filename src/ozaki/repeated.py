@@ -77,6 +77,8 @@ class _Kept(prepared.Prepared):
         self._base = weakref.ref(A if A._base is None else A._base, self._freed)
         self._key = _identity(A)
         self._version = A._version
+        self._lock = threading.RLock()
+        self._generation = 0
         # The digest's pinned host buffer and event, reused by every check (one at a time).
         self._host = self._copied = None
         if A.device.type == "cuda":
@@ -121,7 +123,8 @@ class _Kept(prepared.Prepared):
         return max(self.nbytes, self._fixed + residues)
 
     def _over(self, size):
-        return _committed() + size > MAX_BYTES
+        with _lock:
+            return _committed() + size > MAX_BYTES
 
     def _freed(self, _ref):
         with _lock:
