@@ -134,7 +134,7 @@ class Prepared:
                 if part is None:
                     if self._generation != generation:
                         return made
-                    part = self._keep(name, made)
+                    part = made if made is _OWN_ROWS else self._keep(name, made)
                     setattr(self, attribute, part)
         return self._ready(name, part)
 
