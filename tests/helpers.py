@@ -6,6 +6,8 @@ import math
 import os
 import pathlib
 import re
+import sys
+import threading
 from fractions import Fraction
 
 import pytest
@@ -101,6 +103,33 @@ def scale_of(code: int) -> Fraction:
     that the exact references do not share the code they check."""
     e, f = divmod(code, 16)
     return (16 + f) * Fraction(2) ** (e - 4)
+
+
+def run_in_threads(*works):
+    """Runs the callables at once, each in a thread of its own, switching threads every
+    microsecond and on one torch thread each, so that races inside products show; returns the
+    exceptions they raised."""
+    errors = []
+
+    def guarded(work):
+        try:
+            work()
+        except Exception as error:  # noqa: BLE001 (returned to the test)
+            errors.append(error)
+
+    interval, threads_before = sys.getswitchinterval(), torch.get_num_threads()
+    sys.setswitchinterval(1e-6)
+    torch.set_num_threads(1)
+    try:
+        threads = [threading.Thread(target=guarded, args=(work,)) for work in works]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(threads_before)
+    return errors
 
 
 def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):

@@ -4,8 +4,6 @@ products without it, on every plan that keeps something: truncated scheme II on 
 wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
 
 import contextlib
-import sys
-import threading
 import time
 import warnings
 
@@ -14,7 +12,7 @@ import torch
 
 import ozaki
 from helpers import (REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, crt_paths, error_test, ones,
-                     phi_pair, seeded)
+                     phi_pair, run_in_threads, seeded)
 from ozaki import _ops, accuracy, crt, prepared, repeated, replay
 from ozaki.options import Options
 from ozaki.product import Estimates, KeptEstimates, _kept_estimates, row_operand
@@ -366,45 +364,27 @@ def test_threads_cycling_plans_keep_the_bookkeeping():
     counts = (5, 6, 7)
     expected = {m: ozaki.dgemm(A, B, moduli=m) for m in counts}
     cap = 2 * 7 * 32 * 64
-    errors, wrong = [], []
-    stop = threading.Event()
+    wrong = []
 
     def multiply(offset):
-        try:
-            for i in range(300):
-                m = counts[(i + offset) % 3]
-                if not torch.equal(ozaki.dgemm(A, B, moduli=m), expected[m]):
-                    wrong.append(m)
-        except Exception as error:  # noqa: BLE001 (any error fails the test below)
-            errors.append(error)
+        for i in range(300):
+            m = counts[(i + offset) % 3]
+            if not torch.equal(ozaki.dgemm(A, B, moduli=m), expected[m]):
+                wrong.append(m)
 
     def prepare_and_release():
-        while not stop.is_set():
+        for _ in range(300):
             with ozaki.prepare(other):
                 time.sleep(0.0005)
 
-    interval, threads_before = sys.getswitchinterval(), torch.get_num_threads()
-    sys.setswitchinterval(1e-6)
-    torch.set_num_threads(1)
-    try:
-        with warnings.catch_warnings(), ozaki.prepare(A, max_bytes=cap) as kept:
-            warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
-            side = threading.Thread(target=prepare_and_release)
-            side.start()
-            workers = [threading.Thread(target=multiply, args=(i,)) for i in range(3)]
-            for thread in workers:
-                thread.start()
-            for thread in workers:
-                thread.join()
-            stop.set()
-            side.join()
-            assert not errors, errors[:3]
-            assert not wrong
-            assert len(kept._residues) <= prepared.KEPT_PLANS
-            assert sum(r.numel() for _, r in kept._residues) <= cap
-    finally:
-        sys.setswitchinterval(interval)
-        torch.set_num_threads(threads_before)
+    with warnings.catch_warnings(), ozaki.prepare(A, max_bytes=cap) as kept:
+        warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
+        errors = run_in_threads(prepare_and_release,
+                                *(lambda i=i: multiply(i) for i in range(3)))
+        assert not errors, errors[:3]
+        assert not wrong
+        assert len(kept._residues) <= prepared.KEPT_PLANS
+        assert sum(r.numel() for _, r in kept._residues) <= cap
 
 
 def test_transposed_and_other_views_of_a_are_not_confused():

@@ -5,7 +5,6 @@ kept memory stays within its budget and visible."""
 
 import gc
 import itertools
-import sys
 import threading
 import warnings
 
@@ -13,7 +12,8 @@ import pytest
 import torch
 
 import ozaki
-from helpers import REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, seeded
+from helpers import (REAL_GEMMS, assert_bitwise_equal, cpu_and_cuda, phi_pair, run_in_threads,
+                     seeded)
 from ozaki import _ops, accuracy, repeated, replay, speculation
 # Plan kinds (truncated scheme II in both dtypes, wide and exact), odd sizes with k not a multiple
 # of 16, and calls per case: the replay tests'.
@@ -224,31 +224,16 @@ def test_threads_sharing_a_kept_operand_get_its_bits(device, streams, monkeypatc
 def test_threads_multiplying_fresh_views_of_a_kept_operand(monkeypatch):
     """Threads that each multiply a view made afresh per call (ozaki.matmul of a batch of rows
     folds it into one matrix) read their own view, never another thread's that may be gone."""
-    interval = sys.getswitchinterval()
     K = phi_pair(2 * 64, 150, 1, 0.5, seed=12)[0].reshape(2, 64, 150)
     P = phi_pair(1, 150, 16, 0.5, seed=13)[1]
     expected = unkept(lambda: ozaki.matmul(K, P), monkeypatch)
-    errors, results = [], []
+    results = []
 
     def work():
-        try:
-            for _ in range(400):
-                results.append(ozaki.matmul(K, P))
-        except Exception as error:  # noqa: BLE001 (any error fails the test below)
-            errors.append(error)
+        for _ in range(400):
+            results.append(ozaki.matmul(K, P))
 
-    threads_before = torch.get_num_threads()
-    sys.setswitchinterval(1e-6)  # switch threads often, inside the products too
-    torch.set_num_threads(1)
-    try:
-        threads = [threading.Thread(target=work) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
-        torch.set_num_threads(threads_before)
+    errors = run_in_threads(work, work, work)
     assert not errors, errors[:3]
     for C in results:
         assert_bitwise_equal(C, expected)
@@ -263,31 +248,17 @@ def test_threads_keeping_operands_of_their_own(monkeypatch):
     counts = (5, 6, 7)
     expected = [{m: unkept(lambda: ozaki.dgemm(A, B, moduli=m), monkeypatch) for m in counts}
                 for A in As]
-    errors, wrong = [], []
+    wrong = []
 
     def work(index):
-        try:
-            for i in range(1500):
-                m = counts[i % 3]
-                if not torch.equal(ozaki.dgemm(As[index], B, moduli=m), expected[index][m]):
-                    wrong.append(m)
-        except Exception as error:  # noqa: BLE001 (any error fails the test below)
-            errors.append(error)
+        for i in range(1500):
+            m = counts[i % 3]
+            if not torch.equal(ozaki.dgemm(As[index], B, moduli=m), expected[index][m]):
+                wrong.append(m)
 
-    interval, threads_before = sys.getswitchinterval(), torch.get_num_threads()
-    sys.setswitchinterval(1e-6)
-    torch.set_num_threads(1)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
-            threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-    finally:
-        sys.setswitchinterval(interval)
-        torch.set_num_threads(threads_before)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few moduli: the fixed counts' warning
+        errors = run_in_threads(lambda: work(0), lambda: work(1))
     assert not errors, errors[:3]
     assert not wrong
 
