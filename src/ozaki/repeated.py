@@ -111,9 +111,15 @@ class _Kept(prepared.Prepared):
     def check(self):
         """Whether the digest this thread started last equals the parts' (waits for that digest
         alone); True where the parts were made in this call."""
-        with _lock:
-            checked = self._checks.pop(threading.get_ident(), None)
-        return checked is None or checked.values() == self._made
+        thread = threading.get_ident()
+        checked = self._checks.get(thread)
+        if checked is None:
+            return True
+        try:  # the entry stays while its copy is read: no other check takes the shared buffer
+            return checked.values() == self._made
+        finally:
+            with _lock:
+                self._checks.pop(thread, None)
 
     @property
     def committed(self):
