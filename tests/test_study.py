@@ -496,3 +496,15 @@ def test_option_errors_show_the_usage_of_the_command(argv, option, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"usage: python -m ozaki.study {argv[0]} [-h]")
     assert f"\npython -m ozaki.study {argv[0]}: error: argument {option}: " in err
+
+
+def test_reproducibility_that_would_compare_nothing_is_refused(capsys):
+    """One run of one setting compares no result with another: refused before any work, where it
+    would have reported REPRODUCIBLE over 0 results."""
+    assert_usage_error(cli.parse_args, ["reproducibility", "--devices", "cpu", "--threads", "1",
+                                        "--repeats", "1"],
+                       "argument --repeats: 1 run of one setting (cpu threads=1) compares "
+                       "nothing; give --repeats 2 or more, or more --threads or --devices", capsys)
+    args = cli.parse_args(["reproducibility", "--devices", "cpu", "--threads", "1", "2",
+                           "--repeats", "1"])
+    assert args.repeats == 1
