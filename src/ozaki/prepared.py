@@ -224,10 +224,13 @@ class Prepared:
             return None
         return tuple(self._ready(name, part) for name, part in zip(names, parts))
 
+    def _residue_bytes(self):
+        """The bytes of the residue sets kept (INT8: one byte per entry)."""
+        return sum(r.numel() for _, r in self._residues)
+
     def _over(self, size):
         """Whether residues of `size` bytes would take the kept ones past max_bytes."""
-        kept = sum(r.numel() for _, r in self._residues)
-        return self.max_bytes is not None and kept + size > self.max_bytes
+        return self.max_bytes is not None and self._residue_bytes() + size > self.max_bytes
 
     # ---- the handle ---------------------------------------------------------------------------
 

@@ -125,8 +125,7 @@ class _Kept(prepared.Prepared):
     def committed(self):
         """The bytes its parts take, or may take without asking for room: the room held for its
         parts besides residues (made as products need them) and the residues kept."""
-        residues = sum(r.numel() for _, r in self._residues)
-        return max(self.nbytes, self._fixed + residues)
+        return max(self.nbytes, self._fixed + self._residue_bytes())
 
     def _over(self, size):
         with _lock:

@@ -134,18 +134,14 @@ def parse_args(argv=None):
         args.threads = list(dict.fromkeys(args.threads or [1, 2, torch.get_num_threads()]))
         args.devices = default_devices() if args.devices is None else [
             resolve_device(parser, text, "--devices") for text in dict.fromkeys(args.devices)]
-        if len(reproducibility.settings_for(args.devices, args.threads)) * args.repeats < 2:
+        settings = reproducibility.settings_for(args.devices, args.threads)
+        if len(settings) * args.repeats < 2:
             parser.error(f"argument --repeats: {args.repeats} run of one setting "
-                         f"({describe_setting(args)}) compares nothing; give --repeats 2 or "
+                         f"({settings[0].label()}) compares nothing; give --repeats 2 or "
                          "more, or more --threads or --devices")
         check_phi(parser, [args.phi], args.shapes, args.seed,
                   {dtype for _, dtype, _ in reproducibility.products(args.backends)})
     return args
-
-
-def describe_setting(args):
-    """The one setting of args as the verdict names it."""
-    return reproducibility.settings_for(args.devices, args.threads)[0].label()
 
 
 def check_backends_and_modes(parser, args):
