@@ -484,6 +484,73 @@ def test_float32_scalars_up_to_the_rounding_boundary_are_taken():
     assert torch.isinf(ozaki.gemm(A, B, alpha=float("inf"))).any()
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("tiny", [1e-50, -1e-46, 7e-46j])
+def test_float32_scalars_that_round_to_zero_are_zero(device, dtype, tiny):
+    """With float32 operands a scalar that rounds to 0 in float32 is 0: alpha reads neither A nor
+    B, beta never reads C and needs no C (NaN does not leak), as torch's addmm takes them."""
+    if isinstance(tiny, complex) and not dtype.is_complex:
+        pytest.skip("complex scalars are for complex operands")
+    A, B = poisoned((6, 9), dtype, device), poisoned((9, 4), dtype, device)
+    C, = operands([(6, 4)], dtype, seed=23, device=device)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=tiny, beta=1), C)
+    A, B = operands([(6, 9), (9, 4)], dtype, seed=24, device=device)
+    expected = ozaki.gemm(A, B)
+    assert_bitwise_equal(ozaki.gemm(A, B, poisoned((6, 4), dtype, device), beta=tiny), expected)
+    assert_bitwise_equal(ozaki.gemm(A, B, beta=tiny), expected)
+    if not isinstance(tiny, complex):  # torch's addmm takes it so too
+        assert torch.addmm(poisoned((6, 4), dtype, device), A, B, beta=tiny).isfinite().all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_float32_scalars_that_round_to_zero_give_zero_gradients(dtype):
+    """alpha that rounds to 0 in float32 gives A and B zero gradients (never NaN from their
+    entries), and beta likewise gives C one, as with alpha = 0 and beta = 0."""
+    A, B = poisoned((5, 3), dtype, "cpu"), poisoned((3, 4), dtype, "cpu")
+    C, = operands([(5, 4)], dtype, seed=25, device="cpu")
+    A.requires_grad_(True), B.requires_grad_(True), C.requires_grad_(True)
+    D = ozaki.gemm(A, B, C, alpha=1e-50, beta=1e-50)
+    assert_bitwise_equal(D.detach(), torch.zeros_like(D))
+    D.real.sum().backward() if dtype.is_complex else D.sum().backward()
+    for x in (A, B, C):
+        assert_bitwise_equal(x.grad, torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("alpha", [inf, nan, -2.0])
+def test_empty_inner_dimension_gives_beta_c(device, dtype, alpha):
+    """k = 0: D = beta C as BLAS and torch's addmm give it (alpha is not applied to the empty
+    product, so alpha = Inf or NaN gives no NaN, and -0.0 entries of beta C stay -0.0)."""
+    A = torch.empty(4, 0, dtype=dtype, device=device)
+    B = torch.empty(0, 3, dtype=dtype, device=device)
+    C, = operands([(4, 3)], dtype, seed=26, device=device)
+    real = REAL_OF[dtype]
+    signs = torch.tensor([-0.0, 0.0, -0.0], dtype=real, device=device)
+    C[1] = torch.complex(signs, signs.flip(0)) if dtype.is_complex else signs
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=1), C)
+    assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=-0.5), scaled(C, -0.5))
+    assert_bitwise_equal(ozaki.gemm(A, B, alpha=alpha), torch.zeros(4, 3, dtype=dtype,
+                                                                    device=device))
+    if not dtype.is_complex:
+        assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=-0.5),
+                             torch.addmm(C, A, B, alpha=alpha, beta=-0.5))
+
+
+@pytest.mark.parametrize("transa, transb, named", [
+    (True, False, r"A is op\(A\) for transa=True, A as passed is \(2, 3\)\)"),
+    ("N", "T", r"B is op\(B\) for transb='T', B as passed is \(3, 4\)\)"),
+    ("C", True, r"A is op\(A\) for transa='C', A as passed is \(2, 3\); B is op\(B\) for "
+                r"transb=True, B as passed is \(3, 4\)\)")])
+def test_shape_errors_of_transposed_operands_name_the_flags(transa, transb, named):
+    """An inner-dimension error about op(A) and op(B) says which of them are transposed and the
+    shapes of A and B as passed."""
+    A, B = operands([(2, 3), (3, 4)], torch.float64, seed=27, device="cpu")
+    with pytest.raises(ValueError, match=r"ozaki.gemm: inner dimensions differ: .*" + named):
+        ozaki.gemm(A, B, transa=transa, transb=transb)
+
+
 # ---- Accuracy -----------------------------------------------------------------------------------
 
 

@@ -97,6 +97,17 @@ def _transposed(name, arg, x, flag):
     return x.mT.conj() if flag == "C" else x.mT
 
 
+def _as_passed(passed, **flags):
+    """For an error about op(A) and op(B): which of them are transposed views, and the shapes of
+    the tensors as passed (empty where neither is)."""
+    notes = [f"{arg} is op({arg}) for {flag}={value!r}, {arg} as passed is "
+             f"{tuple(passed[arg].shape)}"
+             for (flag, value), arg in zip(flags.items(), passed)
+             if TRANSPOSE_FLAGS[value] != "N" and isinstance(passed[arg], torch.Tensor)
+             and passed[arg].dim() >= 2]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=None,
          backend="auto", slices=None, fast=None, moduli=None, rounding=None):
     """D = alpha * op(A) @ op(B) + beta * C with BLAS semantics, op(X) = X, X^T or X^H.
@@ -129,9 +140,13 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     if any(is_dtensor(x) for x in (A, B, C)):
         raise TypeError(f"{name}: DTensor operands are taken by ozaki.matmul, ozaki.dgemm and "
                         "ozaki.sgemm (docs/distributed.md), not by ozaki.gemm")
+    passed = {"A": A, "B": B}
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
-    _, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
+    try:
+        _, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
+    except ValueError as error:
+        raise ValueError(f"{error}{_as_passed(passed, transa=transa, transb=transb)}") from None
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     # with beta = 0, C is still handed on where it requires grad, for its zero gradient (torch's
     # addmm gives one); it is never read

@@ -12,6 +12,7 @@ same reason.
 
 import math
 import numbers
+import struct
 
 import torch
 
@@ -34,7 +35,8 @@ def check_scalar(name, arg, value, dtype):
     """alpha and beta: real numbers (int, float, Fraction, NumPy's), or complex ones for complex
     operands; with float32 operands, none that is finite but rounds to +-Inf in float32. Returns
     the value as the Python float (complex for complex operands) that every path of ozaki::gemm
-    takes, as torch's Scalar would hold it."""
+    takes: with float32 operands rounded to float32, as sgemm and torch's addmm take it, so that
+    one that rounds to 0 is 0 (reading neither A and B, or C)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
     if not isinstance(value, numbers.Complex):  # Decimal: a Number of neither kind
@@ -51,7 +53,15 @@ def check_scalar(name, arg, value, dtype):
         if any(math.isfinite(p) and abs(p) >= _FLOAT32_OVERFLOW for p in parts):
             raise ValueError(f"{name}: {arg} = {value!r} rounds to infinity in float32, the "
                              "operands' precision")
+        rounded = [_float32(p) for p in parts]
+        converted = complex(*rounded) if dtype.is_complex else rounded[0]
     return converted
+
+
+def _float32(x):
+    """x (a float64 value within float32's range, or +-Inf or NaN) rounded to float32, ties to
+    even, as a Python float."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def check_addend(name, C, dtype, device, shape):
@@ -149,7 +159,9 @@ def _checked_gemm(A, B, C, alpha, beta, options, shape):
     real_dtype = REAL_OF[A.dtype]
 
     terms = []  # (Re, Im) pairs, Im None for real operands
-    if alpha != 0:
+    # k = 0: no product term, as BLAS (alpha is not applied to the empty sum, so alpha = Inf or NaN
+    # gives no NaN, and D = RN(beta C) keeps its -0.0 entries)
+    if alpha != 0 and A.shape[-1] != 0:
         if complex_result:
             re, im, _ = complex_parts(A, B, options)
             terms.append(_scale_parts(re, im, alpha))

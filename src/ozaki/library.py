@@ -44,6 +44,8 @@ def _setup_context(ctx, inputs, output):
     A, B, C, alpha, beta, *options = inputs
     ctx.save_for_backward(A if ctx.needs_input_grad[1] else None,
                           B if ctx.needs_input_grad[0] else None)
+    # the scalars as the forward took them (rounded to float32 with float32 operands)
+    _, alpha, beta = check_gemm("ozaki::gemm", A, B, C, alpha, beta)
     ctx.alpha, ctx.beta, ctx.options = alpha, beta, options
     ctx.shapes = (A.shape, B.shape, None if C is None else C.shape)
 

@@ -41,7 +41,9 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
     1-D a is a row vector and 1-D b a column vector (the added dimension is removed again);
     batch dimensions broadcast. One plan (backend, slices or moduli) serves the whole batch, so
     each matrix of the result is bit-identical to ozaki.dgemm/sgemm of that pair with the plan
-    that ozaki.plan reports for the batch. The options are ozaki.dgemm's; out as in torch.
+    that ozaki.plan reports for the batch. The options are ozaki.dgemm's; out, as in ozaki.gemm,
+    is a tensor of the result's shape, dtype and device, written in place (never resized; under
+    ozaki.enable, torch.matmul's out= is resized as torch resizes it).
     """
     name = "ozaki.matmul"
     if is_dtensor(a) or is_dtensor(b):  # sharded 2-D operands (docs/distributed.md)
