@@ -203,7 +203,30 @@ def run_error_checks(rank, world, device):
             return f"unexpected message: {error}"
     else:
         return "no error for inner dimensions that differ across ranks"
-    return _unsupported_inputs_raise(device)
+    return _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device)
+
+
+def _enable_leaves_dtensors_to_torch(device):
+    """Under ozaki.enable, products of DTensors stay plain torch (docs/distributed.md): the same
+    bits as without the mode, for every form, where some were taken by ozaki or raised."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    g = torch.Generator().manual_seed(41)
+    A, B = (torch.randn(shape, dtype=torch.float64, generator=g).to(device)
+            for shape in ((6, 5), (5, 4)))
+    dA, dB = distribute_tensor(A, mesh, [Shard(0)]), distribute_tensor(B, mesh, [Replicate()])
+    forms = {"@": lambda: dA @ dB, "torch.mm": lambda: torch.mm(dA, dB),
+             "torch.matmul": lambda: torch.matmul(dA, dB),
+             "F.linear": lambda: torch.nn.functional.linear(dA, dB.t())}
+    for name, form in forms.items():
+        plain = form().full_tensor()
+        with ozaki.enable():
+            moded = form().full_tensor()
+        if bitwise_difference(moded, plain) is not None:
+            return f"{name} of DTensors under ozaki.enable differs from plain torch"
+    return None
 
 
 def _mismatches_name_the_values(rank, world, A):

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -501,6 +502,81 @@ def test_zero_coefficients_give_zero_gradients_as_torch_does(device, dtype):
     assert_bitwise_equal(native[2], gc)
 
 
+# ---- forward-mode AD and torch.func ----------------------------------------------------------------
+
+def _expected_tangent(A, B, C, tA, tB, tC, alpha, beta, options):
+    """d(alpha A B + beta C) = alpha tA B + alpha A tB + beta tC, the products by ozaki with the
+    forward's options, added as the operator's epilogue adds them."""
+    t = ozaki.gemm(tA, B, alpha=alpha, **options)
+    t = ozaki.gemm(A, tB, t, alpha=alpha, beta=1, **options)
+    return t if tC is None else torch.add(t, torch.mul(tC, beta))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [f64, torch.complex128])
+@pytest.mark.parametrize("options", [{}, {"rounding": "nearest"}], ids=["auto", "nearest"])
+def test_forward_mode_tangents_are_ozaki_products(device, dtype, options):
+    """Dual tensors (torch.autograd.forward_ad) carry their tangents through dgemm, matmul and
+    gemm: the tangent of alpha A B + beta C is alpha tA B + alpha A tB + beta tC, each product by
+    ozaki with the forward's options (never a zero or missing tangent)."""
+    A, B, C, tA, tB, tC = (t.to(dtype) for t in operands(
+        [(5, 7), (7, 3), (5, 3), (5, 7), (7, 3), (5, 3)], 30, device))
+    alpha, beta = (0.75 - 0.5j, 2.0 + 1j) if dtype.is_complex else (-1.5, 0.25)
+    with fwAD.dual_level():
+        dA, dB, dC = fwAD.make_dual(A, tA), fwAD.make_dual(B, tB), fwAD.make_dual(C, tC)
+        primal, tangent = fwAD.unpack_dual(ozaki.gemm(dA, dB, dC, alpha=alpha, beta=beta,
+                                                      **options))
+        assert_bitwise_equal(primal, ozaki.gemm(A, B, C, alpha=alpha, beta=beta, **options))
+        assert_bitwise_equal(tangent, _expected_tangent(A, B, C, tA, tB, tC, alpha, beta,
+                                                        options))
+        _, tangent = fwAD.unpack_dual(ozaki.matmul(dA, B, **options))
+        assert_bitwise_equal(tangent, ozaki.matmul(tA, B, **options))
+        with ozaki.enable(dtypes=(dtype,), **options):
+            _, tangent = fwAD.unpack_dual(A @ dB)
+        assert_bitwise_equal(tangent, ozaki.matmul(A, tB, **options))
+    native = torch.func.jvp(lambda a, b: a @ b, (A, B), (tA, B.new_zeros(B.shape)))[1]
+    torch.testing.assert_close(ozaki.matmul(tA, B), native, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_torch_func_jvp_and_grad_run_through_ozaki(device):
+    """torch.func.jvp gives the forward-mode tangent and torch.func.grad the gradients that
+    backward gives, as ozaki products, directly and under ozaki.enable."""
+    A, B, tA = operands([(4, 6), (6, 3), (4, 6)], 31, device)
+    _, tangent = torch.func.jvp(lambda a: ozaki.matmul(a, B), (A,), (tA,))
+    assert_bitwise_equal(tangent, ozaki.matmul(tA, B))
+    with ozaki.enable():
+        _, tangent = torch.func.jvp(lambda a: a @ B, (A,), (tA,))
+    assert_bitwise_equal(tangent, ozaki.matmul(tA, B))
+    grad = torch.func.grad(lambda a: ozaki.matmul(a, B).sum())(A)
+    assert_bitwise_equal(grad, ozaki.dgemm(torch.ones(4, 3, dtype=f64, device=device), B.T))
+    with ozaki.enable():
+        grad = torch.func.grad(lambda a: (a @ B).sum())(A)
+    assert_bitwise_equal(grad, ozaki.dgemm(torch.ones(4, 3, dtype=f64, device=device), B.T))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_torch_func_jacfwd_and_hessian(device):
+    """torch.func.jacfwd (vmap over jvp) and hessian run through ozaki, 2-D and batched, with C:
+    the Jacobian of A @ B in A holds B's entries exactly (each is one product by 1), and the
+    Hessian of |A B|^2 matches native's within float64 rounding."""
+    A, B, C = operands([(3, 4), (4, 2), (2,)], 32, device)
+    jacobian = torch.func.jacfwd(lambda a: ozaki.matmul(a, B))(A)
+    assert_bitwise_equal(jacobian, torch.func.jacfwd(lambda a: a @ B)(A))
+    jacobian = torch.func.jacfwd(lambda c: ozaki.gemm(A, B, c, alpha=2.0, beta=3.0))(C)
+    assert_bitwise_equal(jacobian, torch.func.jacfwd(
+        lambda c: torch.addmm(c, A, B, alpha=2.0, beta=3.0))(C))
+    A3, B3 = operands([(2, 3, 4), (2, 4, 5)], 33, device)
+    assert_bitwise_equal(torch.func.jacfwd(lambda a: ozaki.matmul(a, B3))(A3),
+                         torch.func.jacfwd(lambda a: a @ B3)(A3))
+    native = torch.func.hessian(lambda a: ((a @ B) ** 2).sum())(A)
+    torch.testing.assert_close(torch.func.hessian(lambda a: (ozaki.matmul(a, B) ** 2).sum())(A),
+                               native, rtol=1e-14, atol=1e-14)
+    with ozaki.enable():
+        hessian = torch.func.hessian(lambda a: ((a @ B) ** 2).sum())(A)
+    torch.testing.assert_close(hessian, native, rtol=1e-14, atol=1e-14)
+
+
 # ---- plain eager calls: the operator's kernel called directly (ozaki/gemm_op.py, run_gemm) -------
 
 
@@ -532,7 +608,7 @@ def test_direct_calls_give_the_operators_bits(device, options, monkeypatch):
 def test_direct_calls_only_where_nothing_needs_the_operator():
     """The kernel runs without the operator only for plain eager calls: not for operands that
     require grad (in grad mode), tensor subclasses, torch function or dispatch modes, or under
-    functorch transforms."""
+    functorch transforms or a dual level of forward-mode AD."""
     A, B = operands([(4, 6), (6, 3)], 20, "cpu")
     assert gemm_op._direct(A, B, None)
     assert gemm_op._direct(A, B, B.new_ones(4, 3))
@@ -549,6 +625,9 @@ def test_direct_calls_only_where_nothing_needs_the_operator():
     seen = []
     torch.func.vmap(lambda a: seen.append(gemm_op._direct(a, B, None)) or a)(A.unsqueeze(0))
     assert seen == [False]
+    with fwAD.dual_level():
+        assert not gemm_op._direct(A, B, None)
+    assert gemm_op._direct(A, B, None)
 
 
 class _PassingFunctionMode(TorchFunctionMode):

@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 from . import contractions
 from .blas import gemm
 from .contractions import einsum, tensordot
+from .distributed.dtensor import is_dtensor
 from .gemm_op import REAL_OF
 from .matmul import matmul
 from .options import Options
@@ -21,10 +22,10 @@ from .options import Options
 
 def _operands(mode, *tensors):
     """Whether ozaki takes these operands: dense tensors of one of the mode's dtypes, one device
-    (sparse and nested ones stay with torch)."""
+    (sparse and nested ones stay with torch, and so do DTensors: docs/distributed.md)."""
     first = tensors[0]
     return all(isinstance(t, torch.Tensor) and t.dtype == first.dtype and t.device == first.device
-               and t.layout == torch.strided for t in tensors) \
+               and t.layout == torch.strided and not is_dtensor(t) for t in tensors) \
         and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda")
 
 

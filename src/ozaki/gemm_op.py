@@ -15,6 +15,7 @@ import numbers
 import struct
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from . import replay
 from .complex import complex_parts
@@ -124,12 +125,14 @@ def run_gemm(A, B, C, alpha, beta, options):
     check_gemm and Options.checked do). Plain eager calls run the operator's kernel directly: the
     same bits, without the dispatcher's and the autograd wrapper's cost and the kernel's second
     check. The operator runs wherever anything may need to see it: autograd (an operand that
-    requires grad, in grad mode), torch.compile, functorch transforms, tensor subclasses, torch
-    function and dispatch modes. Under the profiler the direct call is recorded as ozaki::gemm.
+    requires grad, in grad mode), forward-mode AD, torch.compile, functorch transforms, tensor
+    subclasses, torch function and dispatch modes (library.gemm_operator: inside an
+    autograd.Function with a forward-mode formula where tangents must pass). Under the profiler the direct call is recorded as ozaki::gemm.
     A direct call of a repeated default product whose graph is kept is replayed first
     (ozaki/replay.py, quick_product: the same bits)."""
     if not _direct(A, B, C):
-        return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options.op_arguments())
+        from .library import gemm_operator  # library registers this module's kernel
+        return gemm_operator(A, B, C, alpha, beta, *options.op_arguments())
     if C is None and alpha == 1:
         replayed = replay.quick_product(A, B, options)
         if replayed is not None:
@@ -147,6 +150,8 @@ def _direct(A, B, C):
     if any(type(t) is not torch.Tensor for t in tensors):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    if fwAD._current_level >= 0:  # dual tensors may carry tangents
         return False
     return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
                 or torch._C._len_torch_dispatch_stack() > 0

@@ -7,6 +7,8 @@ import math
 import threading
 
 import torch
+import torch.autograd.forward_ad as fwAD
+from torch._C._functorch import TransformType
 
 from . import _ops  # noqa: F401  (loads the schemas)
 from . import crt
@@ -59,7 +61,7 @@ def _gradient(name, product, left, right, alpha, options):
     that these options exceed names the gradient, whose inner dimension is not the forward's."""
     within, _naming.gradient = getattr(_naming, "gradient", False), True
     try:
-        return torch.ops.ozaki.gemm(left, right, None, alpha, 0, *options)
+        return gemm_operator(left, right, None, alpha, 0, *options)
     except InnerDimensionError as error:
         raise InnerDimensionError(f"{error} (in the gradient of {name}, {product}, whose inner "
                                   f"dimension is {left.shape[-1]})") from None
@@ -86,6 +88,84 @@ def _backward(ctx, grad):
 
 
 torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_context)
+
+
+# ---- forward-mode AD and torch.func ---------------------------------------------------------------
+# The operator's autograd formula above serves backward only: under forward-mode AD (dual tensors)
+# or torch.func's grad and jvp, ozaki::gemm runs inside an autograd.Function that has both
+# formulas, so tangents are never dropped. The tangent of alpha A B + beta C is
+# alpha tA B + alpha A tB + beta tC, its products by ozaki::gemm with the forward's options.
+
+class _GemmWithTangents(torch.autograd.Function):
+    @staticmethod
+    def forward(A, B, C, alpha, beta, *options):
+        return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
+
+    @staticmethod
+    def jvp(ctx, tangent_a, tangent_b, tangent_c, *_):
+        A, B = ctx.saved_tensors
+        tangent = None
+        if ctx.alpha != 0 and tangent_a is not None:
+            tangent = gemm_operator(tangent_a, B, None, ctx.alpha, 0, *ctx.options)
+        if ctx.alpha != 0 and tangent_b is not None:
+            tangent = gemm_operator(A, tangent_b, tangent, ctx.alpha, 0 if tangent is None else 1,
+                                    *ctx.options)
+        if tangent_c is not None and ctx.beta != 0:
+            term = tangent_c if ctx.beta == 1 else torch.mul(tangent_c, ctx.beta)
+            tangent = term if tangent is None else torch.add(tangent, term)
+        shape = (*A.shape[:-1], B.shape[-1])
+        if tangent is None:
+            return A.new_zeros(shape)
+        return tangent.expand(shape).contiguous() if tangent.shape != shape else tangent
+
+    @staticmethod
+    def vmap(info, in_dims, A, B, C, alpha, beta, *options):
+        """torch.func.vmap (jacfwd, hessian) over the product: the mapped dimension and a batch
+        of the operands become one batch of a batched product."""
+        size = info.batch_size
+
+        def mapped_first(x, dim):
+            return x.expand(size, *x.shape) if dim is None else x.movedim(dim, 0)
+
+        A, B = mapped_first(A, in_dims[0]), mapped_first(B, in_dims[1])
+        shape = (*A.shape[1:-1], B.shape[-1])  # one mapped member's result
+        count, (m, k), n = size * math.prod(A.shape[1:-2]), A.shape[-2:], B.shape[-1]
+        if C is not None:
+            C = (C.expand(size, *shape) if in_dims[2] is None
+                 else C.movedim(in_dims[2], 0).expand(size, *shape)).reshape(count, m, n)
+        result = _GemmWithTangents.apply(A.reshape(count, m, k), B.reshape(count, k, n), C,
+                                         alpha, beta, *options)
+        return result.reshape(size, *shape), 0
+
+
+def _tangents_wanted():
+    """Whether a call runs where tangents or torch.func's gradients must pass through it: a dual
+    level of forward-mode AD entered, or torch.func's grad or jvp around it (not while
+    torch.compile traces: its graphs hold the operator)."""
+    if torch.compiler.is_compiling():
+        return False
+    if fwAD._current_level >= 0:
+        return True
+    interpreter = torch._C._functorch.peek_interpreter_stack()
+    return interpreter is not None and interpreter.key() in (TransformType.Grad,
+                                                              TransformType.Jvp)
+
+
+def gemm_operator(A, B, C, alpha, beta, *options):
+    """torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options), inside _GemmWithTangents where
+    tangents or torch.func's gradients must pass through it."""
+    if _tangents_wanted():
+        return _GemmWithTangents.apply(A, B, C, alpha, beta, *options)
+    return torch.ops.ozaki.gemm(A, B, C, alpha, beta, *options)
 
 
 # ---- fake kernels --------------------------------------------------------------------------------
