@@ -302,6 +302,17 @@ def test_enable_inside_a_compiled_function(device, fresh_dynamo):
     torch.testing.assert_close(after, x @ y, rtol=0, atol=0)
 
 
+def test_compiled_chain_matmul_under_enable_gives_eager_bits(fresh_dynamo):
+    """torch.chain_matmul under ozaki.enable compiles with fullgraph=True (the mode reads its out=
+    from the caller's frame only in eager code) to eager's bits."""
+    a, b, c = operands([(4, 6), (6, 5), (5, 3)], 34, "cpu")
+    compiled = torch.compile(lambda x, y, z: torch.chain_matmul(x, y, z), fullgraph=True)
+    with ozaki.enable():
+        eager = torch.chain_matmul(a, b, c)
+        assert_bitwise_equal(compiled(a, b, c), eager)
+        assert_bitwise_equal(eager, torch.linalg.multi_dot([a, b, c]))  # ozaki's, in the mode
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_compiled_backward_gives_eager_gradient_bits(device, fresh_dynamo):
     """The gradients of A and B through a compiled function holding ozaki.gemm are eager's bits

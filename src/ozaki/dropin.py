@@ -351,7 +351,10 @@ def _chain_matmul(mode, *matrices, out=None, **unknown):
 
 def _chain_matmul_out():
     """out= of the torch.chain_matmul call that reached the mode: a local of its frame, a few
-    frames up (torch.overrides.handle_torch_function, the mode, this handler); None if not found."""
+    frames up (torch.overrides.handle_torch_function, the mode, this handler); None if not found,
+    and None while torch.compile traces (its traced chain_matmul drops out= too)."""
+    if torch.compiler.is_compiling():
+        return None
     code = getattr(torch.functional.chain_matmul, "__code__", None)
     frame = sys._getframe(2)
     for _ in range(6):
