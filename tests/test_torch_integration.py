@@ -580,6 +580,12 @@ def test_torch_func_jacfwd_and_hessian(device):
     A3, B3 = operands([(2, 3, 4), (2, 4, 5)], 33, device)
     assert_bitwise_equal(torch.func.jacfwd(lambda a: ozaki.matmul(a, B3))(A3),
                          torch.func.jacfwd(lambda a: a @ B3)(A3))
+    rows = operands([(2, 5)], 35, device)[0]  # five C's of shape (2,), mapped along dim 1
+    values, tangents = torch.func.vmap(lambda c: torch.func.jvp(
+        lambda a: ozaki.gemm(a, B, c, beta=1.5), (A,), (A,)), in_dims=1)(rows)
+    for e in range(5):
+        assert_bitwise_equal(values[e], ozaki.gemm(A, B, rows[:, e], beta=1.5))
+        assert_bitwise_equal(tangents[e], ozaki.matmul(A, B))
     native = torch.func.hessian(lambda a: ((a @ B) ** 2).sum())(A)
     torch.testing.assert_close(torch.func.hessian(lambda a: (ozaki.matmul(a, B) ** 2).sum())(A),
                                native, rtol=1e-14, atol=1e-14)

@@ -127,8 +127,8 @@ def run_gemm(A, B, C, alpha, beta, options):
     check. The operator runs wherever anything may need to see it: autograd (an operand that
     requires grad, in grad mode), forward-mode AD, torch.compile, functorch transforms, tensor
     subclasses, torch function and dispatch modes (library.gemm_operator: inside an
-    autograd.Function with a forward-mode formula where tangents must pass). Under the profiler the direct call is recorded as ozaki::gemm.
-    A direct call of a repeated default product whose graph is kept is replayed first
+    autograd.Function with a forward-mode formula where tangents must pass). Under the profiler
+    the direct call is recorded as ozaki::gemm. A direct call of a repeated default product whose graph is kept is replayed first
     (ozaki/replay.py, quick_product: the same bits)."""
     if not _direct(A, B, C):
         from .library import gemm_operator  # library registers this module's kernel

@@ -139,9 +139,13 @@ class _GemmWithTangents(torch.autograd.Function):
         A, B = mapped_first(A, in_dims[0]), mapped_first(B, in_dims[1])
         shape = (*A.shape[1:-1], B.shape[-1])  # one mapped member's result
         count, (m, k), n = size * math.prod(A.shape[1:-2]), A.shape[-2:], B.shape[-1]
-        if C is not None:
-            C = (C.expand(size, *shape) if in_dims[2] is None
-                 else C.movedim(in_dims[2], 0).expand(size, *shape)).reshape(count, m, n)
+        if C is not None:  # each member's C broadcasts to its result (leading ones added)
+            if in_dims[2] is None:
+                C = C.expand(size, *shape)
+            else:
+                C = C.movedim(in_dims[2], 0)
+                C = C.reshape(size, *(1,) * (len(shape) + 1 - C.dim()), *C.shape[1:])
+            C = C.expand(size, *shape).reshape(count, m, n)
         result = _GemmWithTangents.apply(A.reshape(count, m, k), B.reshape(count, k, n), C,
                                          alpha, beta, *options)
         return result.reshape(size, *shape), 0
