@@ -100,7 +100,10 @@ def test_automatic_calls_are_no_worse_than_native(device, backend, case):
     if device == "cuda":
         assert_bitwise_equal(C, gemm(A, B, backend=backend))
     plan = ozaki.plan(A, B, backend=backend)
-    assert "capped" not in str(plan) and plan.warning is None
+    assert "capped" not in str(plan)
+    # no AccuracyWarning; backend="crt" that scheme I replaces says so (BackendWarning's text)
+    assert plan.warning is None or (backend == "crt" and plan.warning.startswith(
+        "ozaki: backend='crt' cannot be shown to meet the error bound")), plan.warning
     assert plan.exact or plan.rounding == "nearest" or plan.predicted_error <= 2.0 ** -24, plan
 
 
@@ -188,12 +191,17 @@ def test_crt_asked_for_where_scheme_two_cannot_serve_says_so(device):
     backend runs the same plan without a warning."""
     A = torch.tensor([[1.0, 2.0 ** -1000], [0.5, 3.0]], dtype=torch.float64)
     B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=torch.float64)
-    with pytest.warns(BackendWarning, match=(
-            r"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
+    text = (r"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
             r"\(.*, and exact scheme II needs more than 40 moduli\), so INT8 scheme I runs in "
-            r"its place")):
+            r"its place")
+    with pytest.warns(BackendWarning, match=text) as caught:
         C = ozaki.dgemm(A.to(device), B.to(device), backend="crt")
     assert_bitwise_equal(C, accuracy.round_exact(accuracy.exact_matmul(A, B)))
+    assert [w.filename for w in caught] == [__file__]  # the caller's line, not ozaki's
+    with warnings.catch_warnings():  # ozaki.plan does not warn: the text is in plan.warning
+        warnings.simplefilter("error")
+        plan = ozaki.plan(A.to(device), B.to(device), backend="crt")
+    assert re.match(text, plan.warning) and plan.warning in str(plan)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert_bitwise_equal(ozaki.dgemm(A.to(device), B.to(device)), C)
@@ -253,6 +261,15 @@ def test_a_fixed_count_far_below_native_warns_once_and_keeps_its_bound(device, o
     assert "Warning: " + plan.warning in str(plan)
     caught = recorded_warnings(lambda: ozaki.dgemm(A.to(device), B.to(device), **options))
     assert [str(w.message) for w in caught] == [plan.warning]
+    # the two ozaki.plan calls the warning names: the plan that ran (backend and fast mode
+    # included) and the automatic plan that omitting the count gives
+    named = re.findall(r"ozaki\.plan\(A, B, ([^)]*)\)", plan.warning)
+    assert len(named) == 2, plan.warning
+    automatic, asked = (eval(f"dict({arguments})") for arguments in named)
+    assert ozaki.plan(A.to(device), B.to(device), **asked) == plan
+    omitted = {key: value for key, value in options.items() if key not in ("slices", "moduli")}
+    assert ozaki.plan(A.to(device), B.to(device), **automatic) == ozaki.plan(
+        A.to(device), B.to(device), **(omitted or {"backend": "crt"}))
     # the count is the caller's: the documented bound, relative to the rows' scales
     C = ozaki.dgemm(A.to(device), B.to(device), **options).cpu()
     exact = accuracy.exact_matmul(A, B)
@@ -327,7 +344,7 @@ def test_too_few_moduli_for_ordinary_data_warn_and_name_the_planned_count():
     plan = ozaki.plan(A, B, moduli=6)
     assert plan.warning is not None and np.isfinite(plan.predicted_error)
     # the count the planner takes from the sample's |A||B|, at most the one of its lower bound
-    suggested = int(re.search(r"moduli=(\d+) here", plan.warning).group(1))
+    suggested = int(re.search(r"it would take moduli=(\d+)\)", plan.warning).group(1))
     assert 6 < suggested <= planned
     assert ozaki.plan(A, B, moduli=suggested).warning is None
 

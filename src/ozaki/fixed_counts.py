@@ -105,23 +105,32 @@ def smallest_positive(values) -> torch.Tensor:
     return positive.amin() if positive.numel() else values.new_tensor(float("inf"))
 
 
-def warning_text(option: str, count: int, suggested) -> str:
-    """The AccuracyWarning of a fixed count: names the count and the remedy."""
-    planned = f"{option}={suggested} here" if suggested is not None else "exact where it must be"
+def warning_text(plan, option: str, count: int, suggested) -> str:
+    """The AccuracyWarning of a fixed count: names the count and the remedy, and the ozaki.plan
+    call that gives the figures of the plan that ran (its backend and fast mode included)."""
+    if option == "moduli":
+        asked, automatic = f"moduli={count}", "backend='crt'"
+    else:
+        asked = f"backend={plan.backend!r}, slices={count}, fast={plan.fast}"
+        automatic = f"backend={plan.backend!r}"
+    sampled = (f"for the sampled entries alone it would take {option}={suggested}"
+               if suggested is not None else "exact where it must be")
     return (f"ozaki: {option}={count} is predicted to be far less accurate than the native product "
             f"on these operands (its error bound is relative to the rows' scales, and entries of "
-            f"the product lie far below them); omit {option}= to let ozaki plan it ({planned}) or "
-            f"pass rounding='nearest'. ozaki.plan(A, B, {option}={count}) gives the figures.")
+            f"the product lie far below them); omit {option}= to let ozaki plan it "
+            f"(ozaki.plan(A, B, {automatic}) shows that plan; {sampled}) or pass "
+            f"rounding='nearest'. ozaki.plan(A, B, {asked}) gives the figures.")
 
 
-def warn(text: str):
-    """Issues the AccuracyWarning at the caller's line: the first frame outside ozaki and torch
-    (the product runs inside a torch operator), so the default filter shows it once per line."""
+def warn(text: str, category=AccuracyWarning):
+    """Issues the warning (AccuracyWarning, or another category) at the caller's line: the first
+    frame outside ozaki and torch (the product runs inside a torch operator), so the default
+    filter shows it once per line."""
     inside = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
     frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
-    warnings.warn(text, AccuracyWarning, stacklevel=level)
+    warnings.warn(text, category, stacklevel=level)
 
 
 def _side_stream(device, streams={}):
@@ -176,4 +185,4 @@ class Check:
                                   plan.backend)
             option, count = "slices", plan.slices
             suggested = automatic.slices if automatic.rounding is None else None
-        return dataclasses.replace(plan, warning=warning_text(option, count, suggested))
+        return dataclasses.replace(plan, warning=warning_text(plan, option, count, suggested))

@@ -4,7 +4,6 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import functools
-import warnings
 from fractions import Fraction
 
 import torch
@@ -516,6 +515,15 @@ class BackendWarning(UserWarning):
     operands (docs/api.md, "Plans"), so INT8 scheme I ran instead."""
 
 
+def planned(est, dtype, options, exact_scheme_two=True):
+    """plan_for's (plan, crt_inputs) for a product that runs: a plan whose backend="crt" scheme I
+    replaced warns (BackendWarning) at the caller's line; ozaki.plan returns the text alone."""
+    plan, inputs = plan_for(est, dtype, options, exact_scheme_two)
+    if plan.warning is not None:
+        fixed_counts.warn(plan.warning, BackendWarning)
+    return plan, inputs
+
+
 def plan_for(est, dtype, options, exact_scheme_two=True):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
     crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
@@ -578,12 +586,12 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
         if backend == "crt":
             exact_why = (f"exact scheme II needs more than {crt.MAX_EXACT_MODULI} moduli"
                          if exact_scheme_two else "exact scheme II does not run on k-shards")
-            warnings.warn(BackendWarning(
+            warning = (
                 f"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
                 f"({truncated_why}, and {exact_why}), so INT8 scheme I runs in its place "
                 f"({fallback.reason}); pass backend='int8' to ask for it, moduli= to force scheme "
-                "II, or rounding='nearest'. ozaki.plan(A, B, backend='crt') gives the figures."),
-                stacklevel=2)
+                "II, or rounding='nearest'")
+            return dataclasses.replace(fallback, reason=reason, warning=warning), None
         return dataclasses.replace(fallback, reason=reason), None
     if backend == "auto":
         # short rows (integers, few binades): the exact INT8 split, where it costs no more
@@ -664,7 +672,7 @@ def planned_product(est, dtype, options, kept=None):
             # the guessed product did not fit: the plan's product alone may (the read above
             # serves the plan all the same)
             early = None
-    plan, inputs = plan_for(est, dtype, options)
+    plan, inputs = planned(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
     if early is not None and speculation.kind_and_moduli(plan) == guessed:
         return early, plan

@@ -452,7 +452,7 @@ def _replayed(entry, A, B, dtype, options, kept):
     else:
         est = product.KeptEstimates(kept, bt, stats_b, norm_b, values)
     est._started = (norm_a, norm_b, HostCopy.queued(entry.host, entry.copied))
-    plan, inputs = product.plan_for(est, dtype, options)
+    plan, inputs = product.planned(est, dtype, options)
     speculation.remember(est, dtype, options, plan)
     if speculation.kind_and_moduli(plan) == entry.guess:
         return C, plan

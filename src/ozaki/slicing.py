@@ -80,8 +80,10 @@ class SlicePlan:
     native_level: float      # sqrt(k) u: the Higham-Mary level of the native product's error
     backend: str = "fp16"    # "fp16", "int8" (scheme I) or "crt" (scheme II)
     moduli: Optional[int] = None  # scheme II: moduli, one INT8 GEMM each
-    warning: Optional[str] = None  # a fixed count predicted far less accurate than native: the
-                                   # AccuracyWarning the call gives (ozaki/fixed_counts.py)
+    warning: Optional[str] = None  # the text of the warning the call gives: a fixed count
+                                   # predicted far less accurate than native (AccuracyWarning,
+                                   # ozaki/fixed_counts.py), or backend="crt" that scheme I
+                                   # replaced (BackendWarning, ozaki/product.py)
     wide: bool = False       # scheme II with power-of-two row scales past 62 bits, rebuilt as
                              # exact scheme II rebuilds (planner.wide_crt_plan)
 
@@ -97,10 +99,10 @@ class SlicePlan:
             text = (f"{self.backend}: {self.slices} slices ({mode}: {self.gemms} {kind} GEMMs), "
                     f"beta = {self.beta}, {self.bits_captured} bits per row; {self.reason}")
         if self.rounding == "nearest":
-            return text + " (every entry rounded once from the exact product)"
-        if self.exact:
-            return text + " (the exact product, rounded once)"
-        if self.predicted_error is not None:
+            text += " (every entry rounded once from the exact product)"
+        elif self.exact:
+            text += " (the exact product, rounded once)"
+        elif self.predicted_error is not None:
             text += (f"; predicted error {self.predicted_error:.1e} x |A||B| against the native "
                      f"level {self.native_level:.1e}")
         if self.warning is not None:

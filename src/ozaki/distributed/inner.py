@@ -21,7 +21,7 @@ import torch
 from .. import _ops
 from .. import crt
 from ..options import Options
-from ..product import (Estimates, finished_plan, fixed_count_check, masked_min, plan_for,
+from ..product import (Estimates, finished_plan, fixed_count_check, masked_min, planned,
                        row_operands, row_stats, real_product)
 
 #: Memory for one chunk of summed level sums or residue products when OZAKI_WORKSPACE_MB is unset.
@@ -233,7 +233,7 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     a, bt = row_operands(a_local, b_local)
     stats_a, stats_b = global_row_stats(row_stats(a), row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
-    plan, inputs = plan_for(est, dtype, options, exact_scheme_two=False)
+    plan, inputs = planned(est, dtype, options, exact_scheme_two=False)
     if plan.backend == "crt" and plan.wide:
         # wide scheme II has no k-shard operator: the ranks gather the whole rows, which gives the
         # one-device bits
