@@ -13,7 +13,7 @@ import torch
 
 import ozaki
 from helpers import assert_usage_error
-from ozaki import bench
+from ozaki import bench, repeated, replay
 from ozaki.progress import BAR_WIDTH
 
 SLICES = (3, 4)
@@ -293,6 +293,11 @@ def test_out_of_memory_becomes_an_oom_row(monkeypatch):
     (["--device", "tpu"], "argument --device: expected cpu, cuda or cuda:I, got 'tpu'"),
     (["--device", "cpu", "--shape", "2", str(2 ** 22 + 1), "2"],
      "inner dimension k = 4194305 exceeds 2^22"),
+    (["--device", "cpu", "--backends", "auto", "--modes", "fixed", "--moduli", "3", "--slices",
+      "4"], "argument --modes: fixed measures no row with --dtype float64 float32 and --backends "
+            "auto (it runs with backend fp16 or int8"),
+    (["--device", "cpu", "--dtype", "float32", "--modes", "auto"],
+     "argument --modes: auto measures no row with --dtype float32"),
     (["--device", "cpu", "--json", "/nonexistent-folder/bench.json"],
      "argument --json: folder '/nonexistent-folder' of '/nonexistent-folder/bench.json' "
      "does not exist"),
@@ -390,6 +395,27 @@ def test_modes_select_the_ozaki_rows(modes, ozaki_rows, no_ratio, capsys, tmp_pa
         assert all(row["vs_default"] > 0 for row in ozaki if not row["default"]
                    or row["method"].endswith("nearest"))
     assert len(table_lines(stdout)) == len(report["rows"])
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["repeated", "fresh"])
+def test_reuse_between_timed_calls_is_stated_and_fresh_turns_it_off(fresh, capsys, tmp_path,
+                                                                    monkeypatch):
+    """By default the timed calls repeat on the same operands and a left operand large enough is
+    served by its kept parts from the second call on, which the notes and the JSON say; --fresh
+    times first calls only (nothing served by kept parts) and says so."""
+    monkeypatch.setattr(repeated, "MIN_ENTRIES", 1)  # the tiny operands count as large
+    served = []
+    find = repeated.find
+    monkeypatch.setattr(repeated, "find", lambda A: served.append(find(A)) or served[-1])
+    report, stdout, _ = run_tiny(capsys, tmp_path, "--modes", "default", "--backends", "auto",
+                                 "--dtype", "float64", "--warmup", "1", "--repeats", "2",
+                                 *(["--fresh"] if fresh else []))
+    assert report["meta"]["fresh"] is fresh
+    assert served and any(part is not None for part in served) is not fresh
+    note = ("Every ozaki call ran as a first call" if fresh
+            else "The timed calls repeat on the same operands")
+    assert note in stdout
+    assert repeated.ENABLED and replay.ENABLED  # restored after the run
 
 
 def test_sgemm_slices_in_fixed_mode(capsys, tmp_path):

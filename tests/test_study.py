@@ -353,6 +353,12 @@ def test_error_study_rejects_an_unknown_backend_and_short_moduli():
      "argument --moduli: the moduli mode runs with backend crt; add crt to --backends"),
     (["accuracy", "--backends", "crt", "--modes", "auto", "--moduli", "12"],
      "argument --moduli: add moduli to --modes"),
+    (["accuracy", "--backends", "crt", "--modes", "auto", "--slices", "5"],
+     "argument --slices: the fast and all-pairs modes take it (backend fp16 or int8); add one "
+     "of them to --modes"),
+    (["accuracy", "--modes", "nearest", "--slices", "5"],
+     "argument --slices: the fast and all-pairs modes take it (backend fp16 or int8); add one "
+     "of them to --modes"),
     (["accuracy", "--modes", "moduli"],
      "argument --modes: moduli runs with backend crt, not with --backends fp16"),
     (["accuracy", "--backends", "crt", "auto", "--modes", "fast"],

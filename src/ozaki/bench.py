@@ -77,7 +77,7 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki import crt
+from ozaki import crt, replay, repeated
 from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
                        check_phi, check_plot_path, device_name, moduli_count, nonnegative_int,
                        per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
@@ -156,7 +156,9 @@ def build_parser():
          "The INT8 floor unit is measured when auto, crt or int8 is among them"),
     ]
     for option, dest, choices, metavar, text in selections:
-        parser.add_argument(option, nargs="+", choices=choices, default=list(choices), dest=dest,
+        # --modes: None when not given (every mode, each where it measures rows)
+        parser.add_argument(option, nargs="+", choices=choices,
+                            default=None if dest == "modes" else list(choices), dest=dest,
                             metavar=metavar, help=text)
     fixed_counts = [
         ("--slices", slice_count, [8, 10, 12], "fixed slice counts timed with ozaki.dgemm in "
@@ -191,6 +193,11 @@ def build_parser():
                         help="write the table as markdown (for docs/benchmarks.md)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bar, nor input and reference times, on stderr")
+    parser.add_argument("--fresh", action="store_true",
+                        help="time every ozaki call as a first call: no kept parts of A "
+                             "(ozaki.repeated) and no replayed graphs. By default the timed calls "
+                             "repeat on the same operands, as in a user's loop, and from the "
+                             "second call on those serve where they apply (the notes say so)")
     return parser
 
 
@@ -210,7 +217,8 @@ def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     args.dtypes = _in_order(args.dtypes, DTYPES)
-    args.modes = _in_order(args.modes, MODES)
+    modes_given = args.modes is not None
+    args.modes = _in_order(args.modes or MODES, MODES)
     args.backends = _in_order(args.backends, BACKENDS)
     args.device = resolve_device(parser, args.device)
     args.shapes = _shapes(args, args.device)
@@ -218,6 +226,8 @@ def parse_args(argv=None):
         if k > MAX_FP16_INNER:
             parser.error(f"argument --sizes/--shape: inner dimension k = {k} exceeds 2^22, "
                          "ozaki's limit for exact FP16 slice products")
+    if modes_given:
+        _check_modes_measure_rows(parser, args)
     check_output_path(parser, "--json", args.json)
     check_output_path(parser, "--markdown", args.markdown)
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
@@ -225,6 +235,33 @@ def parse_args(argv=None):
     check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
     check_phi(parser, [args.phi], args.shapes, args.seed, [DTYPES[name] for name in args.dtypes])
     return args
+
+
+def _check_modes_measure_rows(parser, args):
+    """Every mode given with --modes measures some ozaki row with the selected dtypes, backends
+    and counts (a mode that measures none, as fixed with backend auto alone, is named, not run as
+    nothing)."""
+    counts = dict(slices=args.slices, sgemm_slices=args.sgemm_slices,
+                  all_pairs_slices=args.all_pairs_slices, moduli=args.moduli,
+                  sgemm_moduli=args.sgemm_moduli)
+    for mode in args.modes:
+        specs = row_specs(dtypes=args.dtypes, modes=[mode], backends=args.backends, **counts)
+        if not any(spec.kind in ("ozaki", "plan") for spec in specs):
+            parser.error(
+                f"argument --modes: {mode} measures no row with --dtype {' '.join(args.dtypes)} "
+                f"and --backends {' '.join(args.backends)} ({MODE_NEEDS[mode]})")
+
+
+#: What each mode needs to measure a row (for _check_modes_measure_rows' message).
+MODE_NEEDS = {
+    "default": "every backend has it", "plan": "every backend has it",
+    "nearest": "every backend has it",
+    "auto": "it runs with backend fp16 or int8 and --dtype float64",
+    "fixed": "it runs with backend fp16 or int8 and counts of --slices (float64) or "
+             "--sgemm-slices (float32), or backend crt and counts of --moduli (float64) or "
+             "--sgemm-moduli (float32)",
+    "all-pairs": "it runs with backend fp16 or int8, --dtype float64 and counts of "
+                 "--all-pairs-slices"}
 
 
 # ---------------------------------------------------------------------------
@@ -776,11 +813,30 @@ def notes(meta):
              "rows, vs native SGEMM (TF32 off) for sgemm rows. "
              "m=M: M moduli (crt); backend X>Y: the plan of backend X runs Y.",
              f"Errors on a {meta['samples']}x{meta['samples']} sample of entries against exact "
-             "products (float32 rows: exact product of the float32 inputs)."]
+             "products (float32 rows: exact product of the float32 inputs).",
+             _reuse_note(meta)]
+    if meta["device"].startswith("cpu"):
+        lines.append("On the CPU no tensor cores run: the floor units and ozaki's products are "
+                     "CPU code whose speeds do not relate as on a GPU, so of floor is no bound "
+                     "there (it may pass 100%).")
     if meta["floor_gemm"] == FLOOR_FP16_OUT:
         lines.insert(0, "NOTE: the floor was measured with an FP16-OUTPUT GEMM "
                         "(torch.mm out_dtype=float32 is not supported on this device/torch).")
     return lines
+
+
+def _reuse_note(meta):
+    """What served the timed ozaki calls after the first: --fresh, or the layers that keep parts
+    of repeated operands and replay repeated calls."""
+    if meta.get("fresh"):
+        return ("Every ozaki call ran as a first call (--fresh: no kept parts of A, no replayed "
+                "graphs).")
+    if "fresh" not in meta:  # runs from before --fresh: what they measured is not recorded
+        return "Reuse between timed calls not recorded (a run from before --fresh)."
+    return ("The timed calls repeat on the same operands, as a loop would: from the second call on, "
+            "a left operand of at least 2^23 entries is served by its kept parts (ozaki.repeated) "
+            "and, on CUDA, default calls of up to 2^33 multiply-adds by replayed graphs "
+            "(ozaki/replay.py); --fresh times first calls.")
 
 
 def format_markdown(rows, meta):
@@ -850,7 +906,7 @@ def run_metadata(args, argv, floor_kind):
             "floor_gemm": floor_kind,
             "int8_floor_gemm": (FLOOR_INT8 if any(backend in INT8_BACKENDS
                                                   for backend in args.backends) else None),
-            "argv": list(argv), "complete": False}
+            "fresh": args.fresh, "argv": list(argv), "complete": False}
 
 
 def repeats_for(shape, args):
@@ -912,6 +968,18 @@ def run_shape(shape, args, floor_kind, specs, on_row, progress):
         on_row(spec, measure_row(spec, run))
 
 
+@contextmanager
+def _reuse(enabled):
+    """ozaki.repeated's kept parts and the replay of repeated calls on (as configured) or off."""
+    saved = repeated.ENABLED, replay.ENABLED
+    if not enabled:
+        repeated.ENABLED = replay.ENABLED = False
+    try:
+        yield
+    finally:
+        repeated.ENABLED, replay.ENABLED = saved
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -932,9 +1000,10 @@ def main(argv=None):
         progress.step(progress_message(spec, row))
         write_outputs(args, rows, meta)
 
-    for shape in args.shapes:
-        run_shape(shape, args, floor_kind, specs, on_row, progress)
-        free_memory(args.device)
+    with _reuse(not args.fresh):
+        for shape in args.shapes:
+            run_shape(shape, args, floor_kind, specs, on_row, progress)
+            free_memory(args.device)
     progress.close()
     meta["complete"] = True
     write_outputs(args, rows, meta)

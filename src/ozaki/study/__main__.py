@@ -145,9 +145,9 @@ def parse_args(argv=None):
 
 
 def check_backends_and_modes(parser, args):
-    """--backends, --modes, --moduli and --plot of the accuracy study fit together: every named
-    mode runs with some backend, every backend runs some mode, and backend crt can run its counts
-    at every k."""
+    """--backends, --modes, --slices, --moduli and --plot of the accuracy study fit together: every
+    named mode runs with some backend, every backend runs some mode, counts are given only to the
+    modes that take them, and backend crt can run its counts at every k."""
     args.backends = list(dict.fromkeys(args.backends))
     if args.modes is None:
         args.modes = list(errors.MODES)
@@ -163,6 +163,9 @@ def check_backends_and_modes(parser, args):
                 parser.error(f"argument --modes: backend {backend} runs none of "
                              f"{' '.join(args.modes)} (it runs "
                              f"{' '.join(errors.BACKEND_MODES[backend])})")
+    if args.slices is not None and not any(mode in ("fast", "all-pairs") for mode in args.modes):
+        parser.error("argument --slices: the fast and all-pairs modes take it (backend fp16 or "
+                     "int8); add one of them to --modes")
     if args.moduli is not None and "crt" not in args.backends:
         parser.error("argument --moduli: the moduli mode runs with backend crt; add crt to "
                      "--backends")
