@@ -329,6 +329,47 @@ def test_a_prepared_operand_that_moves_serves_only_itself(move):
             assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
 
 
+def test_a_prepared_operand_moved_back_to_its_old_address_is_seen():
+    """A prepared A moved twice with A.data = ... between products, the second time onto new
+    memory at its old address (same address, shape and version: only its storage differs), gets
+    the bits of its new contents, not the parts of the old ones."""
+    A, B = phi_pair(64, 64, 8, 0.5, seed=18)
+    misses = 0
+    with ozaki.prepare(A):
+        for step in range(40):
+            ozaki.dgemm(A, B)
+            old = A.data_ptr()
+            A.data = torch.empty(0, dtype=torch.float64)  # A's memory is freed
+            held = []
+            for _ in range(200):  # a new matrix at the old address
+                new = torch.empty(64, 64, dtype=torch.float64)
+                if new.data_ptr() == old:
+                    break
+                held.append(new)
+            del held
+            new.copy_(phi_pair(64, 64, 1, 0.5, seed=100 + step)[0])
+            A.data = new
+            misses += A.data_ptr() != old
+            assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+    assert misses < 40  # the allocator gave the old address back at least once
+
+
+def test_a_prepared_operand_moved_onto_another_prepared_ones_memory():
+    """A moved onto prepared Z's memory (A.data = Z) shares it: in-place changes through either
+    tensor are seen by the products of both (Z's handle is not displaced by A's)."""
+    A, Z, B = (phi_pair(32, 32, 32, 0.5, seed=19 + i)[0] for i in range(3))
+    with ozaki.prepare(A), ozaki.prepare(Z):
+        ozaki.dgemm(A, B), ozaki.dgemm(Z, B)
+        A.data = Z
+        ozaki.dgemm(Z, B)
+        Z.mul_(2.0)
+        assert_bitwise_equal(ozaki.dgemm(Z, B), ozaki.dgemm(Z.clone(), B))
+        assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+        A.add_(1.0)  # A's own version counter: Z's does not move
+        assert_bitwise_equal(ozaki.dgemm(Z, B), ozaki.dgemm(Z.clone(), B))
+        assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+
+
 @pytest.mark.parametrize("part", ["row_stats_with_norm_scales", "crt_left_residues"])
 def test_parts_made_while_a_changes_are_not_kept(part, monkeypatch):
     """A part made while another thread's product finds A changed in place (and clears the

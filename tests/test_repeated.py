@@ -277,6 +277,33 @@ def test_parts_made_after_keeping_stay_within_the_budget(monkeypatch):
         assert repeated.nbytes() <= repeated.MAX_BYTES
 
 
+def test_threads_making_residues_of_their_own_operands_stay_within_the_budget(monkeypatch):
+    """Two threads, each making a residue set of its own kept operand, under a budget with room
+    for one set beside both operands' fixed parts: the room is booked before a set is made, so
+    one thread's set is kept and the other's computed for its product alone."""
+    Ks = [phi_pair(256, 512, 1, 0.5, seed=50 + i)[0] for i in range(2)]
+    B = phi_pair(1, 512, 8, 0.5, seed=52)[1]
+    one_set = 12 * 256 * 512
+    monkeypatch.setattr(repeated, "MAX_BYTES",
+                        2 * repeated._fixed_bytes(Ks[0]) + one_set + one_set // 2)
+    for K in Ks:
+        for _ in range(2):
+            ozaki.dgemm(K, B, backend="int8")  # kept: statistics alone
+    expected = [unkept(lambda K=K: ozaki.dgemm(K, B, moduli=12), monkeypatch) for K in Ks]
+    results = [None, None]
+
+    def work(index):
+        results[index] = ozaki.dgemm(Ks[index], B, moduli=12)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 12 moduli: the fixed count's warning
+        errors = run_in_threads(lambda: work(0), lambda: work(1))
+    assert not errors, errors
+    assert repeated.nbytes() <= repeated.MAX_BYTES
+    for got, wanted in zip(results, expected):
+        assert_bitwise_equal(got, wanted)
+
+
 def test_seen_is_read_at_each_product(monkeypatch):
     """ozaki.repeated.SEEN set by the program takes effect: with SEEN = 1, an operand that comes
     back after another one is not kept."""

@@ -24,6 +24,7 @@ import threading
 import weakref
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _ops, crt
 from .operands import FLOATS, check_tensor
@@ -60,11 +61,17 @@ class Prepared:
     beyond A; max_bytes: the cap on the residues kept (None: those of KEPT_PLANS plans, moduli *
     m * round_up(k, 16) bytes each). Use as a context manager, or call release(), to free them."""
 
+    _sharers = ()  # as in __init__ (repeated's handles, which share none, keep this one)
+
     def __init__(self, A, max_bytes):
         self.A = A
         self.max_bytes = max_bytes
         self._key = identity(A)
         self._version = A._version
+        self._storage_ref = _storage_of(A)  # (weak reference, address) of A's storage
+        # other tensors over A's memory with version counters of their own (a prepared tensor
+        # that moved onto it): [(weak reference, version)], their in-place changes seen too
+        self._sharers = []
         self._lock = threading.RLock()  # the parts' making and the residue sets' bookkeeping
         self._generation = 0
         self._clear()
@@ -199,14 +206,17 @@ class Prepared:
             # way, this plan's residues are computed for this product alone (plans that alternate
             # under a cap that holds one set then keep one, instead of computing each set again
             # every time).
-            while len(kept) >= KEPT_PLANS or self._over(size):
+            while len(kept) >= KEPT_PLANS or not self._book(size):
                 index = next((i for i, (known, _) in enumerate(kept) if known != last), None)
                 if index is None:
                     return None
                 self._origins.pop(kept.pop(index)[0], None)
-            residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
-            if self._generation == generation:  # else of contents A no longer holds: not kept
-                kept.append((key, self._keep(key, residues)))
+            try:  # the room is booked while the set is made (_book)
+                residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
+                if self._generation == generation:  # else of contents A no longer holds: not kept
+                    kept.append((key, self._keep(key, residues)))
+            finally:
+                self._unbook(size)
             return residues
 
     def kept_parts(self, kind, moduli):
@@ -228,9 +238,13 @@ class Prepared:
         """The bytes of the residue sets kept (INT8: one byte per entry)."""
         return sum(r.numel() for _, r in self._residues)
 
-    def _over(self, size):
-        """Whether residues of `size` bytes would take the kept ones past max_bytes."""
-        return self.max_bytes is not None and self._residue_bytes() + size > self.max_bytes
+    def _book(self, size):
+        """Whether residues of `size` bytes fit beside the kept ones within max_bytes (the
+        handle's lock serializes its sets, so nothing needs booking here)."""
+        return self.max_bytes is None or self._residue_bytes() + size <= self.max_bytes
+
+    def _unbook(self, size):
+        """Gives back what _book booked, once the set is kept or not."""
 
     # ---- the handle ---------------------------------------------------------------------------
 
@@ -239,12 +253,32 @@ class Prepared:
         return sum(t.numel() * t.element_size() for t in self._parts())
 
     def current(self):
-        """self, after dropping the kept parts if A changed in place since they were made."""
+        """self, after dropping the kept parts if A (or a tensor sharing its memory, _sharers)
+        changed in place since they were made."""
         version = self.A._version
-        if version != self._version:
+        changed = version != self._version
+        for index, (sharer, seen) in enumerate(self._sharers):
+            tensor = sharer()
+            if tensor is not None and tensor._version != seen:
+                self._sharers[index] = (sharer, tensor._version)
+                changed = True
+        if changed:
             self._clear()
             self._version = version
         return self
+
+    def _moved(self):
+        """Whether A has moved to other memory since the handle was keyed: another identity, or
+        another storage at the same address (two moves, the second back onto the old address)."""
+        storage, made_from = self._storage_ref
+        return (identity(self.A) != self._key or storage.expired()
+                or self.A.untyped_storage()._cdata != made_from)
+
+    def _share(self, other):
+        """Also watches tensor `other`, which now reaches A's memory with a version counter of
+        its own."""
+        self._sharers = [(ref, seen) for ref, seen in self._sharers if ref() is not None]
+        self._sharers.append((weakref.ref(other), other._version))
 
     def release(self):
         """Frees the kept parts; later products compute everything again."""
@@ -292,15 +326,30 @@ def find(A):
     return None if kept is None else kept.current()
 
 
+def _storage_of(A):
+    """A weak reference to A's storage and its address: while the reference lives, no other
+    storage takes that address."""
+    storage = A.untyped_storage()
+    return StorageWeakRef(storage), storage._cdata
+
+
 def _follow_moved():
     """Handles whose A has moved to other memory (A.set_, A.data = ..., A.resize_) since they were
     registered: found by A's new identity from now on, their parts (of the old contents) dropped,
-    so that a tensor at the old address is not taken for A."""
+    so that a tensor at the old address is not taken for A. A handle that moved onto the memory
+    of another live handle's operand is not registered there: that handle serves both tensors
+    and watches the moved one's version counter too."""
     with _registry_lock:
         for key, kept in list(REGISTRY.items()):
+            if not kept._moved():
+                continue
+            del REGISTRY[key]
             now = identity(kept.A)
-            if now != key:
-                del REGISTRY[key]
-                kept._key, kept._version = now, kept.A._version
-                kept._clear()
+            kept._key, kept._version, kept._storage_ref = now, kept.A._version, _storage_of(kept.A)
+            kept._clear()
+            other = REGISTRY.get(now)
+            if other is not None and other is not kept:
+                other._share(kept.A)
+                other._clear()
+            else:
                 REGISTRY[now] = kept

@@ -86,6 +86,7 @@ class _Kept(prepared.Prepared):
             self._copied = torch.cuda.Event()
         self._made = HostCopy(_ops.fingerprint(A)).values()  # of the contents the parts are of
         self._fixed = _fixed_bytes(A)  # the room held for its parts besides residues
+        self._booked = 0  # room booked for residue sets being made (_book)
         self._checks = {}  # thread -> the HostCopy of the digest it started
         self.uses = 1
         self._clear()
@@ -124,12 +125,22 @@ class _Kept(prepared.Prepared):
     @property
     def committed(self):
         """The bytes its parts take, or may take without asking for room: the room held for its
-        parts besides residues (made as products need them) and the residues kept."""
-        return max(self.nbytes, self._fixed + self._residue_bytes())
+        parts besides residues (made as products need them), the residues kept, and the room
+        booked for sets being made."""
+        return max(self.nbytes, self._fixed + self._residue_bytes()) + self._booked
 
-    def _over(self, size):
+    def _book(self, size):
+        """Books room for a residue set of `size` bytes under the budget's lock, so that threads
+        making sets of other operands meanwhile count it; False where it would not fit."""
         with _lock:
-            return _committed() + size > MAX_BYTES
+            if _committed() + size > MAX_BYTES:
+                return False
+            self._booked += size
+            return True
+
+    def _unbook(self, size):
+        with _lock:
+            self._booked -= size
 
     def _freed(self, _ref):
         with _lock:
