@@ -551,6 +551,29 @@ def test_shape_errors_of_transposed_operands_name_the_flags(transa, transb, name
         ozaki.gemm(A, B, transa=transa, transb=transb)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("scalars", [dict(beta=2.0), dict(alpha=3.0, beta=1.0), dict(alpha=-2.0),
+                                     dict(alpha=0.0, beta=0.5)], ids=str)
+def test_float32_epilogue_nans_have_the_same_bits_everywhere(device, dtype, scalars):
+    """NaNs that pass through the epilogue's float32 arithmetic (from C, or from A's NaN in the
+    product) come out as the kernels' quiet NaN 0x7fc00000 on every device (torch's float32
+    arithmetic gives 0x7fffffff on CUDA and keeps the payload on the CPU)."""
+    A, B, C = operands([(4, 5), (5, 3), (4, 3)], dtype, seed=28, device=device)
+    real = (lambda x: torch.view_as_real(x)) if dtype.is_complex else (lambda x: x)
+    bits = real(C).view(torch.int32).view(-1)
+    bits[1] = 0x7FC12345  # a quiet NaN with a payload
+    bits[5] = 0x7FA00001  # a signalling NaN's bits
+    real(A)[2, 0] = nan
+    D = ozaki.gemm(A, B, C, **scalars)
+    values = real(D)
+    nans = values.isnan()
+    assert nans.any()
+    assert (values.view(torch.int32)[nans] == 0x7FC00000).all()
+    if device == "cuda":
+        assert_bitwise_equal(D.cpu(), ozaki.gemm(A.cpu(), B.cpu(), C.cpu(), **scalars))
+
+
 # ---- Accuracy -----------------------------------------------------------------------------------
 
 

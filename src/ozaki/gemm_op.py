@@ -190,4 +190,21 @@ def _checked_gemm(A, B, C, alpha, beta, options, shape):
         result = result.expand(shape)
     if (C is not None and result.data_ptr() == C.data_ptr()) or not result.is_contiguous():
         result = result.clone(memory_format=torch.contiguous_format)
+    # the epilogue's torch operations ran: a sum, or a scaling by other than 1
+    scaled = alpha != 1 if alpha != 0 and A.shape[-1] != 0 else beta != 1
+    if real_dtype == torch.float32 and (len(terms) == 2 or scaled):
+        _canonical_float32_nans(result)
     return result
+
+
+#: The NaN of ozaki's float32 results (the kernels' and the CPU's quiet NaN).
+_FLOAT32_NAN_BITS = 0x7FC00000
+
+
+def _canonical_float32_nans(result):
+    """Every NaN of a float32 (complex64) result made by the epilogue's torch operations set to
+    _FLOAT32_NAN_BITS, in place: torch's float32 arithmetic returns another NaN on CUDA
+    (0x7fffffff) than on the CPU (the operand's, payload kept), and the bits are the same on every
+    device. The fill is of integers, exact everywhere."""
+    values = torch.view_as_real(result) if result.is_complex() else result
+    values.view(torch.int32).masked_fill_(values.isnan(), _FLOAT32_NAN_BITS)
