@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -29,6 +30,17 @@ inline void check_row_vector(const at::Tensor& t, int64_t rows, at::ScalarType d
   TORCH_CHECK(t.dim() == 1 && t.size(0) == rows && t.scalar_type() == dtype && t.is_contiguous(), op,
               ": ", name, " must be a contiguous 1-D ", dtype, " tensor of length ", rows, ", got ",
               t.sizes(), " ", t.scalar_type());
+}
+
+// A kept part that the CUDA kernels load with the tensor memory accelerator or 16-byte copies
+// starts at a 16-byte boundary (the allocator's tensors do; a view at another offset is refused
+// here, on every device, rather than fault on the GPU). `made_by` names what makes it.
+inline void check_aligned(const at::Tensor& t, const char* op, const char* name,
+                          const char* made_by) {
+  const auto past = reinterpret_cast<uintptr_t>(t.const_data_ptr()) % kResidueRowAlign;
+  TORCH_CHECK(past == 0, op, ": ", name, " must start at a ", kResidueRowAlign,
+              "-byte boundary (", made_by, "), got an address ", past, " byte",
+              past == 1 ? "" : "s", " past one");
 }
 
 // The shape of a @ bt.T, or of a batch of such products: a is (m, k) or (batch, m, k) and bt is
@@ -309,6 +321,7 @@ inline void check_kept_plan_reads_arguments(
                   digits_a.size(0) == m && digits_a.size(1) == width && digits_a.is_contiguous(),
               op, ": digits_a must be contiguous int8 (", m, ", ", width, "), got ",
               digits_a.scalar_type(), " ", digits_a.sizes());
+  check_aligned(digits_a, op, "digits_a", "crt_magnitude_digits' result");
   TORCH_CHECK(bounds_a.scalar_type() == at::kDouble && bounds_a.dim() == 1 &&
                   bounds_a.size(0) == 2 && bounds_a.is_contiguous(),
               op, ": bounds_a must be float64 (2,) (crt_row_bounds), got ", bounds_a.scalar_type(),
@@ -411,6 +424,7 @@ inline LeftResidues checked_residues_a(const std::optional<at::Tensor>& residues
               r.sizes());
   TORCH_CHECK(r.device() == a.device(), op, ": residues_a must be on a's device ", a.device(),
               ", got ", r.device());
+  check_aligned(r, op, "residues_a", "crt_left_residues' result");
   return LeftResidues{r.const_data_ptr<int8_t>(), element_size};
 }
 

@@ -502,6 +502,39 @@ def test_wrong_residues_are_refused():
         _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 21, residues_a=residues)
 
 
+def misaligned_copy(x):
+    """x's values in an int8 tensor that starts one byte past a 16-byte boundary."""
+    buffer = torch.empty(x.numel() + 16, dtype=torch.int8, device=x.device)
+    start = (16 - buffer.data_ptr() % 16) % 16 + 1
+    view = buffer[start:start + x.numel()].view(x.shape)
+    view.copy_(x)
+    assert view.data_ptr() % 16 == 1 and view.is_contiguous()
+    return view
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_misaligned_residues_and_digits_are_refused(device):
+    """Prepared residues or digits that do not start at a 16-byte boundary (the tensor memory
+    accelerator's loads need one) are refused by name on every device, before any kernel runs;
+    the same parts aligned give the product's bits."""
+    A, B = phi_pair(30, 40, 20, 1.0, seed=44, device=device)
+    a, bt = A.contiguous(), B.t().contiguous()
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    residues = _ops.crt_left_residues(a, _ops.integer_exponents(stats_a), 20, True)
+    expected = _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 20)
+    assert_bitwise_equal(_ops.gemm_crt_exact(a, bt, stats_a, stats_b, 20, residues_a=residues),
+                         expected)
+    with pytest.raises(RuntimeError, match=r"residues_a must start at a 16-byte boundary "
+                                           r"\(crt_left_residues' result\), got an address 1 "
+                                           r"byte past one"):
+        _ops.gemm_crt_exact(a, bt, stats_a, stats_b, 20, residues_a=misaligned_copy(residues))
+    (stats, norm) = _ops.row_stats_with_norm_scales(a)
+    digits = torch.zeros(30, 48, dtype=torch.int8, device=device)
+    bounds = _ops.crt_row_bounds(stats, norm)
+    with pytest.raises(RuntimeError, match=r"digits_a must start at a 16-byte boundary"):
+        _ops.crt_kept_plan_reads(a, stats, norm, misaligned_copy(digits), bounds, None, bt)
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_entry_bound_is_read_with_the_estimate_once_a_product_needed_it(device):
     """Rows whose integer scaling Cauchy-Schwarz cannot bound within 40 moduli: once a product

@@ -225,11 +225,12 @@ PlanReads crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
   check_same_device(a, {&given_bt}, op);
   check_crt_inner(shape.k, op);
   const int64_t rows_a = shape.batch * shape.m, rows_b = shape.batch * shape.n;
+  // before the path is chosen: reduced_gemm_available asks the current device
+  const c10::cuda::CUDAGuard guard(a.device());
   if (!reduced_gemm_available() || rows_a == 0 || rows_b == 0 || shape.k == 0) {
     return composed_crt_plan_reads(a, given_bt.contiguous());
   }
   const at::Tensor& bt = given_bt;
-  const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t k_stride = (shape.k + kResidueRowAlign - 1) / kResidueRowAlign * kResidueRowAlign;
   const int gain = crt_magnitude_gain(shape.k);
@@ -275,11 +276,12 @@ KeptPlanReads crt_kept_plan_reads(const at::Tensor& a, const at::Tensor& tau_a,
   if (column_exponents_a.has_value()) check_same_device(a, {&*column_exponents_a}, op);
   const int64_t m = a.size(0), n = given_bt.size(0), k = a.size(1);
   check_crt_inner(k, op);
+  // before the path is chosen: reduced_gemm_available asks the current device
+  const c10::cuda::CUDAGuard guard(a.device());
   if (!reduced_gemm_available() || m == 0 || n == 0 || k == 0) {
     return composed_crt_kept_plan_reads(a, tau_a, bit_span_a, nonfinite_a, usable_a, norm_a,
                                         digits_a, bounds_a, column_exponents_a, given_bt);
   }
-  const c10::cuda::CUDAGuard guard(a.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t k_stride = digits_a.size(1);
   const int gain = crt_magnitude_gain(k);

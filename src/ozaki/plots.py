@@ -90,8 +90,9 @@ def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, 
     """Error of fast mode against the slice count, one line per phi (and per scheme-I backend,
     named in the legend, where the rows hold both fp16 and int8) and one panel per k, with the
     native product's error on the same inputs as a dashed line of the same colour and each
-    automatic plan with a slice count as a star. Rows of backend crt have no slice count and
-    are not drawn. Returns the figure."""
+    automatic plan with a slice count as a star (hollow where it runs all pairs, whose error
+    fast mode's line does not show). Rows of backend crt have no slice count and are not drawn.
+    Returns the figure."""
     plt = _pyplot()
     rows = _select(rows, dtype=dtype)
     if not rows:
@@ -123,14 +124,16 @@ def plot_error_vs_slices(rows, dtype="float64", metric="max_comp_err", ks=None, 
             for native in _select(case, mode="native"):
                 ax.axhline(max(native[metric], floor), color=colour, ls="--", lw=1)
             for auto in _select(case, mode="auto"):
-                if auto["slices"] is not None:
+                if auto["slices"] is not None:  # hollow: a plan in all-pairs mode
                     ax.plot(auto["slices"], max(auto[metric], floor), marker="*", ms=13,
-                            color=colour, markeredgecolor="black", zorder=5)
+                            color=colour, markeredgecolor="black", zorder=5,
+                            mfc=colour if auto.get("fast", True) is not False else "none")
         ax.set_title(f"k = {k}")
         ax.set_xlabel("slices (fast mode)")
         ax.grid(True, which="major", alpha=0.3)
     axes[0].set_ylabel(_METRIC_LABELS[metric])
-    axes[0].legend(fontsize=8, title=f"dashed: {NATIVE_NAMES[dtype]}\nstar: automatic plan",
+    axes[0].legend(fontsize=8, title=f"dashed: {NATIVE_NAMES[dtype]}\nstar: automatic plan "
+                                     "(hollow: all pairs)",
                    title_fontsize=8)
     figure = axes[0].figure
     figure.suptitle(f"ozaki {'dgemm' if dtype == 'float64' else 'sgemm'}: error vs slice count"

@@ -1,0 +1,93 @@
+"""CUDA results at the edges of the kernels' layouts, against the CPU backend's bits: operands one
+element past a 16-byte boundary and rows of odd byte lengths, outputs and batches of more than
+2^31 entries (64-bit indices), and operands on a GPU other than the current one."""
+
+import pytest
+import torch
+
+import ozaki
+from helpers import assert_bitwise_equal, crt_paths
+
+pytestmark = pytest.mark.cuda
+
+
+def gib_free():
+    free, _ = torch.cuda.mem_get_info()
+    return free / 2 ** 30
+
+
+@pytest.fixture(scope="module")
+def paths():
+    if not torch.cuda.is_available() or not ozaki._ops.CUDA_BUILT:
+        pytest.skip("needs a CUDA device and the CUDA build")
+    return crt_paths()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("m, k, n", [(17, 3, 3), (5, 1, 129), (129, 17, 1), (33, 16, 3),
+                                     (1, 1, 1), (127, 15, 129)])
+@pytest.mark.parametrize("path", ["", "reduced", "cublas", "fused"], ids=["rule", "reduced",
+                                                                          "cublas", "fused"])
+def test_operands_one_element_past_16_bytes(paths, dtype, m, k, n, path, monkeypatch):
+    """A and B contiguous but starting one element past a 16-byte boundary, rows of 3 float64
+    entries (24 bytes), k = 1, n = 1: the CUDA bits are the CPU's on every backend and scheme-II
+    path (the vector loads take their unaligned branch; the TMA-fed kernels read copies)."""
+    if path not in paths:
+        pytest.skip(f"no {path} path on this build and GPU")
+    monkeypatch.setenv("OZAKI_CRT_PATH", path)
+    g = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
+    W = torch.randn(m + 1, k + 1, generator=g, dtype=dtype)
+    X = torch.randn(k + 1, n + 1, generator=g, dtype=dtype)
+    A = W.flatten()[1:1 + m * k].view(m, k)
+    B = X.flatten()[1:1 + k * n].view(k, n)
+    gemm = ozaki.dgemm if dtype == torch.float64 else ozaki.sgemm
+    options = [{"backend": "crt"}] if path else [{}, {"backend": "fp16"}, {"backend": "int8"},
+                                                 {"rounding": "nearest"}]
+    for kwargs in options:
+        assert_bitwise_equal(gemm(A.cuda(), B.cuda(), **kwargs), gemm(A, B, **kwargs))
+
+
+@pytest.mark.parametrize("backend", ["auto", "fp16", "int8"])
+def test_more_than_2_31_entries_in_the_result(paths, backend):
+    """65536 x 32769 > 2^31 entries (17 GB of float64): every output index is 64-bit. Small
+    integer entries make the exact product native's, so torch's product is the reference."""
+    if gib_free() < 60:
+        pytest.skip("needs about 60 GiB of free GPU memory")
+    A = torch.randint(-8, 9, (65536, 16), device="cuda").double()
+    B = torch.randint(-8, 9, (16, 32769), device="cuda").double()
+    expected = A @ B
+    assert torch.equal(ozaki.dgemm(A, B, backend=backend).view(torch.int64),
+                       expected.view(torch.int64))
+
+
+@pytest.mark.parametrize("backend", ["auto", "fp16"])
+def test_batches_of_more_than_2_31_entries(paths, backend):
+    """32769 x 256 x 256 > 2^31 entries in 32769 matrices (more than one grid dimension and one
+    strided batched GEMM call hold): batched indices are 64-bit."""
+    if gib_free() < 60:
+        pytest.skip("needs about 60 GiB of free GPU memory")
+    A = torch.randint(-8, 9, (32769, 256, 8), device="cuda").double()
+    B = torch.randint(-8, 9, (32769, 8, 256), device="cuda").double()
+    expected = torch.matmul(A, B)
+    assert torch.equal(ozaki.gemm(A, B, backend=backend).view(torch.int64),
+                       expected.view(torch.int64))
+
+
+two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                              reason="needs two CUDA devices")
+
+
+@two_gpus
+@pytest.mark.parametrize("kwargs", [{}, {"backend": "crt"}, {"backend": "fp16"},
+                                    {"backend": "int8"}, {"rounding": "nearest"}], ids=str)
+def test_operands_on_another_gpu_than_the_current_one(paths, kwargs):
+    """Operands on cuda:1 while cuda:0 is current: every operator works on its operands' device
+    (its path chosen for that device too), with the CPU's bits."""
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(300, 200, generator=g, dtype=torch.float64)
+    B = torch.randn(200, 100, generator=g, dtype=torch.float64)
+    with torch.cuda.device(0):
+        got = ozaki.dgemm(A.to("cuda:1"), B.to("cuda:1"), **kwargs)
+        torch.cuda.synchronize(1)
+    assert got.device == torch.device("cuda:1")
+    assert_bitwise_equal(got.cpu(), ozaki.dgemm(A, B, **kwargs))
