@@ -16,6 +16,17 @@ def gib_free():
     return free / 2 ** 30
 
 
+@pytest.fixture
+def large():
+    """For a test of large tensors: skips it without about 60 GiB free, and gives the memory back
+    to the device after it (the next one finds it free)."""
+    torch.cuda.empty_cache()
+    if gib_free() < 60:
+        pytest.skip("needs about 60 GiB of free GPU memory")
+    yield
+    torch.cuda.empty_cache()
+
+
 @pytest.fixture(scope="module")
 def paths():
     if not torch.cuda.is_available() or not ozaki._ops.CUDA_BUILT:
@@ -48,11 +59,9 @@ def test_operands_one_element_past_16_bytes(paths, dtype, m, k, n, path, monkeyp
 
 
 @pytest.mark.parametrize("backend", ["auto", "fp16", "int8"])
-def test_more_than_2_31_entries_in_the_result(paths, backend):
+def test_more_than_2_31_entries_in_the_result(paths, large, backend):
     """65536 x 32769 > 2^31 entries (17 GB of float64): every output index is 64-bit. Small
     integer entries make the exact product native's, so torch's product is the reference."""
-    if gib_free() < 60:
-        pytest.skip("needs about 60 GiB of free GPU memory")
     A = torch.randint(-8, 9, (65536, 16), device="cuda").double()
     B = torch.randint(-8, 9, (16, 32769), device="cuda").double()
     expected = A @ B
@@ -61,11 +70,9 @@ def test_more_than_2_31_entries_in_the_result(paths, backend):
 
 
 @pytest.mark.parametrize("backend", ["auto", "fp16"])
-def test_batches_of_more_than_2_31_entries(paths, backend):
+def test_batches_of_more_than_2_31_entries(paths, large, backend):
     """32769 x 256 x 256 > 2^31 entries in 32769 matrices (more than one grid dimension and one
     strided batched GEMM call hold): batched indices are 64-bit."""
-    if gib_free() < 60:
-        pytest.skip("needs about 60 GiB of free GPU memory")
     A = torch.randint(-8, 9, (32769, 256, 8), device="cuda").double()
     B = torch.randint(-8, 9, (32769, 8, 256), device="cuda").double()
     expected = torch.matmul(A, B)
