@@ -13,7 +13,7 @@ import torch
 
 import ozaki
 from helpers import assert_usage_error
-from ozaki import bench, repeated, replay
+from ozaki import bench, repeated, replay, speculation
 from ozaki.progress import BAR_WIDTH
 
 SLICES = (3, 4)
@@ -415,7 +415,7 @@ def test_reuse_between_timed_calls_is_stated_and_fresh_turns_it_off(fresh, capsy
     note = ("Every ozaki call ran as a first call" if fresh
             else "The timed calls repeat on the same operands")
     assert note in stdout
-    assert repeated.ENABLED and replay.ENABLED  # restored after the run
+    assert repeated.ENABLED and replay.ENABLED and speculation.DEVICES  # restored after the run
 
 
 def test_sgemm_slices_in_fixed_mode(capsys, tmp_path):

@@ -370,6 +370,21 @@ def test_a_prepared_operand_moved_onto_another_prepared_ones_memory():
         assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
 
 
+def test_prepare_of_a_tensor_whose_memory_a_moved_handle_serves():
+    """Z prepared after a prepared A moved onto Z's memory and multiplied there: Z's new handle
+    serves both tensors and sees in-place changes through A too."""
+    A, Z, B = (phi_pair(32, 32, 32, 0.5, seed=23 + i)[0] for i in range(3))
+    with ozaki.prepare(A):
+        ozaki.dgemm(A, B)
+        A.data = Z
+        ozaki.dgemm(A, B)
+        with ozaki.prepare(Z):
+            ozaki.dgemm(Z, B)
+            A.mul_(2.0)
+            assert_bitwise_equal(ozaki.dgemm(A, B), ozaki.dgemm(A.clone(), B))
+            assert_bitwise_equal(ozaki.dgemm(Z, B), ozaki.dgemm(Z.clone(), B))
+
+
 @pytest.mark.parametrize("part", ["row_stats_with_norm_scales", "crt_left_residues"])
 def test_parts_made_while_a_changes_are_not_kept(part, monkeypatch):
     """A part made while another thread's product finds A changed in place (and clears the

@@ -355,10 +355,13 @@ def test_error_study_rejects_an_unknown_backend_and_short_moduli():
      "argument --moduli: add moduli to --modes"),
     (["accuracy", "--backends", "crt", "--modes", "auto", "--slices", "5"],
      "argument --slices: the fast and all-pairs modes take it (backend fp16 or int8); add one "
-     "of them to --modes"),
+     "of them to --modes and --backends"),
     (["accuracy", "--modes", "nearest", "--slices", "5"],
      "argument --slices: the fast and all-pairs modes take it (backend fp16 or int8); add one "
-     "of them to --modes"),
+     "of them to --modes and --backends"),
+    (["accuracy", "--backends", "crt", "--slices", "8"],
+     "argument --slices: the fast and all-pairs modes take it (backend fp16 or int8); add one "
+     "of them to --modes and --backends"),
     (["accuracy", "--modes", "moduli"],
      "argument --modes: moduli runs with backend crt, not with --backends fp16"),
     (["accuracy", "--backends", "crt", "auto", "--modes", "fast"],

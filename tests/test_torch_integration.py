@@ -313,6 +313,20 @@ def test_compiled_chain_matmul_under_enable_gives_eager_bits(fresh_dynamo):
         assert_bitwise_equal(eager, torch.linalg.multi_dot([a, b, c]))  # ozaki's, in the mode
 
 
+def test_warnings_of_compiled_products_point_at_the_callers_file(fresh_dynamo):
+    """A product's warning (here BackendWarning: backend="crt" on rows of 1000-bit span) is
+    attributed to the caller's file under torch.compile too, not to the generated code."""
+    from ozaki.product import BackendWarning
+    A = torch.tensor([[1.0, 2.0 ** -1000], [0.5, 3.0]], dtype=f64)
+    B = torch.tensor([[2.0 ** -1000, 1.0], [1.0, 1.0]], dtype=f64)
+    compiled = torch.compile(lambda a, b: ozaki.matmul(a, b, backend="crt"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(A, B)
+    files = [w.filename for w in caught if issubclass(w.category, BackendWarning)]
+    assert files and set(files) == {__file__}
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_compiled_backward_gives_eager_gradient_bits(device, fresh_dynamo):
     """The gradients of A and B through a compiled function holding ozaki.gemm are eager's bits
@@ -592,6 +606,22 @@ def test_torch_func_jacfwd_and_hessian(device):
     with ozaki.enable():
         hessian = torch.func.hessian(lambda a: ((a @ B) ** 2).sum())(A)
     torch.testing.assert_close(hessian, native, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_torch_func_nested_transforms_and_vmap(device):
+    """jacrev of jacrev and grad of vmap run through ozaki (the grad below a vmap included), and
+    torch.func.vmap of ozaki.matmul is the batched product of the same batch, bit for bit."""
+    A, B = operands([(3, 4), (4, 5)], 36, device)
+    nested = torch.func.jacrev(torch.func.jacrev(lambda a: ozaki.matmul(a, B)))(A)
+    assert_bitwise_equal(nested, torch.zeros(3, 5, 3, 4, 3, 4, dtype=f64, device=device))
+    grad = torch.func.grad(lambda a: torch.func.vmap(lambda r: ozaki.matmul(r, B))(a).sum())(A)
+    assert_bitwise_equal(grad, ozaki.dgemm(torch.ones(3, 5, dtype=f64, device=device), B.T))
+    batch, = operands([(7, 3, 4)], 37, device)
+    assert_bitwise_equal(torch.func.vmap(ozaki.matmul, in_dims=(0, None))(batch, B),
+                         ozaki.matmul(batch, B))
+    jacobian = torch.func.jacrev(ozaki.matmul)(A, B)
+    assert_bitwise_equal(jacobian, torch.func.jacrev(lambda a, b: a @ b)(A, B))
 
 
 # ---- plain eager calls: the operator's kernel called directly (ozaki/gemm_op.py, run_gemm) -------

@@ -77,7 +77,7 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki import crt, replay, repeated
+from ozaki import crt, replay, repeated, speculation
 from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
                        check_phi, check_plot_path, device_name, moduli_count, nonnegative_int,
                        per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
@@ -195,7 +195,8 @@ def build_parser():
                         help="no progress bar, nor input and reference times, on stderr")
     parser.add_argument("--fresh", action="store_true",
                         help="time every ozaki call as a first call: no kept parts of A "
-                             "(ozaki.repeated) and no replayed graphs. By default the timed calls "
+                             "(ozaki.repeated), no replayed graphs and no plan guessed from "
+                             "earlier calls (ozaki.speculation). By default the timed calls "
                              "repeat on the same operands, as in a user's loop, and from the "
                              "second call on those serve where they apply (the notes say so)")
     return parser
@@ -830,7 +831,7 @@ def _reuse_note(meta):
     of repeated operands and replay repeated calls."""
     if meta.get("fresh"):
         return ("Every ozaki call ran as a first call (--fresh: no kept parts of A, no replayed "
-                "graphs).")
+                "graphs, no plan guessed from earlier calls).")
     if "fresh" not in meta:  # runs from before --fresh: what they measured is not recorded
         return "Reuse between timed calls not recorded (a run from before --fresh)."
     return ("The timed calls repeat on the same operands, as a loop would: from the second call on, "
@@ -970,14 +971,17 @@ def run_shape(shape, args, floor_kind, specs, on_row, progress):
 
 @contextmanager
 def _reuse(enabled):
-    """ozaki.repeated's kept parts and the replay of repeated calls on (as configured) or off."""
-    saved = repeated.ENABLED, replay.ENABLED
+    """What later calls take from earlier ones on (as configured) or off: ozaki.repeated's kept
+    parts, the replay of repeated calls, and the plans guessed from the last products
+    (ozaki.speculation)."""
+    saved = repeated.ENABLED, replay.ENABLED, speculation.DEVICES
     if not enabled:
         repeated.ENABLED = replay.ENABLED = False
+        speculation.DEVICES = ()
     try:
         yield
     finally:
-        repeated.ENABLED, replay.ENABLED = saved
+        repeated.ENABLED, replay.ENABLED, speculation.DEVICES = saved
 
 
 def main(argv=None):

@@ -107,30 +107,35 @@ def smallest_positive(values) -> torch.Tensor:
 
 def warning_text(plan, option: str, count: int, suggested) -> str:
     """The AccuracyWarning of a fixed count: names the count and the remedy, and the ozaki.plan
-    call that gives the figures of the plan that ran (its backend and fast mode included)."""
-    if option == "moduli":
-        asked, automatic = f"moduli={count}", "backend='crt'"
-    else:
-        asked = f"backend={plan.backend!r}, slices={count}, fast={plan.fast}"
-        automatic = f"backend={plan.backend!r}"
-    sampled = (f"for the sampled entries alone it would take {option}={suggested}"
+    call that gives the figures of the plan that ran (its backend and fast mode included; the
+    backend the caller passed, auto or fp16 alike, is not known here)."""
+    asked = (f"moduli={count}" if option == "moduli"
+             else f"backend={plan.backend!r}, slices={count}, fast={plan.fast}")
+    sampled = (f"for the sampled entries alone this mode would take {option}={suggested}"
                if suggested is not None else "exact where it must be")
     return (f"ozaki: {option}={count} is predicted to be far less accurate than the native product "
             f"on these operands (its error bound is relative to the rows' scales, and entries of "
-            f"the product lie far below them); omit {option}= to let ozaki plan it "
-            f"(ozaki.plan(A, B, {automatic}) shows that plan; {sampled}) or pass "
+            f"the product lie far below them); omit {option}= to let ozaki plan it (ozaki.plan "
+            f"with the call's other options shows that plan; {sampled}) or pass "
             f"rounding='nearest'. ozaki.plan(A, B, {asked}) gives the figures.")
 
 
 def warn(text: str, category=AccuracyWarning):
     """Issues the warning (AccuracyWarning, or another category) at the caller's line: the first
-    frame outside ozaki and torch (the product runs inside a torch operator), so the default
-    filter shows it once per line."""
+    frame outside ozaki, torch and the code torch.compile generated (the product runs inside a
+    torch operator), so the default filter shows it once per line."""
     inside = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
     frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(inside):
+    while frame is not None and _not_the_callers(frame.f_code.co_filename, inside):
         frame, level = frame.f_back, level + 1
     warnings.warn(text, category, stacklevel=level)
+
+
+def _not_the_callers(filename, inside):
+    """Whether a frame of this file is ozaki's, torch's, or code torch.compile generated (the
+    inductor's cache, FX's graphs)."""
+    return (filename.startswith(inside) or f"{os.sep}torchinductor_" in filename
+            or filename.startswith("<eval_with_key>"))
 
 
 def _side_stream(device, streams={}):

@@ -92,9 +92,10 @@ torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_c
 
 # ---- forward-mode AD and torch.func ---------------------------------------------------------------
 # The operator's autograd formula above serves backward only: under forward-mode AD (dual tensors)
-# or torch.func's grad and jvp, ozaki::gemm runs inside an autograd.Function that has both
-# formulas, so tangents are never dropped. The tangent of alpha A B + beta C is
-# alpha tA B + alpha A tB + beta tC, its products by ozaki::gemm with the forward's options.
+# or torch.func's transforms, ozaki::gemm runs inside an autograd.Function that has both formulas
+# and a vmap rule, so tangents are never dropped and a vmap is one batched product. The tangent of
+# alpha A B + beta C is alpha tA B + alpha A tB + beta tC, its products by ozaki::gemm with the
+# forward's options.
 
 class _GemmWithTangents(torch.autograd.Function):
     @staticmethod
@@ -152,16 +153,18 @@ class _GemmWithTangents(torch.autograd.Function):
 
 
 def _tangents_wanted():
-    """Whether a call runs where tangents or torch.func's gradients must pass through it: a dual
-    level of forward-mode AD entered, or torch.func's grad or jvp around it (not while
-    torch.compile traces: its graphs hold the operator)."""
+    """Whether a call runs where tangents, torch.func's gradients or its vmap must pass through
+    it: a dual level of forward-mode AD entered, or torch.func's grad, jvp or vmap anywhere
+    around it (not while torch.compile traces: its graphs hold the operator)."""
     if torch.compiler.is_compiling():
         return False
     if fwAD._current_level >= 0:
         return True
-    interpreter = torch._C._functorch.peek_interpreter_stack()
-    return interpreter is not None and interpreter.key() in (TransformType.Grad,
-                                                              TransformType.Jvp)
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        return False
+    # any grad, jvp or vmap transform on the stack (jacrev's backward runs under vmap alone)
+    return any(interpreter.key() in (TransformType.Grad, TransformType.Jvp, TransformType.Vmap)
+               for interpreter in torch._C._functorch.get_interpreter_stack())
 
 
 def gemm_operator(A, B, C, alpha, beta, *options):

@@ -76,6 +76,12 @@ class Prepared:
         self._generation = 0
         self._clear()
         with _registry_lock:
+            other = REGISTRY.get(self._key)
+            if other is not None:  # a handle of another tensor over this memory (moved onto it)
+                for tensor in (other.A, *(ref() for ref, _ in other._sharers)):
+                    if tensor is not None and tensor is not A:
+                        self._share(tensor)
+                other._clear()
             REGISTRY[self._key] = self
 
     def _clear(self):

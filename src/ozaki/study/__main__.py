@@ -163,9 +163,11 @@ def check_backends_and_modes(parser, args):
                 parser.error(f"argument --modes: backend {backend} runs none of "
                              f"{' '.join(args.modes)} (it runs "
                              f"{' '.join(errors.BACKEND_MODES[backend])})")
-    if args.slices is not None and not any(mode in ("fast", "all-pairs") for mode in args.modes):
+    if args.slices is not None and not any(mode in ("fast", "all-pairs")
+                                           and mode in errors.BACKEND_MODES[backend]
+                                           for mode in args.modes for backend in args.backends):
         parser.error("argument --slices: the fast and all-pairs modes take it (backend fp16 or "
-                     "int8); add one of them to --modes")
+                     "int8); add one of them to --modes and --backends")
     if args.moduli is not None and "crt" not in args.backends:
         parser.error("argument --moduli: the moduli mode runs with backend crt; add crt to "
                      "--backends")
