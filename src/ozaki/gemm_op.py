@@ -128,8 +128,8 @@ def run_gemm(A, B, C, alpha, beta, options):
     requires grad, in grad mode), forward-mode AD, torch.compile, functorch transforms, tensor
     subclasses, torch function and dispatch modes (library.gemm_operator: inside an
     autograd.Function with a forward-mode formula where tangents must pass). Under the profiler
-    the direct call is recorded as ozaki::gemm. A direct call of a repeated default product whose graph is kept is replayed first
-    (ozaki/replay.py, quick_product: the same bits)."""
+    the direct call is recorded as ozaki::gemm. A direct call of a repeated default product whose
+    graph is kept is replayed first (ozaki/replay.py, quick_product: the same bits)."""
     if not _direct(A, B, C):
         from .library import gemm_operator  # library registers this module's kernel
         return gemm_operator(A, B, C, alpha, beta, *options.op_arguments())
