@@ -527,7 +527,7 @@ def test_zero_coefficients_give_zero_gradients_as_torch_does(device, dtype):
     assert_bitwise_equal(native[2], gc)
 
 
-# ---- forward-mode AD and torch.func ----------------------------------------------------------------
+# ---- forward-mode AD and torch.func --------------------------------------------------------------
 
 def _expected_tangent(A, B, C, tA, tB, tC, alpha, beta, options):
     """d(alpha A B + beta C) = alpha tA B + alpha A tB + beta tC, the products by ozaki with the

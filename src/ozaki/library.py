@@ -90,7 +90,7 @@ def _backward(ctx, grad):
 torch.library.register_autograd("ozaki::gemm", _backward, setup_context=_setup_context)
 
 
-# ---- forward-mode AD and torch.func ---------------------------------------------------------------
+# ---- forward-mode AD and torch.func --------------------------------------------------------------
 # The operator's autograd formula above serves backward only: under forward-mode AD (dual tensors)
 # or torch.func's transforms, ozaki::gemm runs inside an autograd.Function that has both formulas
 # and a vmap rule, so tangents are never dropped and a vmap is one batched product. The tangent of
