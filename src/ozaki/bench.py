@@ -835,9 +835,9 @@ def _reuse_note(meta):
     if "fresh" not in meta:  # runs from before --fresh: what they measured is not recorded
         return "Reuse between timed calls not recorded (a run from before --fresh)."
     return ("The timed calls repeat on the same operands, as a loop would: from the second call "
-            "on, a left operand of at least 2^23 entries is served by its kept parts (ozaki.repeated) "
-            "and, on CUDA, default calls of up to 2^33 multiply-adds by replayed graphs "
-            "(ozaki/replay.py); --fresh times first calls.")
+            "on, a left operand of at least 2^23 entries is served by its kept parts "
+            "(ozaki.repeated) and, on CUDA, default calls of up to 2^33 multiply-adds by replayed "
+            "graphs (ozaki/replay.py); --fresh times first calls.")
 
 
 def format_markdown(rows, meta):
