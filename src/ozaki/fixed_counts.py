@@ -20,6 +20,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 import warnings
 
 import torch
@@ -134,8 +135,18 @@ def warn(text: str, category=AccuracyWarning):
 def _not_the_callers(filename, inside):
     """Whether a frame of this file is ozaki's, torch's, or code torch.compile generated (the
     inductor's cache, FX's graphs)."""
-    return (filename.startswith(inside) or f"{os.sep}torchinductor_" in filename
+    return (filename.startswith(inside) or filename.startswith(_generated_code())
             or filename.startswith("<eval_with_key>"))
+
+
+def _generated_code():
+    """The folder of the code torch.compile generates (the inductor's cache: its default, or
+    TORCHINDUCTOR_CACHE_DIR), read when a warning is issued."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        return os.path.join(cache_dir(), "")
+    except ImportError:  # torch without this module: its default folder's name
+        return os.path.join(tempfile.gettempdir(), "torchinductor_")
 
 
 def _side_stream(device, streams={}):
