@@ -123,20 +123,15 @@ def warning_text(plan, option: str, count: int, suggested) -> str:
 
 def warn(text: str, category=AccuracyWarning):
     """Issues the warning (AccuracyWarning, or another category) at the caller's line: the first
-    frame outside ozaki, torch and the code torch.compile generated (the product runs inside a
-    torch operator), so the default filter shows it once per line."""
-    inside = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
+    frame outside ozaki, torch and the code torch.compile generated (the inductor's cache, FX's
+    graphs; the product runs inside a torch operator), so the default filter shows it once per
+    line."""
+    not_the_callers = (os.path.dirname(__file__), os.path.dirname(torch.__file__),
+                       _generated_code(), "<eval_with_key>")
     frame, level = sys._getframe(1), 2
-    while frame is not None and _not_the_callers(frame.f_code.co_filename, inside):
+    while frame is not None and frame.f_code.co_filename.startswith(not_the_callers):
         frame, level = frame.f_back, level + 1
     warnings.warn(text, category, stacklevel=level)
-
-
-def _not_the_callers(filename, inside):
-    """Whether a frame of this file is ozaki's, torch's, or code torch.compile generated (the
-    inductor's cache, FX's graphs)."""
-    return (filename.startswith(inside) or filename.startswith(_generated_code())
-            or filename.startswith("<eval_with_key>"))
 
 
 def _generated_code():

@@ -166,7 +166,8 @@ def _checked_gemm(A, B, C, alpha, beta, options, shape):
     terms = []  # (Re, Im) pairs, Im None for real operands
     # k = 0: no product term, as BLAS (alpha is not applied to the empty sum, so alpha = Inf or NaN
     # gives no NaN, and D = RN(beta C) keeps its -0.0 entries)
-    if alpha != 0 and A.shape[-1] != 0:
+    product_term = alpha != 0 and A.shape[-1] != 0
+    if product_term:
         if complex_result:
             re, im, _ = complex_parts(A, B, options)
             terms.append(_scale_parts(re, im, alpha))
@@ -191,7 +192,7 @@ def _checked_gemm(A, B, C, alpha, beta, options, shape):
     if (C is not None and result.data_ptr() == C.data_ptr()) or not result.is_contiguous():
         result = result.clone(memory_format=torch.contiguous_format)
     # the epilogue's torch operations ran: a sum, or a scaling by other than 1
-    scaled = alpha != 1 if alpha != 0 and A.shape[-1] != 0 else beta != 1
+    scaled = alpha != 1 if product_term else beta != 1
     if real_dtype == torch.float32 and (len(terms) == 2 or scaled):
         _canonical_float32_nans(result)
     return result

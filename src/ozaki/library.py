@@ -12,7 +12,7 @@ from torch._C._functorch import TransformType
 
 from . import _ops  # noqa: F401  (loads the schemas)
 from . import crt
-from .gemm_op import check_gemm, gemm_kernel
+from .gemm_op import check_gemm, check_scalar, gemm_kernel
 from .operands import InnerDimensionError
 
 _naming = threading.local()  # .gradient: within _gradient, which names the gradient itself
@@ -47,7 +47,8 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(A if ctx.needs_input_grad[1] else None,
                           B if ctx.needs_input_grad[0] else None)
     # the scalars as the forward took them (rounded to float32 with float32 operands)
-    _, alpha, beta = check_gemm("ozaki::gemm", A, B, C, alpha, beta)
+    alpha = check_scalar("ozaki::gemm", "alpha", alpha, A.dtype)
+    beta = check_scalar("ozaki::gemm", "beta", beta, A.dtype)
     ctx.alpha, ctx.beta, ctx.options = alpha, beta, options
     ctx.shapes = (A.shape, B.shape, None if C is None else C.shape)
 
