@@ -1,5 +1,7 @@
 """The public API: argument checking, empty shapes, layouts."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -44,6 +46,21 @@ class TestBadInput:
         else:
             B = sparse[layout](B)
         message = rf"{arg} must be a dense \(strided\) tensor, got layout torch.{layout}"
+        with pytest.raises(TypeError, match=message):
+            gemm(A, B)
+        with pytest.raises(TypeError, match=message):
+            ozaki.plan(A, B)
+
+    @pytest.mark.parametrize("arg", ["A", "B"])
+    def test_nested_operands(self, gemm, dtype, arg):
+        A, B = ok(dtype, 2, 3), ok(dtype, 3, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the strided layout of nested tensors is a prototype
+            if arg == "A":
+                A = torch.nested.nested_tensor([A, A[:1]])
+            else:
+                B = torch.nested.nested_tensor([B, B[:, :1]])
+        message = rf"{arg} must be a dense \(strided\) tensor, got a nested tensor"
         with pytest.raises(TypeError, match=message):
             gemm(A, B)
         with pytest.raises(TypeError, match=message):
@@ -137,3 +154,16 @@ def test_plan_with_mixed_dtypes_asks_for_matching_b():
     with pytest.raises(TypeError, match=r"B must be torch\.float32, got torch\.float64 \(B must "
                                         r"have A's dtype\)$"):
         ozaki.plan(A.float(), B)
+
+
+def test_a_workspace_budget_past_int64_is_refused(monkeypatch):
+    """OZAKI_WORKSPACE_MB whose bytes reach 2^63 (the operators' int64) is refused by name; the
+    largest one below works and gives the default bits."""
+    A = ok(torch.float64, 5, 5)
+    default = ozaki.dgemm(A, A)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", str(2**43))
+    with pytest.raises(ValueError, match=r"OZAKI_WORKSPACE_MB must be below 2\^43 "
+                                         r"\(8796093022208\), got '8796093022208'"):
+        ozaki.dgemm(A, A)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", str(2**43 - 1))
+    assert_bitwise_equal(ozaki.dgemm(A, A), default)

@@ -321,6 +321,8 @@ def bad_calls(device):
             "addmm": lambda: torch.addmm(a, a, a), "linear": lambda: F.linear(a, w),
             "matmul": lambda: torch.matmul(a, a), "@": lambda: a @ a,
             "linear-bias": lambda: F.linear(a, a[:5], bias),
+            # torch adds a bias that squeezes to 1-D in the product of x's flattened rows
+            "linear-bias-of-rows": lambda: F.linear(x, a, bias[:, None]),
             "addmm-C": lambda: torch.addmm(c, a, a.T)}
 
 
@@ -340,9 +342,51 @@ def test_bad_shapes_raise_torchs_error(device, call):
     assert_raises_like_torch(bad_calls(device)[call])
 
 
-@pytest.mark.parametrize("call", ["matmul", "@", "linear-bias", "addmm-C"])
+@pytest.mark.parametrize("call", ["matmul", "@", "linear-bias", "linear-bias-of-rows", "addmm-C"])
 def test_bad_shapes_of_the_other_calls_raise_torchs_error(call):
     assert_raises_like_torch(bad_calls("cpu")[call])
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_linear_biases_torch_adds_to_the_result_go_through_ozaki(device):
+    """A bias that broadcasts to F.linear's result where torch adds it to the result (x not
+    contiguous, or a bias of more than one dimension left after squeezing) is taken: RN(P + bias)."""
+    x, w, bias = operands([(2, 3, 9), (5, 9), (3, 1)], 15, device)
+    strided = x.transpose(0, 1).contiguous().transpose(0, 1)
+    wide = torch.ones(2, 3, 5, dtype=f64, device=device)
+    for inputs, b in ((strided, bias), (x, wide), (x, wide[:1])):
+        native = F.linear(inputs, w, b)
+        with ozaki.enable(**OPTIONS):
+            y = F.linear(inputs, w, b)
+        assert y.shape == native.shape
+        assert_bitwise_equal(y, torch.add(ozaki.matmul(inputs, w.T, **OPTIONS), b))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_nested_operands_stay_with_torch(device, monkeypatch):
+    """Nested tensors (of torch's default, strided layout) are torch's under the mode, as sparse
+    ones: ozaki is never called."""
+    rows = [torch.randn(3, 4, dtype=f64, device=device), torch.randn(2, 4, dtype=f64,
+                                                                      device=device)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the strided layout of nested tensors is a prototype
+        nested = torch.nested.nested_tensor(rows)
+        right = torch.nested.nested_tensor([torch.randn(4, 5, dtype=f64, device=device)] * 2)
+    w = torch.randn(5, 4, dtype=f64, device=device)
+    calls = [lambda: F.linear(nested, w), lambda: torch.bmm(nested, right),
+             lambda: torch.matmul(nested, right)]
+    native = [call() for call in calls]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("ozaki was called with a nested operand")
+
+    for name in ("matmul", "gemm", "einsum", "tensordot"):
+        monkeypatch.setattr(dropin, name, refused)
+    with ozaki.enable(**OPTIONS):
+        for call, expected in zip(calls, native):
+            got = call()
+            for g, e in zip(got.unbind(), expected.unbind()):
+                assert_bitwise_equal(g, e)
 
 
 def rejected_calls(device):
@@ -359,6 +403,8 @@ def rejected_calls(device):
         "tensordot-two-ints": lambda: torch.tensordot(a, b, dims=(1, 0)),
         "tensordot-numpy-int": lambda: torch.tensordot(a, b, dims=np.int64(1)),
         "addmm-float32-alpha-past-range": lambda: torch.addmm(c32, a32, b32, alpha=1e300),
+        "addmm-alpha-past-uint64": lambda: torch.addmm(c, a, b, alpha=2**80),
+        "addmm-beta-below-int64": lambda: torch.addmm(c, a, b, beta=-2**63 - 1),
         "addmm-float32-beta-past-range": lambda: torch.addmm(c32, a32, b32, beta=-1e39),
         "mm-out-requires-grad": lambda: torch.mm(grad_a, b, out=torch.empty_like(c)),
         "matmul-out-requires-grad": lambda: torch.matmul(grad_a, b, out=torch.empty_like(c)),

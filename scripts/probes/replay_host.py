@@ -27,8 +27,9 @@ from programs_bench import conjugate_gradients, kernel_matrix, right_hand_sides 
 from host_parts import per_call_us  # noqa: E402  (this folder is the script's own)
 
 
-def profiled(call, calls, lines):
-    """cProfile of `calls` calls: the `lines` functions with the most own time."""
+def profiled(call, calls, lines, order="tottime"):
+    """cProfile of `calls` calls: the `lines` functions first by `order` (own time, or
+    "cumulative": time with their callees)."""
     profile = cProfile.Profile()
     torch.cuda.synchronize()
     profile.enable()
@@ -37,7 +38,7 @@ def profiled(call, calls, lines):
     torch.cuda.synchronize()
     profile.disable()
     text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(lines)
+    pstats.Stats(profile, stream=text).sort_stats(order).print_stats(lines)
     return "\n".join(line for line in text.getvalue().splitlines()
                      if line.strip() and not line.startswith("   Ordered"))
 
@@ -165,6 +166,10 @@ def main(argv=None):
         B = right_hand_sides(args.cg, args.rhs, 0, "cuda")
         run = lambda: conjugate_gradients(K, B, 50)  # noqa: E731
         native = per_call_us(run, "cuda", 3, 3) / 50
+        with ozaki.enable(dtypes=(torch.float32,)):  # the mode's own cost: float64 stays torch
+            mode_only = per_call_us(run, "cuda", 3, 3) / 50
+        print(f"== CG, the mode alone (ozaki.enable for float32; float64 products native): "
+              f"{mode_only:.1f} us per iteration against native's {native:.1f}")
         with ozaki.enable():
             run()
             kept = per_call_us(run, "cuda", 3, 3) / 50
@@ -175,6 +180,7 @@ def main(argv=None):
             print(f"-- steps per iteration ({total / 50:.1f} us per iteration with the wrappers)")
             print(report)
             print(profiled(run, 3, args.lines))
+            print(profiled(run, 3, args.lines, "cumulative"))
         with ozaki.enable(), ozaki.prepare(K):
             run()
             prepared_us = per_call_us(run, "cuda", 3, 3) / 50

@@ -28,6 +28,8 @@ def workspace_bytes() -> int:
         raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}") from None
     if megabytes <= 0:
         raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
+    if megabytes >= 1 << 43:  # its bytes reach 2^63, past the operators' int64
+        raise ValueError(f"OZAKI_WORKSPACE_MB must be below 2^43 (8796093022208), got {value!r}")
     return megabytes << 20
 
 

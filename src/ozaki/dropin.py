@@ -25,7 +25,8 @@ def _operands(mode, *tensors):
     (sparse and nested ones stay with torch, and so do DTensors: docs/distributed.md)."""
     first = tensors[0]
     return all(isinstance(t, torch.Tensor) and t.dtype == first.dtype and t.device == first.device
-               and t.layout == torch.strided and not is_dtensor(t) for t in tensors) \
+               and t.layout == torch.strided and not t.is_nested and not is_dtensor(t)
+               for t in tensors) \
         and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda")
 
 
@@ -43,14 +44,16 @@ _FLOAT32_MAX = torch.finfo(torch.float32).max
 def _scalar(value, dtype):
     """alpha or beta as torch's Scalar reads it (a bool as 0 or 1, a 0-d tensor as its value, a
     complex of zero imaginary part as a real for real operands); NotImplemented for what ozaki
-    cannot take the same way, and for finite values past the float32 range with float32 operands
-    (torch refuses those)."""
+    cannot take the same way, and for what torch refuses: integers outside [-2^63, 2^64), finite
+    values past the float32 range with float32 operands."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 and value.numel() != 1:
             return NotImplemented
         value = value.item()
     if isinstance(value, bool):
         return int(value)
+    if isinstance(value, int) and not -2**63 <= value < 2**64:
+        return NotImplemented  # torch raises OverflowError converting it
     if isinstance(value, complex) and not dtype.is_complex:
         if value.imag != 0:
             return NotImplemented
@@ -383,6 +386,21 @@ def _vecdot(mode, x, y, *extra, dim=-1, out=None, **unknown):
     return _written(result, out)
 
 
+def _linear_takes(x, weight, bias):
+    """Whether torch's F.linear takes these operands' shapes and strides: where x has more than
+    two dimensions, torch (by version, and by x's and bias's strides) may add bias in a product of
+    x's rows flattened, which refuses biases of some shapes the result would broadcast; tried on
+    meta tensors of the same shapes and strides."""
+    if x.dim() <= 2:
+        return True
+    try:
+        F.linear(*(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                   for t in (x, weight, bias)))
+    except RuntimeError:
+        return False
+    return True
+
+
 def _linear(mode, x, weight, bias=None, *extra, **unknown):
     if extra or unknown:
         return NotImplemented
@@ -393,7 +411,7 @@ def _linear(mode, x, weight, bias=None, *extra, **unknown):
     if weight.dim() == 1 and x.dim() == 2 and bias is not None:
         return NotImplemented  # torch's addmm path, which refuses a 1-D weight
     shape = (*x.shape[:-1], weight.shape[0]) if weight.dim() == 2 else x.shape[:-1]
-    if bias is not None and not _broadcasts(bias.shape, shape):
+    if bias is not None and not (_broadcasts(bias.shape, shape) and _linear_takes(x, weight, bias)):
         return NotImplemented
     options = mode.options.keywords()
     if weight.dim() == 1:  # y = x w (+ bias): a product with one column

@@ -33,9 +33,12 @@ def check_tensor(func, arg, value, dtypes=FLOATS, ranks=(2,), *, hint="", finite
     finite entries when finite). hint is appended to the dtype message. Returns value."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(value).__name__}")
-    if value.layout != torch.strided:  # sparse, nested or MKL-DNN: no entries to read in place
+    if value.layout != torch.strided:  # sparse, jagged or MKL-DNN: no entries to read in place
         raise TypeError(f"{func}: {arg} must be a dense (strided) tensor, got layout "
                         f"{value.layout} ({arg}.to_dense() gives one)")
+    if value.is_nested:  # a nested tensor of the strided layout: no one shape to multiply
+        raise TypeError(f"{func}: {arg} must be a dense (strided) tensor, got a nested tensor "
+                        f"({arg}.to_padded_tensor(0) gives one)")
     if value.dtype not in dtypes:
         raise TypeError(f"{func}: {arg} must be {_listed([str(d) for d in dtypes])}, got "
                         f"{value.dtype}{hint}")

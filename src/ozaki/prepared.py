@@ -15,8 +15,8 @@ ozaki.enable too) reuses the kept parts instead of computing them again:
 Every kept part is what the product computes anyway, so results are bit for bit the same with or
 without it. An in-place change of A (anything that bumps its version counter) drops the kept parts
 at the next product, and so does A's move to other memory (A.set_, A.data = ..., A.resize_);
-changes that bypass the counter (through A.data, a NumPy or DLPack view, a raw pointer) are not
-seen.
+changes that bypass the counter (through A.data, a NumPy or DLPack view, the storage itself, a
+raw pointer, a step of torch's fused optimizers) are not seen.
 """
 
 import math

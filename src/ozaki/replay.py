@@ -10,7 +10,9 @@ negative bits; any contents) replay it: one graph launch. Operands of a shape ca
 other addresses (fresh tensors each call), get the shape's staged entry: its graph reads tensors
 of its own, and each call first copies its operands into them (two copies on the GPU; the same
 bits, as the graph computes on the operands' exact contents), so that operands that keep moving
-neither capture a graph per call nor push the shape's other entries out. The values' copy to
+neither capture a graph per call nor push the shape's other entries out. A kept left operand
+(ozaki.prepare, ozaki.repeated) has one staged entry per shape of B, which copies B alone (K @ P
+in an iterative solver, P a new tensor each step). The values' copy to
 pinned host memory (csrc/graph_result.h) branches off after the reads, beside the product, and
 ends in an event record node (an external event) that the host waits for, so the host plans
 while the product runs. Calls with the default options find their entry in one lookup by what
@@ -96,7 +98,7 @@ class _Entry:
     next_result: typing.Optional[torch.Tensor] = None  # what the graph writes at its next replay
     guess_key: typing.Optional[tuple] = None  # speculation.key_of() of the calls it serves
     quick_key: typing.Optional[tuple] = None  # its key in _quick, for default options
-    staging: typing.Optional[tuple] = None  # (A, B) copies the graph reads: a staged entry's
+    staging: typing.Optional[tuple] = None  # a staged entry's copies of (A or None, B) it reads
     replays: int = 0
 
 
@@ -127,16 +129,22 @@ def product_of(A, B, dtype, options, kept):
         return None
     key = _key(A, B, dtype, options, kept)
     with _lock:
-        own = key in _entries  # these operands' own entry (dropped below if its plan changed)
-        entry = _current_entry(key, guess, kept)
-        if entry is None and not own and kept is None and stageable(A, B):
-            # operands at other addresses than the shape's first capture: its staged entry
-            staged_key = key.for_staging()
-            entry = _current_entry(staged_key, guess, kept)
-            if entry is None and _captures[key.of_shape()] > 0:
-                entry = _captured(A, B, dtype, options, kept, guess, staged_key)
-            if entry is not None:
-                key = staged_key
+        if kept is not None and stageable(A, B, kept):
+            # a kept left operand's entry copies B, whatever its address (B's copy costs 1/m of
+            # the product): one capture serves every right operand of the shape
+            key = key.for_staging(kept=True)
+            entry = _current_entry(key, guess, kept)
+        else:
+            own = key in _entries  # these operands' own entry (dropped below if its plan changed)
+            entry = _current_entry(key, guess, kept)
+            if entry is None and not own and stageable(A, B):
+                # operands at other addresses than the shape's first capture: its staged entry
+                staged_key = key.for_staging()
+                entry = _current_entry(staged_key, guess, kept)
+                if entry is None and _captures[key.of_shape()] > 0:
+                    entry = _captured(A, B, dtype, options, kept, guess, staged_key)
+                if entry is not None:
+                    key = staged_key
         if entry is None:
             entry = _captured(A, B, dtype, options, kept, guess, key)
             if entry is None:
@@ -149,10 +157,12 @@ def product_of(A, B, dtype, options, kept):
             return None
 
 
-def stageable(A, B):
+def stageable(A, B, kept=None):
     """Whether a staged entry may serve operands A and B: plain tensors that copies of their shape
-    and strides hold exactly (no overlapping entries, no gaps, no negative bit)."""
-    return all(type(X) is torch.Tensor and not X.is_neg() and _dense(X) for X in (A, B))
+    and strides hold exactly (no overlapping entries, no gaps, no negative bit); with A's kept
+    parts (kept), B alone, as A is read where it lies."""
+    return all(type(X) is torch.Tensor and not X.is_neg() and _dense(X)
+               for X in ((B,) if kept is not None else (A, B)))
 
 
 def _dense(X):
@@ -275,8 +285,11 @@ class _Key(typing.NamedTuple):
         """The key without the operands' addresses (what MAX_CAPTURES counts by)."""
         return self._replace(a_address=None, b_address=None, staged=False)
 
-    def for_staging(self):
-        """The key of the shape's staged entry."""
+    def for_staging(self, kept=False):
+        """The key of the shape's staged entry; kept: of a kept left operand's entry, which reads
+        A where it lies (its address stays in the key) and a copy of B."""
+        if kept:
+            return self._replace(b_address=None, staged=True)
         return self.of_shape()._replace(staged=True)
 
 
@@ -307,10 +320,12 @@ def _captured(A, B, dtype, options, kept, guess, key):
     _captures[shape_key] += 1
     try:
         if key.staged:
-            staging = _staging(A, B)
-            entry = _capture(*staging, options, kept, kept_parts, guess)
+            staging = _staging(A, B, kept)
+            staged_a, staged_b = staging
+            entry = _capture(A if staged_a is None else staged_a, staged_b, options, kept,
+                             kept_parts, guess)
             entry.staging = staging
-            entry.nbytes += sum(X.untyped_storage().nbytes() for X in staging)
+            entry.nbytes += sum(X.untyped_storage().nbytes() for X in staging if X is not None)
         else:
             entry = _capture(A, B, options, kept, kept_parts, guess)
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
@@ -328,11 +343,13 @@ def _captured(A, B, dtype, options, kept, guess, key):
     return entry
 
 
-def _staging(A, B):
+def _staging(A, B, kept=None):
     """Tensors of A's and B's shapes and strides that a staged entry's graph reads and each of its
-    calls copies its operands into, first."""
-    return tuple(torch.empty_strided(X.shape, X.stride(), dtype=X.dtype, device=X.device)
-                 for X in (A, B))
+    calls copies its operands into, first; with A's kept parts, None for A (read where it lies)."""
+    def copy_of(X):
+        return torch.empty_strided(X.shape, X.stride(), dtype=X.dtype, device=X.device)
+
+    return (None if kept is not None else copy_of(A)), copy_of(B)
 
 
 def _capture(A, B, options, kept, kept_parts, guess):
@@ -435,8 +452,10 @@ def _replayed(entry, A, B, dtype, options, kept):
     C = entry.next_result if entry.next_result is not None else _moved_result(entry)
     entry.next_result = None
     if entry.staging is not None:  # this call's operands, where the graph reads them
-        entry.staging[0].copy_(A)
-        entry.staging[1].copy_(B)
+        staged_a, staged_b = entry.staging
+        if staged_a is not None:
+            staged_a.copy_(A)
+        staged_b.copy_(B)
     entry.graph.replay()
     entry.replays += 1
     if C is None:
