@@ -34,8 +34,8 @@ OZAKI_HD uint64_t high_product_bits(uint64_t a, uint64_t b) {
 }
 
 // value = sum_i limb[i] * 2^(32 i) over limb[0 .. count). Limbs may hold any int64 between
-// normalize() calls; add() keeps every limb far inside the int64 range for up to 2^24 additions
-// per limb.
+// normalize() calls; each add() moves a limb by less than 2^32, so limbs stay inside the int64
+// range for up to 2^30 additions per limb.
 template <int MaxLimbs>
 struct LongInteger {
   int64_t limb[MaxLimbs];
@@ -168,6 +168,22 @@ OZAKI_HD DroppedBound dropped_bound(const PairLayout& layout, int beta, int64_t 
   return {k * (2 * s + 1), 2 * beta + (layout.top_level() - s) * w};
 }
 
+// low -= bound and high += bound, bound = dropped.multiple * 2^dropped.shift units: the ends of the
+// interval the dropped part leaves. multiple = k (2 s + 1) reaches 2^36 with INT8 digits
+// (k < 2^29), past add's 2^32: it goes in two parts below 2^31, as the level sums do (a high
+// part is nonzero only where multiple >= 2^31, that is s >= 2, where its bit stays within the
+// limbs that nearest_from_level_sums clears).
+template <int MaxLimbs>
+OZAKI_HD void widen_by_dropped(LongInteger<MaxLimbs>& low, LongInteger<MaxLimbs>& high,
+                               DroppedBound dropped) {
+  const int64_t high_part = dropped.multiple >> 31;
+  const int64_t low_part = dropped.multiple - (high_part << 31);
+  low.add(-low_part, dropped.shift);
+  low.add(-high_part, dropped.shift + 31);
+  high.add(low_part, dropped.shift);
+  high.add(high_part, dropped.shift + 31);
+}
+
 // Correctly rounded sum over levels l of 2^(tau_sum - l w) L_l (rounding="nearest"), where
 // level_sums(l, sum) writes the exact level sum L_l of one entry (csrc/scheme.h, pair_level_sum).
 //
@@ -201,8 +217,7 @@ OZAKI_HD double nearest_from_level_sums(LevelSums level_sums, int top_level, int
     return round_to_format(low, negative, unit, format);
   }
   LongInteger<kLevelLimbs> high = low;
-  low.add(-dropped.multiple, dropped.shift);
-  high.add(dropped.multiple, dropped.shift);
+  widen_by_dropped(low, high, dropped);
   const bool low_negative = low.normalize();
   const bool high_negative = high.normalize();
   const double below = round_to_format(low, low_negative, unit, format);

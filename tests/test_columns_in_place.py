@@ -240,6 +240,37 @@ def test_the_default_call_reads_columns_in_place_and_gives_the_cpu_bits(shape, b
     assert_bitwise_equal(call(A, transposed), expected)
 
 
+def test_column_views_are_those_the_operators_read():
+    """_ops.is_column_view is the operators' test (csrc/checks.h), stride by stride: B.mT of a
+    contiguous B, 2-D or a batch whose matrices lie n k apart; not a batch of one whose stride
+    torch's is_contiguous passes (every other matrix of a batch, a stride-0 batch of one)."""
+    X = torch.randn(7, 3, dtype=torch.float64)
+    assert _ops.is_column_view(X.mT) and _ops.is_column_view(torch.randn(2, 7, 3).mT)
+    assert not _ops.is_column_view(X.mT.contiguous())  # rows already
+    assert not _ops.is_column_view(X[:, :2].mT)  # B with gaps between its rows
+    every_other = torch.randn(2, 7, 3, dtype=torch.float64)[::2]
+    stride_zero = X.as_strided((1, 7, 3), (0, 3, 1))
+    for B in (every_other, stride_zero):
+        assert B.is_contiguous() and not _ops.is_column_view(B.mT)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("batch_of_one", ["every other", "stride 0"])
+def test_a_batch_of_one_at_any_stride_gives_the_cpu_bits(batch_of_one, dtype):
+    """B a batch of one matrix whose batch stride is not n k (torch calls it contiguous all the
+    same): read as rows, the CPU's bits (the operators refused it as columns before)."""
+    m, k, n = 40, 300, 9
+    A, B = operands((1,), m, k, n, dtype, seed=5, specials=False)
+    if batch_of_one == "every other":
+        B = torch.cat([B, B]).contiguous()[::2]
+    else:
+        B = B[0].as_strided((1, k, n), (0, n, 1))
+    expected = ozaki.matmul(A.cpu(), B.cpu())
+    for _ in range(3):
+        assert_bitwise_equal(ozaki.matmul(A, B), expected)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("keep", ["prepare", "repeated"])
 @pytest.mark.parametrize("shape", [(64, 300, 70), (9, 16000, 35), (200, 130, 2)],

@@ -80,6 +80,24 @@ def test_batches_of_more_than_2_31_entries(paths, large, backend):
                        expected.view(torch.int64))
 
 
+def test_row_passes_over_more_than_2_32_rows(paths, large):
+    """(2^32 + 129) x 1 float32 rows (17 GB): the one-block-per-row passes (row_stats for scheme
+    I's splits, row_norm_scales for scheme II's scales) cover every row, where a 64-bit row count
+    once wrapped in the launch to 129 blocks and left the other rows' values unwritten. The last
+    rows' values are those of the same rows passed alone."""
+    rows = (1 << 32) + 129
+    a = torch.empty(rows, 1, dtype=torch.float32, device="cuda")
+    a[:, 0] = torch.arange(rows, dtype=torch.float64, device="cuda").remainder_(1013).sub_(506)
+    tail = a[-300:].clone()
+    stats = ozaki._ops.row_stats(a)
+    alone = ozaki._ops.row_stats(tail)
+    for part, expected in zip(stats, alone):
+        assert torch.equal(part[-300:], expected)
+    del stats
+    scales = ozaki._ops.row_norm_scales(a, ozaki._ops.row_stats(a)[0])
+    assert torch.equal(scales[-300:], ozaki._ops.row_norm_scales(tail, alone[0]))
+
+
 two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                               reason="needs two CUDA devices")
 

@@ -5,6 +5,10 @@ on random and adversarial inputs, for several slice plans (any plan must give th
 coarse one pushes most entries through the exact slow path), and CPU against CUDA.
 """
 
+import pathlib
+import shutil
+import subprocess
+
 import pytest
 import torch
 
@@ -165,3 +169,21 @@ def test_cpu_and_cuda_agree_at_larger_sizes(gemm, dtype):
     for options in ({}, {"slices": 6, "fast": True}):
         assert_bitwise_equal(gemm(A, B, rounding="nearest", **options),
                              gemm(A.cuda(), B.cuda(), rounding="nearest", **options))
+
+
+def test_the_dropped_parts_interval_holds_every_inner_dimension(tmp_path):
+    """The interval rounding="nearest" leaves around the kept pairs' sum for the dropped part,
+    bound = k (2 s + 1) 2^shift units, is exactly [-bound, bound] for every slice count and mode
+    up to the INT8 limit k < 2^29, where k (2 s + 1) passes 2^32 (it once wrapped in int64 there,
+    narrowing the interval: undecided entries were rounded as decided). Host code compiled here
+    (scripts/probes/dropped_bound_check.cpp, csrc/exact.h as the CPU and the GPU build it)."""
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    program = tmp_path / "check"
+    subprocess.run([compiler, "-std=c++20", "-O2", "-fwrapv", f"-I{root / 'csrc'}",
+                    str(root / "scripts" / "probes" / "dropped_bound_check.cpp"), "-o",
+                    str(program)], check=True)
+    run = subprocess.run([str(program)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "cases 800 wrong 0", run.stdout

@@ -84,15 +84,19 @@ struct WriteNormSquareSum {
   }
 };
 
-// One block per row: the sum of norm_square_units over the row, handed to write.
+// A block per row (rows past the grid's blocks taken grid-stride): the sum of norm_square_units
+// over the row, handed to write.
 template <typename T, typename Write>
-__global__ void row_norm_kernel(const T* a, int64_t k, const int* tau, Write write) {
-  const int64_t row = blockIdx.x;
-  const int row_tau = tau[row];
-  unsigned long long sum = 0;  // exact: integers, any order
-  for_row_entries(a + row * k, k, [&](T x) { sum += norm_square_units(static_cast<double>(x), row_tau); });
-  const unsigned long long total = block_sum<kNormThreads>(sum);
-  if (threadIdx.x == 0) write(row, total, row_tau);
+__global__ void row_norm_kernel(const T* a, int64_t rows, int64_t k, const int* tau, Write write) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int row_tau = tau[row];
+    unsigned long long sum = 0;  // exact: integers, any order
+    for_row_entries(a + row * k, k,
+                    [&](T x) { sum += norm_square_units(static_cast<double>(x), row_tau); });
+    const unsigned long long total = block_sum<kNormThreads>(sum);
+    if (threadIdx.x == 0) write(row, total, row_tau);
+    __syncthreads();  // thread 0 has read the block's partials before the next row's replace them
+  }
 }
 
 // Checks a (rows, k) and tau, then runs row_norm_kernel into a fresh (rows,) tensor of out_dtype.
@@ -107,8 +111,9 @@ at::Tensor row_norm_reduction(const at::Tensor& a, const at::Tensor& tau, at::Sc
   at::Tensor out = at::empty({rows}, tau.options().dtype(out_dtype));
   if (rows == 0) return out;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki row norm sums", [&] {
-    row_norm_kernel<scalar_t, Write><<<rows, kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.const_data_ptr<scalar_t>(), k, tau.const_data_ptr<int>(),
+    row_norm_kernel<scalar_t, Write>
+        <<<row_blocks(rows), kNormThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        a.const_data_ptr<scalar_t>(), rows, k, tau.const_data_ptr<int>(),
         Write{out.mutable_data_ptr<Data>()});
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -1165,7 +1170,14 @@ enum class CrtPath { cublas, fused, reduced };
 // within about 10% of the fastest path or faster, in a half to a third of the cuBLAS path's
 // memory); else the fused kernel up to 2^31 multiply-adds per element (about 1290^3; exact scheme
 // II has no fused kernel), cuBLAS beyond.
-inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
+// Whether the fused kernel's shared memory for `moduli` moduli fits a block of the current device
+// (Hopper's 227 KiB hold its 16; an A100's 163 KiB 11, sm_86/89's 99 KiB 3).
+inline bool fused_fits(int64_t moduli) {
+  return CrtTile::shared_bytes(static_cast<int>(moduli)) <=
+         static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
+}
+
+inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, int64_t moduli, bool exact) {
   const char* value = std::getenv("OZAKI_CRT_PATH");
   if (value != nullptr && *value != 0) {
     const std::string path(value);
@@ -1175,13 +1187,17 @@ inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, bool exact) {
                 "OZAKI_CRT_PATH=reduced, but this build or device has no reduced residue GEMM ",
                 "(built for sm_90a with the CUTLASS headers, run on compute capability 9.0)");
     if (path == "fused" && exact) return CrtPath::cublas;  // exact scheme II has no fused kernel
+    TORCH_CHECK(path != "fused" || fused_fits(moduli), "OZAKI_CRT_PATH=fused, but the fused "
+                "kernel's ", CrtTile::shared_bytes(static_cast<int>(moduli)), " bytes of shared "
+                "memory for ", moduli, " moduli exceed this device's ",
+                at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin, " per block");
     return path == "cublas" ? CrtPath::cublas
                             : (path == "fused" ? CrtPath::fused : CrtPath::reduced);
   }
   if (reduced_gemm_available()) return CrtPath::reduced;
   constexpr double kFusedUpTo = 2147483648.0;  // 2^31
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (!exact && work <= kFusedUpTo) return CrtPath::fused;
+  if (!exact && work <= kFusedUpTo && fused_fits(moduli)) return CrtPath::fused;
   return CrtPath::cublas;
 }
 
@@ -1207,7 +1223,7 @@ at::Tensor crt_product(const at::Tensor& a, const at::Tensor& bt, const at::Tens
   const std::vector<int64_t> sizes = args.shape.out_sizes();
   if (args.empty) return at::zeros(sizes, a.options());
   at::Tensor out = at::empty(sizes, a.options());
-  const CrtCall call{args, crt_path(args.shape.m, args.shape.n, args.shape.k, exact)};
+  const CrtCall call{args, crt_path(args.shape.m, args.shape.n, args.shape.k, moduli, exact)};
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "ozaki::crt_product", [&] {
     const CrtOperands<scalar_t> in{a.const_data_ptr<scalar_t>(),    bt.const_data_ptr<scalar_t>(),
                                    a.size(-1),                      scale_a.const_data_ptr<int>(),

@@ -11,6 +11,12 @@
 
 namespace ozaki::cuda {
 
+// Blocks of a launch whose kernel takes rows blockIdx.x, blockIdx.x + gridDim.x, ...: one per row,
+// up to 2^30 (grid x holds at most 2^31 - 1; a 64-bit row count would wrap in the launch).
+inline unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t(1) << 30));
+}
+
 // Blocks for `work` items at `threads` per block, capped at 32 blocks per multiprocessor (the
 // kernels loop grid-stride over the rest).
 inline int grid_for(int64_t work, int threads) {

@@ -63,7 +63,7 @@ inline RowPassLaunch row_pass_launch(int64_t rows, int64_t row_bytes, bool keep_
   const int64_t budget = row_pass_l2_budget();
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   if (!keep_rows || budget <= 0 || sms * (2048 / kNormThreads) * row_bytes <= budget) {
-    return {std::max<int64_t>(rows, 1), kNormThreads};
+    return {row_blocks(rows), kNormThreads};
   }
   const int64_t per_sm =
       std::clamp<int64_t>(budget / (sms * row_bytes), 1, 2048 / kLongRowThreads);

@@ -17,18 +17,22 @@ namespace {
 
 constexpr int kStatsThreads = 256;
 
-// One block per row: each thread folds a strided part of the row, then the block merges them.
+// A block per row (rows past the grid's blocks taken grid-stride): each thread folds a strided
+// part of the row, then the block merges them.
 template <typename T>
-__global__ void row_stats_kernel(const T* a, int64_t k, int* tau, int* bit_span, bool* nonfinite) {
-  const int64_t row = blockIdx.x;
-  RowStats stats;
-  // max/min: order-free
-  for_row_entries(a + row * k, k, [&](T x) { stats.add(static_cast<double>(x)); });
-  const RowStats total = block_row_stats<kStatsThreads>(stats);
-  if (threadIdx.x == 0) {
-    tau[row] = total.tau();
-    bit_span[row] = total.bit_span();
-    nonfinite[row] = total.nonfinite;
+__global__ void row_stats_kernel(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span,
+                                 bool* nonfinite) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    RowStats stats;
+    // max/min: order-free
+    for_row_entries(a + row * k, k, [&](T x) { stats.add(static_cast<double>(x)); });
+    const RowStats total = block_row_stats<kStatsThreads>(stats);
+    if (threadIdx.x == 0) {
+      tau[row] = total.tau();
+      bit_span[row] = total.bit_span();
+      nonfinite[row] = total.nonfinite;
+    }
+    __syncthreads();  // thread 0 has read the block's partials before the next row's replace them
   }
 }
 
@@ -79,7 +83,8 @@ template <typename T>
 void launch_row_stats(const T* a, int64_t rows, int64_t k, int* tau, int* bit_span, bool* nonfinite,
                       cudaStream_t stream) {
   if (rows == 0) return;
-  row_stats_kernel<T><<<rows, kStatsThreads, 0, stream>>>(a, k, tau, bit_span, nonfinite);
+  row_stats_kernel<T><<<row_blocks(rows), kStatsThreads, 0, stream>>>(a, rows, k, tau, bit_span,
+                                                                       nonfinite);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

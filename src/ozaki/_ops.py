@@ -35,8 +35,13 @@ def workspace_bytes() -> int:
 
 def is_column_view(bt: torch.Tensor) -> bool:
     """Whether bt (n, k) or (batch, n, k) is B.mT of a contiguous B: B's columns, which the CUDA
-    operators that say so read in place (csrc/checks.h, is_column_view)."""
-    return bt.dim() in (2, 3) and not bt.is_contiguous() and bt.mT.is_contiguous()
+    operators that say so read in place. The same test as theirs (csrc/checks.h,
+    is_column_view), stride by stride: torch's is_contiguous passes any stride of a dimension of
+    size 1, such as a batch of one taken every other matrix, which those operators refuse."""
+    if bt.dim() not in (2, 3) or bt.is_contiguous():
+        return False
+    n, k = bt.shape[-2], bt.shape[-1]
+    return bt.stride(-2) == 1 and bt.stride(-1) == n and (bt.dim() == 2 or bt.stride(0) == n * k)
 
 
 def flat_rows(x: torch.Tensor) -> torch.Tensor:
