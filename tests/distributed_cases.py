@@ -34,8 +34,11 @@ def layout_cases():
                 cases.append(dict(kind="layout", layout=layout, options=options, data=data,
                                   dtype="float64", shape=(13, 40, 11), split="even"))
         for split in ("uneven", "empty"):
-            cases.append(dict(kind="layout", layout=layout, options={}, data="phi0.5",
-                              dtype="float64", shape=(13, 40, 11), split=split))
+            # with counts the caller fixed too: their accuracy check samples the rank's shard
+            for options in ({}, {"backend": "crt", "moduli": 8}, {"backend": "fp16", "slices": 3},
+                            {"backend": "int8", "slices": 4, "fast": False}):
+                cases.append(dict(kind="layout", layout=layout, options=options, data="phi0.5",
+                                  dtype="float64", shape=(13, 40, 11), split=split))
         for options in ({}, {"rounding": "nearest"}, {"backend": "fp16"}):
             cases.append(dict(kind="layout", layout=layout, options=options, data="phi0.5",
                               dtype="float32", shape=(9, 33, 7), split="even"))
@@ -59,6 +62,10 @@ def dtensor_cases():
                               data="phi0.5", dtype="float64", shape=(10, 23, 7)))
     cases.append(dict(kind="dtensor", placements=("S1", "S0"), options={}, entry="sgemm",
                       data="phi0.5", dtype="float32", shape=(10, 23, 7)))
+    # one row over two ranks: one rank's shard is empty
+    for options in ({"backend": "fp16", "slices": 3}, {"backend": "crt", "moduli": 9}):
+        cases.append(dict(kind="dtensor", placements=("S0", "R"), options=options, entry="matmul",
+                          data="phi0.5", dtype="float64", shape=(1, 23, 7)))
     return cases
 
 

@@ -813,8 +813,9 @@ def notes(meta):
              "TFLOPS are DGEMM-equivalent (2mnk / time). x native: vs native DGEMM for dgemm "
              "rows, vs native SGEMM (TF32 off) for sgemm rows. "
              "m=M: M moduli (crt); backend X>Y: the plan of backend X runs Y.",
-             f"Errors on a {meta['samples']}x{meta['samples']} sample of entries against exact "
-             "products (float32 rows: exact product of the float32 inputs).",
+             f"Errors on up to {meta['samples']}x{meta['samples']} sampled entries of each "
+             "product (min(samples, m) rows by min(samples, n) columns) against exact products "
+             "(float32 rows: exact product of the float32 inputs).",
              _reuse_note(meta)]
     if meta["device"].startswith("cpu"):
         lines.append("On the CPU no tensor cores run: the floor units and ozaki's products are "

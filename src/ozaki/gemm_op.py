@@ -38,6 +38,10 @@ def check_scalar(name, arg, value, dtype):
     the value as the Python float (complex for complex operands) that every path of ozaki::gemm
     takes: with float32 operands rounded to float32, as sgemm and torch's addmm take it, so that
     one that rounds to 0 is 0 (reading neither A and B, or C)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        # traced by torch.compile as a symbolic number: the kernel checks (and rounds) the value
+        # each compiled call passes
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Number):
         raise TypeError(f"{name}: {arg} must be a number, got {type(value).__name__} {value!r}")
     if not isinstance(value, numbers.Complex):  # Decimal: a Number of neither kind
