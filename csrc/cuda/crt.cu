@@ -1164,12 +1164,6 @@ constexpr int64_t kDefaultReducedWorkspaceBytes = int64_t(4) << 30;
 // How gemm_crt computes the residue products (docs/algorithm.md, "Scheme II paths").
 enum class CrtPath { cublas, fused, reduced };
 
-// OZAKI_CRT_PATH = cublas, fused or reduced (read at every call), else the rule, by what
-// measured fastest on the H100 (docs/algorithm.md, "Scheme II paths"): the reduced GEMMs wherever
-// this build and device have them (from 1024^3 to 16384^3, skinny and k = 1024 products alike,
-// within about 10% of the fastest path or faster, in a half to a third of the cuBLAS path's
-// memory); else the fused kernel up to 2^31 multiply-adds per element (about 1290^3; exact scheme
-// II has no fused kernel), cuBLAS beyond.
 // Whether the fused kernel's shared memory for `moduli` moduli fits a block of the current device
 // (Hopper's 227 KiB hold its 16; an A100's 163 KiB 11, sm_86/89's 99 KiB 3).
 inline bool fused_fits(int64_t moduli) {
@@ -1177,6 +1171,12 @@ inline bool fused_fits(int64_t moduli) {
          static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
 }
 
+// OZAKI_CRT_PATH = cublas, fused or reduced (read at every call), else the rule, by what
+// measured fastest on the H100 (docs/algorithm.md, "Scheme II paths"): the reduced GEMMs wherever
+// this build and device have them (from 1024^3 to 16384^3, skinny and k = 1024 products alike,
+// within about 10% of the fastest path or faster, in a half to a third of the cuBLAS path's
+// memory); else the fused kernel up to 2^31 multiply-adds per element (about 1290^3; exact scheme
+// II has no fused kernel) where its shared memory fits a block, cuBLAS beyond.
 inline CrtPath crt_path(int64_t m, int64_t n, int64_t k, int64_t moduli, bool exact) {
   const char* value = std::getenv("OZAKI_CRT_PATH");
   if (value != nullptr && *value != 0) {
