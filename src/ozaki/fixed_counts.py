@@ -82,7 +82,7 @@ def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combin
     bt (n, k) or batches (E, m, k), (E, n, k), bt possibly B's columns in place on CUDA
     (product.in_place_bt, read as they lie); +inf where not usable. combine_sum adds k-shards'
     values up (identity on one device)."""
-    k, m, n = a.shape[-1], a.shape[-2], bt.shape[-2]
+    m, n = a.shape[-2], bt.shape[-2]
     elements = a.shape[0] if a.dim() == 3 else 1
     if m == 0 or n == 0 or elements == 0:  # a rank's empty shard: nothing of its own to sample
         return a.new_empty(0, dtype=torch.float64)
@@ -96,8 +96,7 @@ def sample_magnitudes(a, bt, stats_a, stats_b, usable_a, usable_b, norms, combin
         rows_a = _rows_of_elements(picked, span_a, use_a)
         rows_b = _rows_of_elements(picked, span_b, use_b)
     norm_a, norm_b = norms if norms is not None else (None, None)
-    # (rows spelled out: an empty k-shard has k = 0)
-    return combine_sum(_ops.sampled_magnitudes(a.reshape(elements * m, k), _ops.rows_as_read(bt),
+    return combine_sum(_ops.sampled_magnitudes(_ops.flat_rows(a), _ops.rows_as_read(bt),
                                                stats_a[0], stats_b[0], usable_a, usable_b, rows_a,
                                                rows_b, m, n, norm_a, norm_b))
 
