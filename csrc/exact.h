@@ -56,6 +56,15 @@ struct LongInteger {
     limb[index + 1] += (shifted - low) / (int64_t(1) << 32);  // exact division
   }
 
+  // value += n * 2^bit for |n| < 2^62: add() of n's two parts below 2^31 in magnitude, both of
+  // n's sign. The high part, at bit + 31, is nonzero only where |n| >= 2^31; there bit + 31 too
+  // must lie below 32 * (count - 1).
+  OZAKI_HD void add_wide(int64_t n, int bit) {
+    const int64_t high = n / (int64_t(1) << 31);  // toward zero
+    add(n - high * (int64_t(1) << 31), bit);
+    add(high, bit + 31);
+  }
+
   // Brings every limb into [0, 2^32) as the magnitude of the value; returns whether it is
   // negative. The top limb is headroom, so the final carry is 0 or -1.
   OZAKI_HD bool normalize() {
@@ -170,18 +179,14 @@ OZAKI_HD DroppedBound dropped_bound(const PairLayout& layout, int beta, int64_t 
 
 // low -= bound and high += bound, bound = dropped.multiple * 2^dropped.shift units: the ends of the
 // interval the dropped part leaves. multiple = k (2 s + 1) reaches 2^36 with INT8 digits
-// (k < 2^29), past add's 2^32: it goes in two parts below 2^31, as the level sums do (a high
-// part is nonzero only where multiple >= 2^31, that is s >= 2, where its bit stays within the
-// limbs that nearest_from_level_sums clears).
+// (k < 2^29), past add's 2^32, so it goes in through add_wide, as the level sums do (its high part
+// is nonzero only where multiple >= 2^31, that is s >= 2, where its bit stays within the limbs
+// that nearest_from_level_sums clears).
 template <int MaxLimbs>
 OZAKI_HD void widen_by_dropped(LongInteger<MaxLimbs>& low, LongInteger<MaxLimbs>& high,
                                DroppedBound dropped) {
-  const int64_t high_part = dropped.multiple >> 31;
-  const int64_t low_part = dropped.multiple - (high_part << 31);
-  low.add(-low_part, dropped.shift);
-  low.add(-high_part, dropped.shift + 31);
-  high.add(low_part, dropped.shift);
-  high.add(high_part, dropped.shift + 31);
+  low.add_wide(-dropped.multiple, dropped.shift);
+  high.add_wide(dropped.multiple, dropped.shift);
 }
 
 // Correctly rounded sum over levels l of 2^(tau_sum - l w) L_l (rounding="nearest"), where
@@ -203,12 +208,9 @@ OZAKI_HD double nearest_from_level_sums(LevelSums level_sums, int top_level, int
   for (int level = top_level; level >= 0; --level) {
     double level_sum[1];
     level_sums(level, level_sum);
-    // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact; added as
-    // two parts below 2^32.
+    // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact.
     const int64_t units = static_cast<int64_t>(level_sum[0] * pow2(2 * beta));
-    const int64_t high_part = units / (int64_t(1) << 31);
-    low.add(units - high_part * (int64_t(1) << 31), (top_level - level) * w);
-    low.add(high_part, (top_level - level) * w + 31);
+    low.add_wide(units, (top_level - level) * w);
   }
   const int64_t unit = int64_t(tau_sum) - 2 * beta - int64_t(top_level) * w;
   *undecided = false;

@@ -1,6 +1,7 @@
 """CUDA results at the edges of the kernels' layouts, against the CPU backend's bits: operands one
 element past a 16-byte boundary and rows of odd byte lengths, outputs and batches of more than
-2^31 entries (64-bit indices), and operands on a GPU other than the current one."""
+2^31 entries (64-bit indices), the INT8 GEMM on views between 16-byte boundaries and over 2^31
+rows, and operands on a GPU other than the current one."""
 
 import pytest
 import torch
@@ -96,6 +97,46 @@ def test_row_passes_over_more_than_2_32_rows(paths, large):
     del stats
     scales = ozaki._ops.row_norm_scales(a, ozaki._ops.row_stats(a)[0])
     assert torch.equal(scales[-300:], ozaki._ops.row_norm_scales(tail, alone[0]))
+
+
+@pytest.mark.parametrize("k", [16, 48, 20])
+@pytest.mark.parametrize("offset", [1, 3, 8])
+def test_int8_matmul_of_views_between_16_byte_boundaries(paths, k, offset):
+    """ozaki::int8_matmul on contiguous int8 views that start 1, 3 or 8 bytes past a 16-byte
+    boundary, rows of a multiple of 16 bytes too (nothing to pad): the CPU's products."""
+    g = torch.Generator().manual_seed(k * 10 + offset)
+    whole_a = torch.randint(-128, 128, (37 * k + offset,), generator=g, dtype=torch.int8)
+    whole_b = torch.randint(-128, 128, (19 * k + offset,), generator=g, dtype=torch.int8)
+    a, bt = whole_a[offset:].view(37, k), whole_b[offset:].view(19, k)
+    expected = ozaki._ops.int8_matmul(a, bt)
+    a_gpu, bt_gpu = whole_a.cuda()[offset:].view(37, k), whole_b.cuda()[offset:].view(19, k)
+    assert a_gpu.data_ptr() % 16 == offset % 16
+    assert torch.equal(ozaki._ops.int8_matmul(a_gpu, bt_gpu).cpu(), expected)
+
+
+def test_int8_matmul_of_more_than_2_31_rows(paths):
+    """(2^31 + 37) x 16 int8 rows (32 GiB) times 4 columns: the GEMM's sizes pass int's range, so
+    cuBLAS's 64-bit call runs it; the last rows' products are those of the same rows alone."""
+    torch.cuda.empty_cache()
+    if gib_free() < 72:
+        pytest.skip("needs about 72 GiB of free GPU memory")
+    rows = (1 << 31) + 37
+    g = torch.Generator().manual_seed(5)
+    a = torch.empty(rows, 16, dtype=torch.int8, device="cuda")
+    a[:, 1:] = torch.randint(-128, 128, (15,), generator=g, dtype=torch.int8).cuda()
+    step = 1 << 28
+    for first in range(0, rows, step):  # column 0 tells the rows apart
+        last = min(rows, first + step)
+        a[first:last, 0] = torch.arange(first, last, device="cuda").remainder_(251).sub_(125)
+    bt = torch.randint(-128, 128, (4, 16), generator=g, dtype=torch.int8).cuda()
+    tail = a[-300:].clone()
+    head = a[:300].clone()
+    out = ozaki._ops.int8_matmul(a, bt)
+    del a
+    assert out.shape == (rows, 4)
+    assert torch.equal(out[-300:], ozaki._ops.int8_matmul(tail, bt))
+    assert torch.equal(out[:300], ozaki._ops.int8_matmul(head, bt))
+    torch.cuda.empty_cache()
 
 
 two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,

@@ -175,7 +175,8 @@ def test_the_dropped_parts_interval_holds_every_inner_dimension(tmp_path):
     """The interval rounding="nearest" leaves around the kept pairs' sum for the dropped part,
     bound = k (2 s + 1) 2^shift units, is exactly [-bound, bound] for every slice count and mode
     up to the INT8 limit k < 2^29, where k (2 s + 1) passes 2^32 (it once wrapped in int64 there,
-    narrowing the interval: undecided entries were rounded as decided). Host code compiled here
+    narrowing the interval: undecided entries were rounded as decided), and the long integer's
+    add_wide that carries it and the level sums into the limbs. Host code compiled here
     (scripts/probes/dropped_bound_check.cpp, csrc/exact.h as the CPU and the GPU build it)."""
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
@@ -186,4 +187,6 @@ def test_the_dropped_parts_interval_holds_every_inner_dimension(tmp_path):
                     str(root / "scripts" / "probes" / "dropped_bound_check.cpp"), "-o",
                     str(program)], check=True)
     run = subprocess.run([str(program)], capture_output=True, text=True)
-    assert run.returncode == 0 and run.stdout.strip() == "cases 800 wrong 0", run.stdout
+    # 800 intervals, then 200000 sums of add_wide (which both the bound and the level sums go
+    # through) against 128-bit integers
+    assert run.returncode == 0 and run.stdout.strip() == "cases 200800 wrong 0", run.stdout

@@ -3,6 +3,7 @@
 Each handler returns NotImplemented for a call it does not take (another dtype or device, a
 shape or argument torch rejects, a form ozaki has no counterpart of), which torch then runs."""
 
+import functools
 import math
 import sys
 import warnings
@@ -390,12 +391,23 @@ def _linear_takes(x, weight, bias):
     """Whether torch's F.linear takes these operands' shapes and strides: where x has more than
     two dimensions, torch (by version, and by x's and bias's strides) may add bias in a product of
     x's rows flattened, which refuses biases of some shapes the result would broadcast; tried on
-    meta tensors of the same shapes and strides."""
+    meta tensors of the same shapes and strides, once per layout."""
     if x.dim() <= 2:
         return True
+    layouts = tuple((tuple(t.shape), t.stride(), t.dtype) for t in (x, weight, bias))
     try:
-        F.linear(*(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-                   for t in (x, weight, bias)))
+        hash(layouts)
+    except TypeError:  # symbolic sizes: tried afresh
+        return _linear_takes_layouts.__wrapped__(layouts)
+    return _linear_takes_layouts(layouts)
+
+
+@functools.lru_cache(maxsize=256)
+def _linear_takes_layouts(layouts):
+    """_linear_takes of operands of these (shape, strides, dtype)."""
+    try:
+        F.linear(*(torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+                   for shape, stride, dtype in layouts))
     except RuntimeError:
         return False
     return True
