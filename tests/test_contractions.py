@@ -107,6 +107,34 @@ def test_einsum_calling_forms_and_implicit_output():
     assert ozaki.einsum("...ij,...jk", x, y).shape == torch.einsum("...ij,...jk", x, y).shape
 
 
+def test_einsum_sublists_read_integers_as_torch_does():
+    """Sublist integers 0-25 are the labels A-Z and 26-51 a-z, as torch reads them: without an
+    output list the implicit output orders them so (uppercase first), here the product's
+    transpose, of torch.einsum's shape."""
+    x, y = operands([(2, 3), (3, 4)], 6)
+    expected = torch.einsum(x, [26, 1], y, [1, 0])
+    result = ozaki.einsum(x, [26, 1], y, [1, 0])
+    assert result.shape == expected.shape == (4, 2)
+    assert_bitwise_equal(result, ozaki.dgemm(x, y).T.contiguous())
+
+
+@pytest.mark.parametrize("equation", ["ij->i", "ij->j", "ij->", "ii", "ii->i"])
+def test_complex_sums_keep_an_inf_to_its_own_part(equation):
+    """One complex operand summed (rows, all, the trace): each part is its own sum, so an Inf in
+    one part leaves the other finite, where a sum against complex ones made it NaN (Im(z 1) =
+    Re z 0 + Im z 1); the finite parts are the real sums' bits."""
+    z = torch.complex(*operands([(3, 3), (3, 3)], 8))
+    z[0, 0] = complex(math.inf, 1.0)
+    z[1, 1] = complex(2.0, -math.inf)
+    expected = torch.einsum(equation, z)
+    result = ozaki.einsum(equation, z)
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    for part in (torch.real, torch.imag):
+        assert torch.equal(part(result).isnan(), part(expected).isnan())
+        assert torch.equal(part(result).isinf(), part(expected).isinf())
+        assert_bitwise_equal(part(result), ozaki.einsum(equation, part(z).contiguous()))
+
+
 def test_einsum_of_three_operands_contracts_from_left_to_right():
     """Each contraction is one product rounded once: (a b) c, as two ozaki products."""
     a, b, c = operands([(2, 3), (3, 4), (4, 5)], 4)

@@ -3,6 +3,7 @@ dtypes), what it leaves alone, nesting, leaving the block, errors and repr (ozak
 docs/torch.md, "Drop-in mode")."""
 
 
+import math
 import warnings
 
 import numpy as np
@@ -503,6 +504,74 @@ def test_chain_matmul_writes_out(device):
             result = torch.chain_matmul(a, b, c, out=out)
     assert result is out
     assert_bitwise_equal(out, ozaki.gemm(ozaki.gemm(a, b, **OPTIONS), c, **OPTIONS))
+
+
+@pytest.mark.parametrize("dtype, count", [(f32, 3), (f64, 1)], ids=["float32", "one-matrix"])
+def test_chain_matmul_writes_out_in_calls_the_mode_leaves_to_torch(dtype, count):
+    """A chain_matmul the mode does not take (float32 under the default mode, one matrix) still
+    writes out= and returns it: torch's fallback would call chain_matmul without it."""
+    matrices = operands([(4, 4)] * count, 17, "cpu", dtype)
+    out = torch.full((4, 4), nan, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # chain_matmul is deprecated
+        expected = torch.chain_matmul(*matrices)
+        with ozaki.enable():
+            result = torch.chain_matmul(*matrices, out=out)
+    assert result is out
+    assert_bitwise_equal(out, expected)
+
+
+def test_chain_matmul_writes_out_through_nested_modes():
+    """Two modes, the inner one for float32 only: the outer one still finds out= and writes it."""
+    a, b = operands([(2, 3), (3, 4)], 18, "cpu")
+    out = torch.full((2, 4), nan, dtype=f64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with ozaki.enable(**OPTIONS), ozaki.enable(dtypes=(f32,)):
+            result = torch.chain_matmul(a, b, out=out)
+    assert result is out
+    assert_bitwise_equal(out, ozaki.gemm(a, b, **OPTIONS))
+
+
+def test_three_matrices_associate_as_torch_does():
+    """Three matrices of equal costs either way go (AB)C, as torch's multi_dot takes them: with
+    [inf] [1e-200] [1e-200] that is inf, where A(BC) would be inf * 0 = NaN."""
+    A = torch.tensor([[math.inf]], dtype=f64)
+    B = torch.tensor([[1e-200]], dtype=f64)
+    expected = torch.linalg.multi_dot([A, B, B])
+    with ozaki.enable():
+        result = torch.linalg.multi_dot([A, B, B])
+    assert result.item() == expected.item() == math.inf
+    a, b, c = operands([(5, 5), (5, 5), (5, 5)], 19, "cpu")
+    with ozaki.enable(**OPTIONS):
+        assert_bitwise_equal(torch.linalg.multi_dot([a, b, c]),
+                             ozaki.gemm(ozaki.gemm(a, b, **OPTIONS), c, **OPTIONS))
+
+
+@pytest.mark.parametrize("kwargs", [{"beta": np.False_}, {"alpha": np.True_, "beta": 0},
+                                    {"alpha": np.complex64(2), "beta": np.float32(0)}],
+                         ids=["beta-false", "alpha-true", "alpha-complex"])
+def test_numpy_scalars_as_torch_reads_them(kwargs):
+    """NumPy's bool and complex scalars as alpha and beta, which torch takes (beta False ignores
+    the NaN of input): the mode's product with the Python numbers they stand for."""
+    c = torch.full((3, 5), nan, dtype=f64)
+    a, b = operands([(3, 4), (4, 5)], 20, "cpu")
+    python = {key: value.item() if isinstance(value, np.generic) else value
+              for key, value in kwargs.items()}
+    assert not torch.addmm(c, a, b, **kwargs).isnan().any()
+    with ozaki.enable():
+        result = torch.addmm(c, a, b, **kwargs)
+        assert_bitwise_equal(result, torch.addmm(c, a, b, **python))
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non-leaf"])
+def test_out_that_requires_grad_is_torchs_error(leaf):
+    """out= that requires grad in grad mode: torch's own refusal, under the mode as without."""
+    w = torch.zeros(3, 5, dtype=f64, requires_grad=True)
+    out = w if leaf else w * 1
+    a, b = operands([(3, 4), (4, 5)], 21, "cpu")
+    with ozaki.enable(), pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        torch.mm(a, b, out=out)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

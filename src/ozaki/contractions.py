@@ -217,8 +217,8 @@ def _sublists(name, arguments):
         for item in sublist:
             if item is Ellipsis:
                 letters.append("...")
-            elif isinstance(item, numbers.Integral) and 0 <= item < 52:
-                letters.append(string.ascii_letters[item])
+            elif isinstance(item, numbers.Integral) and 0 <= item < 52:  # torch's: A-Z, then a-z
+                letters.append((string.ascii_uppercase + string.ascii_lowercase)[item])
             else:
                 raise ValueError(f"{name}: sublist entries must be ints in [0, 52) or ..., got "
                                  f"{item!r}")
@@ -259,6 +259,13 @@ def einsum(*arguments, backend="auto", slices=None, fast=None, moduli=None, roun
     labels, out = parse_equation(name, equation, operands)
     check_sizes(name, equation, labels, operands)
     t, lt = operands[0], labels[0]
+    if len(operands) == 1 and t.is_complex():
+        # a sum has no complex products: each part summed alone, so that an Inf in one part
+        # leaves the other finite (as against complex ones, whose 0 * Inf would make it NaN)
+        keywords = dict(backend=backend, slices=slices, fast=fast, moduli=moduli,
+                        rounding=rounding)
+        return torch.complex(einsum(equation, t.real, **keywords),
+                             einsum(equation, t.imag, **keywords))
     if len(operands) == 1:  # summed against ones over the labels the output lacks
         summed = [l for l in dict.fromkeys(lt) if l not in out]
         ones = t.new_ones([dict(zip(lt, t.shape))[l] for l in summed])

@@ -47,6 +47,9 @@ def _scalar(value, dtype):
     complex of zero imaginary part as a real for real operands); NotImplemented for what ozaki
     cannot take the same way, and for what torch refuses: integers outside [-2^63, 2^64), finite
     values past the float32 range with float32 operands."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):
+        value = value.item()  # NumPy's scalars (np.True_, np.complex64(2)) as Python's numbers
     if isinstance(value, torch.Tensor):
         if value.dim() != 0 and value.numel() != 1:
             return NotImplemented
@@ -70,13 +73,14 @@ def _scalar(value, dtype):
 
 
 def _takes_out(out, *operands):
-    """Whether ozaki writes out= (None, or a tensor of the operands' dtype and device, none of
-    them requiring grad in grad mode; the rest is torch's to refuse)."""
+    """Whether ozaki writes out= (None, or a tensor of the operands' dtype and device, neither it
+    nor the operands requiring grad in grad mode; the rest is torch's to refuse)."""
     if out is None:
         return True
     like = operands[0]
     return (isinstance(out, torch.Tensor) and out.dtype == like.dtype and out.device == like.device
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in operands)))
+            and not (torch.is_grad_enabled()
+                     and any(t.requires_grad for t in (out, *operands))))
 
 
 def _written(result, out):
@@ -298,7 +302,8 @@ def _einsum(mode, *args, **unknown):
 
 def _chain_order(shapes):
     """split[i][j]: where the cheapest association of matrices i..j (shapes (rows, columns)) splits
-    it, by multiply-adds; ties go to the earliest split, so the order depends on the shapes only."""
+    it, by multiply-adds, as torch's multi_dot splits it: ties go to the earliest split, except
+    that a chain of three matrices goes (AB)C unless A(BC) is strictly cheaper."""
     count = len(shapes)
     cost = [[0] * count for _ in range(count)]
     split = [[0] * count for _ in range(count)]
@@ -311,6 +316,9 @@ def _chain_order(shapes):
                 if best is None or c < best:
                     best, split[i][j] = c, s
             cost[i][j] = best
+    if count == 3:
+        (a, b), (_, c), (_, d) = shapes
+        split[0][2] = 0 if a * c * (b + d) > b * d * (a + c) else 1
     return split
 
 
@@ -345,12 +353,15 @@ def _multi_dot(mode, tensors, *extra, out=None, **unknown):
 def _chain_matmul(mode, *matrices, out=None, **unknown):
     """torch.chain_matmul: multi_dot of matrices only. torch's chain_matmul hands function modes its
     matrices without its out=, so out is read from that call's frame, to be written as torch
-    would."""
+    would; a call ozaki does not take goes back to torch with it (torch's fallback would drop it)."""
     if out is None:
         out = _chain_matmul_out()
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in matrices):
-        return NotImplemented
-    return _multi_dot(mode, list(matrices), out=out, **unknown)
+    result = NotImplemented
+    if all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in matrices):
+        result = _multi_dot(mode, list(matrices), out=out, **unknown)
+    if result is NotImplemented and out is not None and not unknown:
+        return torch.chain_matmul(*matrices, out=out)  # this mode is off inside its handlers
+    return result
 
 
 def _chain_matmul_out():
