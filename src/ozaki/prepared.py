@@ -19,6 +19,7 @@ changes that bypass the counter (through A.data, a NumPy or DLPack view, the sto
 raw pointer, a step of torch's fused optimizers) are not seen.
 """
 
+import contextlib
 import math
 import threading
 import weakref
@@ -48,6 +49,21 @@ def _tensors(part):
     if isinstance(part, (tuple, list)):
         return [t for item in part for t in _tensors(item)]
     return []
+
+
+def outside_inference_mode():
+    """A context in which what a cache keeps is made as normal tensors, in a call under
+    torch.inference_mode too: a later call outside it may write them in place or return them,
+    which an inference tensor refuses."""
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
+
+
+def _capturing(device):
+    """Whether the current stream of `device` is capturing a CUDA graph: what is made now is only
+    recorded in the graph, not computed, so it serves that graph alone and is not kept."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def identity(A):
@@ -137,15 +153,17 @@ class Prepared:
     def _kept_part(self, attribute, name, make):
         """Part `attribute` (`name` for _ready), made by make() where missing. It is kept only
         where the handle was not cleared while it was made (another thread's product saw A
-        changed in place): a part of older contents then serves its own product alone."""
+        changed in place: a part of older contents) and the stream was not capturing a graph (a
+        part not yet computed): such a part serves its own product alone."""
         part = getattr(self, attribute)
         if part is None:
             generation = self._generation
-            made = make()
+            with outside_inference_mode():
+                made = make()
             with self._lock:
                 part = getattr(self, attribute)
                 if part is None:
-                    if self._generation != generation:
+                    if self._generation != generation or _capturing(self._key[0]):
                         return made
                     part = made if made is _OWN_ROWS else self._keep(name, made)
                     setattr(self, attribute, part)
@@ -218,8 +236,10 @@ class Prepared:
                     return None
                 self._origins.pop(kept.pop(index)[0], None)
             try:  # the room is booked while the set is made (_book)
-                residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
-                if self._generation == generation:  # else of contents A no longer holds: not kept
+                with outside_inference_mode():
+                    residues = _ops.crt_left_residues(self.rows(), scale, moduli, kind != "crt")
+                # not kept where of contents A no longer holds, or not yet computed (_capturing)
+                if self._generation == generation and not _capturing(self._key[0]):
                     kept.append((key, self._keep(key, residues)))
             finally:
                 self._unbook(size)

@@ -82,7 +82,8 @@ class _Kept(prepared.Prepared):
         # The digest's pinned host buffer and event, reused by every check (one at a time).
         self._host = self._copied = None
         if A.device.type == "cuda":
-            self._host = torch.empty((), dtype=torch.int64, pin_memory=True)
+            with prepared.outside_inference_mode():  # written by checks in any mode
+                self._host = torch.empty((), dtype=torch.int64, pin_memory=True)
             self._copied = torch.cuda.Event()
         self._made = HostCopy(_ops.fingerprint(A)).values()  # of the contents the parts are of
         self._fixed = _fixed_bytes(A)  # the room held for its parts besides residues

@@ -319,15 +319,18 @@ def _captured(A, B, dtype, options, kept, guess, key):
         return None
     _captures[shape_key] += 1
     try:
-        if key.staged:
-            staging = _staging(A, B, kept)
-            staged_a, staged_b = staging
-            entry = _capture(A if staged_a is None else staged_a, staged_b, options, kept,
-                             kept_parts, guess)
-            entry.staging = staging
-            entry.nbytes += sum(X.untyped_storage().nbytes() for X in staging if X is not None)
-        else:
-            entry = _capture(A, B, options, kept, kept_parts, guess)
+        # the graph's tensors serve later calls in either mode (prepared.outside_inference_mode)
+        with prepared.outside_inference_mode():
+            if key.staged:
+                staging = _staging(A, B, kept)
+                staged_a, staged_b = staging
+                entry = _capture(A if staged_a is None else staged_a, staged_b, options, kept,
+                                 kept_parts, guess)
+                entry.staging = staging
+                entry.nbytes += sum(X.untyped_storage().nbytes() for X in staging
+                                    if X is not None)
+            else:
+                entry = _capture(A, B, options, kept, kept_parts, guess)
     except Exception as error:  # noqa: BLE001 (the eager call that follows raises what is wrong)
         last_failure = f"{type(error).__name__}: {error}"
         return None
@@ -423,7 +426,8 @@ def _moved_result(entry):
     the entry copies its graph's result instead."""
     if not entry.sites:
         return None
-    C = torch.empty_like(entry.result)
+    with prepared.outside_inference_mode():  # the result of a call in either mode
+        C = torch.empty_like(entry.result)
     try:
         _C.retarget_graph_result(C.get_device(), entry.graph.raw_cuda_graph_exec(), entry.sites,
                                  C.data_ptr())
@@ -458,9 +462,11 @@ def _replayed(entry, A, B, dtype, options, kept):
         staged_b.copy_(B)
     entry.graph.replay()
     entry.replays += 1
-    if C is None:
-        C = entry.result.clone()
-    entry.done.record(stream)
+    try:
+        if C is None:
+            C = entry.result.clone()
+    finally:  # done follows every read of the graph's memory, also where one failed
+        entry.done.record(stream)
     # while the graph runs; _NotMoved here (the graph may be half moved) drops the entry
     entry.next_result = _moved_result(entry)
     a, bt, stats_a, stats_b, norm_a, norm_b, values = entry.est_parts
@@ -476,6 +482,7 @@ def _replayed(entry, A, B, dtype, options, kept):
     if speculation.kind_and_moduli(plan) == entry.guess:
         return C, plan
     del C
-    planned = product.product_of_plan(est, dtype, plan, inputs, kept)
-    entry.done.record(stream)  # after the plan's product, which reads the replayed statistics
-    return planned
+    try:
+        return product.product_of_plan(est, dtype, plan, inputs, kept)
+    finally:  # after the plan's product, which reads the replayed statistics
+        entry.done.record(stream)
