@@ -115,8 +115,9 @@ def test_int8_matmul_of_views_between_16_byte_boundaries(paths, k, offset):
 
 
 def test_int8_matmul_of_more_than_2_31_rows(paths):
-    """(2^31 + 37) x 16 int8 rows (32 GiB) times 4 columns: the GEMM's sizes pass int's range, so
-    cuBLAS's 64-bit call runs it; the last rows' products are those of the same rows alone."""
+    """(2^31 + 37) x 16 int8 rows (32 GiB) times 4 columns: past cuBLAS's int sizes (its 64-bit
+    call refuses the INT8 GEMM), so the rows go in blocks; the first and last rows' products are
+    those of the same rows alone."""
     torch.cuda.empty_cache()
     if gib_free() < 72:
         pytest.skip("needs about 72 GiB of free GPU memory")
