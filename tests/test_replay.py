@@ -2,6 +2,8 @@
 and every call gives the bits of the same call run eagerly, whatever changed in between: the
 operands' contents, the plan they lead to, the stream, a prepared left operand."""
 
+import gc
+import weakref
 from contextlib import nullcontext
 
 import pytest
@@ -270,6 +272,38 @@ def test_a_prepared_operand_replays(monkeypatch):
         assert kept.nbytes > 0
     for _ in range(CALLS):  # released: the products compute everything again
         assert_bitwise_equal(ozaki.dgemm(A, B), expected[id(B)])
+
+
+@pytest.mark.cuda
+def test_entries_free_the_kept_parts_their_handle_dropped(monkeypatch):
+    """An entry of a prepared operand holds the kept parts its graph reads. Once the handle drops
+    them (an in-place change of A, or leaving ozaki.prepare) the entry can no longer replay: it is
+    freed, at the next look at the entries or at the release, so that nothing outside MAX_BYTES'
+    count holds the parts' memory."""
+    m, k, n = SHAPE
+    A, B = phi_pair(m, k, n, 0.5, seed=30, device="cuda")
+    expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)
+
+    def kept_residues():
+        entries = [entry for key, entry in replay._entries.items() if key.prepared]
+        assert entries, replay.last_failure
+        return weakref.ref(entries[0].kept_parts[4])
+
+    with ozaki.prepare(A):
+        for _ in range(CALLS):
+            ozaki.dgemm(A, B)
+        residues = kept_residues()
+        A.mul_(1)  # the handle drops its parts at the next product
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+        replay.info()
+        gc.collect()
+        assert residues() is None
+        for _ in range(CALLS):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+        residues = kept_residues()
+    gc.collect()
+    assert residues() is None
+    assert not any(key.prepared for key in replay._entries)
 
 
 @pytest.mark.cuda

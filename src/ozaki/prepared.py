@@ -251,14 +251,25 @@ class Prepared:
         exponents where kept), computing none of them: None where one is missing. They stay the
         same objects until dropped (ozaki/replay.py compares them by identity); the rows are
         _OWN_ROWS where A's own rows serve. Each is ready for the current stream (_ready)."""
+        parts = self._current_parts(kind, moduli)
+        if parts is None:
+            return None
+        names = ("rows", "stats", "digits", "row_bounds", (kind, moduli), "column_exponents")
+        return tuple(self._ready(name, part) for name, part in zip(names, parts))
+
+    def holds(self, parts, kind, moduli):
+        """Whether `parts`, of an earlier kept_parts(kind, moduli), are still the kept ones (the
+        same objects), readying none of them."""
+        now = self._current_parts(kind, moduli)
+        return now is not None and all(x is y for x, y in zip(now, parts))
+
+    def _current_parts(self, kind, moduli):
+        """kept_parts's tuple, as kept (None where one is missing)."""
         key = (kind, moduli)
         residues = next((r for known, r in self._residues if known == key), None)
-        names = ("rows", "stats", "digits", "row_bounds", key, "column_exponents")
         parts = (self._rows, self._stats, self._digits, self._row_bounds, residues,
                  self._column_exponents)
-        if any(part is None for part in parts[:5]):
-            return None
-        return tuple(self._ready(name, part) for name, part in zip(names, parts))
+        return None if any(part is None for part in parts[:5]) else parts
 
     def _residue_bytes(self):
         """The bytes of the residue sets kept (INT8: one byte per entry)."""
@@ -307,11 +318,14 @@ class Prepared:
         self._sharers.append((weakref.ref(other), other._version))
 
     def release(self):
-        """Frees the kept parts; later products compute everything again."""
+        """Frees the kept parts, and the replayed calls' graphs that read them; later products
+        compute everything again."""
+        from . import replay  # which imports this module
         self._clear()
         with _registry_lock:
             if REGISTRY.get(self._key) is self:
                 del REGISTRY[self._key]
+        replay.drop_stale()
 
     def __enter__(self):
         return self

@@ -38,6 +38,7 @@ import inspect
 import os
 import threading
 import typing
+import weakref
 
 import torch
 
@@ -99,7 +100,16 @@ class _Entry:
     guess_key: typing.Optional[tuple] = None  # speculation.key_of() of the calls it serves
     quick_key: typing.Optional[tuple] = None  # its key in _quick, for default options
     staging: typing.Optional[tuple] = None  # a staged entry's copies of (A or None, B) it reads
+    kept_handle: typing.Optional[weakref.ref] = None  # the handle of kept_parts, None without
     replays: int = 0
+
+    def stale(self):
+        """Whether the entry reads kept parts that their handle dropped (released, changed in
+        place, residues replaced): it can no longer replay, and only it holds their memory."""
+        if self.kept_parts is None:
+            return False
+        handle = self.kept_handle()
+        return handle is None or not handle.holds(self.kept_parts, *self.guess)
 
 
 def applies(A, B, options):
@@ -236,6 +246,7 @@ def info():
     """The kept entries, most recently used last: dicts of the operands' shapes, dtype, the guessed
     plan (kind, moduli), the bytes kept and the replays so far."""
     with _lock:
+        _drop_stale()
         return [{"a": key.a_shape, "b": key.b_shape, "dtype": key.dtype, "plan": entry.guess,
                  "bytes": entry.nbytes, "replays": entry.replays,
                  "result": "moved" if entry.sites else "copied", "staged": key.staged}
@@ -245,7 +256,19 @@ def info():
 def nbytes():
     """The GPU memory the kept entries hold."""
     with _lock:
+        _drop_stale()
         return sum(entry.nbytes for entry in _entries.values())
+
+
+def drop_stale():
+    """Frees the entries whose kept parts their handle dropped (Prepared.release calls it)."""
+    with _lock:
+        _drop_stale()
+
+
+def _drop_stale():
+    for key in [key for key, entry in _entries.items() if entry.stale()]:
+        _drop(key)
 
 
 def clear():
@@ -339,6 +362,8 @@ def _captured(A, B, dtype, options, kept, guess, key):
         return None
     _make_room(entry.nbytes)
     _entries[key] = entry
+    if kept is not None:
+        entry.kept_handle = weakref.ref(kept)
     entry.guess_key = speculation.key_of(A.device, dtype, A.shape, B.mT.shape, options)
     if options is DEFAULT and kept is None:
         entry.quick_key = quick_key(A, B, staged=key.staged)
@@ -437,7 +462,9 @@ def _moved_result(entry):
 
 
 def _make_room(size):
-    """Drops the least recently used entries until one of `size` bytes fits both limits."""
+    """Drops the entries that can no longer replay (_drop_stale), then the least recently used
+    ones until one of `size` bytes fits both limits."""
+    _drop_stale()
     while _entries and (len(_entries) >= MAX_ENTRIES
                         or sum(e.nbytes for e in _entries.values()) + size > MAX_BYTES):
         _drop(next(iter(_entries)))
