@@ -307,6 +307,21 @@ def test_entries_free_the_kept_parts_their_handle_dropped(monkeypatch):
 
 
 @pytest.mark.cuda
+def test_operands_prepared_one_after_another_keep_replaying():
+    """A program that prepares a new operand for each of many solves (a kernel matrix per step
+    of an outer loop): each release gives its entries' captures back, so the shape still
+    replays after more solves than MAX_CAPTURES."""
+    m, k, n = SHAPE
+    for solve in range(replay.MAX_CAPTURES + 2):
+        A, B = phi_pair(m, k, n, 0.5, seed=31 + solve, device="cuda")
+        before = replays()
+        with ozaki.prepare(A):
+            for _ in range(CALLS):
+                ozaki.dgemm(A, B)
+            assert replays() > before, (solve, replay.last_failure)
+
+
+@pytest.mark.cuda
 def test_another_stream_replays_after_the_last_calls_reads(monkeypatch):
     A, B = phi_pair(*SHAPE, 0.5, seed=8, device="cuda")
     expected = eager(lambda: ozaki.dgemm(A, B), monkeypatch)

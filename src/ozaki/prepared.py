@@ -325,7 +325,7 @@ class Prepared:
         with _registry_lock:
             if REGISTRY.get(self._key) is self:
                 del REGISTRY[self._key]
-        replay.drop_stale()
+        replay.drop_stale(self)
 
     def __enter__(self):
         return self

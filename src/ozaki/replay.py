@@ -260,14 +260,18 @@ def nbytes():
         return sum(entry.nbytes for entry in _entries.values())
 
 
-def drop_stale():
-    """Frees the entries whose kept parts their handle dropped (Prepared.release calls it)."""
+def drop_stale(released=None):
+    """Frees the entries whose kept parts their handle dropped. released: a handle just released
+    (Prepared.release), whose entries' captures no longer count against MAX_CAPTURES: the next
+    operand prepared in a loop (a solve per step) gets its own."""
     with _lock:
-        _drop_stale()
+        _drop_stale(released)
 
 
-def _drop_stale():
+def _drop_stale(released=None):
     for key in [key for key, entry in _entries.items() if entry.stale()]:
+        if released is not None and _entries[key].kept_handle() is released:
+            _captures[key.of_shape()] -= 1
         _drop(key)
 
 
