@@ -9,29 +9,24 @@ import torch
 import ozaki
 from helpers import assert_bitwise_equal, phi_pair
 from ozaki import _ops, crt, prepared, product, repeated, replay, speculation
+from test_repeated import unkept as uncached
+from test_replay import CALLS, SHAPE
 
 pytestmark = pytest.mark.cuda
 
-SHAPE = (70, 300, 9)
-CALLS = 5
+
+def forget_all():
+    repeated.clear()
+    replay.clear()
+    speculation.forget()
 
 
 @pytest.fixture(autouse=True)
 def fresh():
-    replay.clear()
-    speculation.forget()
-    repeated.clear()
+    """Nothing kept, replayed or guessed before a test, nor after it."""
+    forget_all()
     yield
-    replay.clear()
-    speculation.forget()
-    repeated.clear()
-
-
-def uncached(call, monkeypatch):
-    with monkeypatch.context() as patch:
-        patch.setattr(replay, "ENABLED", False)
-        patch.setattr(repeated, "ENABLED", False)
-        return call()
+    forget_all()
 
 
 def test_a_staged_entry_made_under_inference_mode_serves_normal_calls(monkeypatch):
