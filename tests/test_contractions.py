@@ -189,6 +189,23 @@ def test_tensordot_entries_are_correctly_rounded():
                              exact_einsum("ijk,jkl->il", x, y))
 
 
+def test_tensordot_of_an_int_dims_checks_every_contracted_size():
+    """dims = 2 on (2, 3, 4) and (4, 3, 5): the contracted sizes (3, 4) and (4, 3) differ pair by
+    pair though their products agree, which a reshape alone would take (pairing entries that do
+    not belong together). ozaki.tensordot refuses it by name; under the drop-in mode torch raises
+    its own error, and takes its own rule for a contracted size of 1 in one operand."""
+    a, b = operands([(2, 3, 4), (4, 3, 5)], 9)
+    with pytest.raises(ValueError, match=r"ozaki.tensordot: dimension 1 of a \(size 3\) and "
+                                         r"dimension 0 of b \(size 4\) are contracted"):
+        ozaki.tensordot(a, b, 2)
+    with ozaki.enable(), pytest.raises(RuntimeError, match="contracted dimensions need to match"):
+        torch.tensordot(a, b, dims=2)
+    x, y = operands([(6, 2), (1, 12)], 10)
+    expected = torch.tensordot(x, y, dims=1)
+    with ozaki.enable():
+        assert_bitwise_equal(torch.tensordot(x, y, dims=1), expected)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda a, b: ozaki.tensordot(a, b, 3), ValueError,
      r"ozaki.tensordot: dims = 3 must be between 0 and the smaller rank, 2"),

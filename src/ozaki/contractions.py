@@ -53,16 +53,20 @@ def tensordot_dims(name, a, b, dims):
         if not 0 <= dims <= min(a.dim(), b.dim()):
             raise ValueError(f"{name}: dims = {dims} must be between 0 and the smaller rank, "
                              f"{min(a.dim(), b.dim())} (a is {a.dim()}-D, b is {b.dim()}-D)")
-        return list(range(a.dim() - dims, a.dim())), list(range(dims))
-    if not isinstance(dims, (list, tuple)) or len(dims) != 2:
-        raise TypeError(f"{name}: dims must be an int or a pair of dimension lists, got {dims!r}")
-    pair = [[d] if isinstance(d, numbers.Integral) else list(d) for d in dims]
-    dims_a = [_dimension(name, "dims[0]", d, a.dim()) for d in pair[0]]
-    dims_b = [_dimension(name, "dims[1]", d, b.dim()) for d in pair[1]]
-    if len(dims_a) != len(dims_b) or len(set(dims_a)) != len(dims_a) \
-            or len(set(dims_b)) != len(dims_b):
-        raise ValueError(f"{name}: dims = {dims!r} must pair distinct dimensions of a with as many "
-                         "distinct dimensions of b")
+        dims_a, dims_b = list(range(a.dim() - dims, a.dim())), list(range(dims))
+    else:
+        if not isinstance(dims, (list, tuple)) or len(dims) != 2:
+            raise TypeError(f"{name}: dims must be an int or a pair of dimension lists, got "
+                            f"{dims!r}")
+        pair = [[d] if isinstance(d, numbers.Integral) else list(d) for d in dims]
+        dims_a = [_dimension(name, "dims[0]", d, a.dim()) for d in pair[0]]
+        dims_b = [_dimension(name, "dims[1]", d, b.dim()) for d in pair[1]]
+        if len(dims_a) != len(dims_b) or len(set(dims_a)) != len(dims_a) \
+                or len(set(dims_b)) != len(dims_b):
+            raise ValueError(f"{name}: dims = {dims!r} must pair distinct dimensions of a with as "
+                             "many distinct dimensions of b")
+    # every pair, of either form of dims: sizes whose products alone agree would reshape into
+    # entries that do not belong together
     for da, db in zip(dims_a, dims_b):
         if a.shape[da] != b.shape[db]:
             raise ValueError(f"{name}: dimension {da} of a (size {a.shape[da]}) and dimension {db}"
