@@ -273,14 +273,15 @@ def test_compiled_matmul_gives_eager_bits(device, fresh_dynamo, monkeypatch):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.complex128, torch.complex64],
+                         ids=["float64", "float32", "complex128", "complex64"])
 def test_compiled_scalars_that_torch_makes_symbolic(device, dtype, fresh_dynamo):
     """alpha and beta that torch.compile traces as symbolic floats (dynamic=True, or a value that
     changes between calls, a 0-d tensor's too) give eager's bits: ozaki.gemm, nn.Linear and
-    torch.addmm under ozaki.enable."""
+    torch.addmm under ozaki.enable, in one graph each (fullgraph)."""
     A, B, C, x = (t.to(dtype) for t in operands([(4, 9), (9, 5), (4, 5), (3, 9)], 16, device))
     layer = torch.nn.Linear(9, 5, dtype=dtype).to(device)
-    dynamic = torch.compile(lambda A, B: ozaki.gemm(A, B), dynamic=True)
+    dynamic = torch.compile(lambda A, B: ozaki.gemm(A, B), dynamic=True, fullgraph=True)
     assert_bitwise_equal(dynamic(A, B), ozaki.gemm(A, B))
 
     def linear(x):
@@ -288,14 +289,15 @@ def test_compiled_scalars_that_torch_makes_symbolic(device, dtype, fresh_dynamo)
             return layer(x)
 
     with torch.no_grad():
-        assert_bitwise_equal(torch.compile(linear, dynamic=True)(x), linear(x))
-    scaled = torch.compile(lambda A, B, C, alpha: ozaki.gemm(A, B, C, alpha=alpha, beta=1.0))
+        assert_bitwise_equal(torch.compile(linear, dynamic=True, fullgraph=True)(x), linear(x))
+    scaled = torch.compile(lambda A, B, C, alpha: ozaki.gemm(A, B, C, alpha=alpha, beta=1.0),
+                           fullgraph=True)
 
     def addmm(A, B, C, alpha):
         with ozaki.enable(dtypes=(dtype,)):
             return torch.addmm(C, A, B, alpha=alpha)
 
-    added = torch.compile(addmm)
+    added = torch.compile(addmm, fullgraph=True)
     for alpha in (0.5, 0.25, 0.3, torch.tensor(0.7, dtype=torch.float64)):
         value = alpha.item() if isinstance(alpha, torch.Tensor) else alpha
         assert_bitwise_equal(scaled(A, B, C, value), ozaki.gemm(A, B, C, alpha=value, beta=1.0))

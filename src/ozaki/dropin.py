@@ -62,6 +62,8 @@ def _scalar(value, dtype):
         if value.imag != 0:
             return NotImplemented
         value = value.real
+    if torch.compiler.is_compiling() and type(value) in (int, float, complex):
+        return value  # maybe symbolic, which math.isfinite cannot trace: the kernel checks it
     if dtype in (torch.float32, torch.complex64):
         parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
         try:

@@ -49,6 +49,11 @@ def check_scalar(name, arg, value, dtype):
                         f"{type(value).__name__} {value!r}")
     if not dtype.is_complex and not isinstance(value, numbers.Real):  # 2+0j would make D complex
         raise TypeError(f"{name}: {arg} = {value!r} is complex but the operands are {dtype}")
+    if torch.compiler.is_compiling() and type(value) in (int, float, complex):
+        # a number torch.compile may trace as symbolic (it then reads as a float here, and
+        # neither float32's rounding nor complex() can be traced): the kernel checks and rounds
+        # the value each compiled call passes
+        return value
     try:
         converted = complex(value) if dtype.is_complex else float(value)
     except OverflowError:
