@@ -314,10 +314,10 @@ def test_every_study_call_names_its_backend(monkeypatch):
                        backends=errors.BACKENDS, moduli=[6])
     assert seen and set(seen) == set(errors.BACKENDS)
     seen.clear()
-    reproducibility.check([(3, 8, 2)], [torch.device("cpu")], [1], repeats=1,
+    reproducibility.check([(3, 8, 2)], [torch.device("cpu")], [1], repeats=2,
                           backends=reproducibility.BACKENDS)
     assert set(seen) == set(reproducibility.BACKENDS)
-    assert len(seen) == len(reproducibility.products(reproducibility.BACKENDS))
+    assert len(seen) == 2 * len(reproducibility.products(reproducibility.BACKENDS))
 
 
 def test_committed_study_without_the_backend_column_loads_as_fp16():
@@ -342,6 +342,35 @@ def test_error_study_rejects_an_unknown_backend_and_short_moduli():
                                          r"needs at least 2\)"):
         errors.error_study(cases, ["moduli"], None, 0, torch.device("cpu"), backends=["crt"],
                            moduli=[1])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"modes": ["fastt"]}, "error_study: modes must be among fast, all-pairs, moduli, auto, "
+                           "nearest, got 'fastt'"),
+    ({"modes": ["moduli"], "backends": ["fp16"]},
+     r"error_study: backends \('fp16',\) run none of the modes \('moduli',\): only native"),
+    ({"modes": ["moduli"], "backends": ["crt"], "moduli": [0]},
+     "error_study: moduli must hold counts between 1 and 16, got 0"),
+    ({"modes": ["fast"], "slices": [41]}, "error_study: slices must hold counts between 1 and 40, "
+                                          "got 41"),
+], ids=["unknown-mode", "no-mode-runs", "moduli-0", "slices-41"])
+def test_error_study_refuses_what_would_measure_native_alone(kwargs, message):
+    """Modes and counts the command line refuses are refused by the Python call too: a study of
+    the native rows alone, or of a count no option takes, is not what was asked for."""
+    cases = errors.cases_for([torch.float64], [1.0], [8], 2)
+    arguments = {"modes": errors.MODES, "slices": None, "backends": ["fp16"], **kwargs}
+    with pytest.raises(ValueError, match=message):
+        errors.error_study(cases, arguments.pop("modes"), arguments.pop("slices"), 0,
+                           torch.device("cpu"), **arguments)
+
+
+@pytest.mark.parametrize("shapes, threads, repeats", [([(3, 8, 2)], [1], 1), ([(3, 8, 2)], [1, 2], 0),
+                                                      ([], [1, 2], 2)],
+                         ids=["one-run-one-setting", "no-runs", "no-shapes"])
+def test_reproducibility_check_refuses_to_compare_nothing(shapes, threads, repeats):
+    """A check that would compare no two results is refused, not reported reproducible."""
+    with pytest.raises(ValueError, match="compare nothing"):
+        reproducibility.check(shapes, [torch.device("cpu")], threads, repeats=repeats)
 
 
 @pytest.mark.parametrize("argv,message", [

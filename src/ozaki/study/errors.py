@@ -16,6 +16,7 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki import crt
+from ozaki.slicing import MAX_SLICES
 from ozaki.bench import ieee_fp32_matmul
 from ozaki.cli import DTYPE_NAMES, device_name
 
@@ -140,6 +141,7 @@ def error_study(cases, modes, slices, seed, device, reference="int", progress=No
     if unknown:
         raise ValueError(f"error_study: backends must be among {', '.join(BACKENDS)}, got "
                          f"{unknown[0]!r}")
+    _check_modes(modes, backends, slices, moduli)
     rows = []
     where = device_name(device)
     for case in cases:
@@ -164,6 +166,22 @@ def error_study(cases, modes, slices, seed, device, reference="int", progress=No
         if progress is not None:
             progress.step(case.label())
     return rows
+
+
+def _check_modes(modes, backends, slices, moduli):
+    """error_study's modes and counts: every mode among MODES, some mode that one of `backends`
+    runs (else the study would measure native alone), the counts within the options' ranges."""
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"error_study: modes must be among {', '.join(MODES)}, got {mode!r}")
+    if not any(mode in BACKEND_MODES[b] for b in backends for mode in modes):
+        raise ValueError(f"error_study: backends {tuple(backends)} run none of the modes "
+                         f"{tuple(modes)}: only native would be measured")
+    for arg, counts, most in (("slices", slices, MAX_SLICES), ("moduli", moduli, crt.MAX_MODULI)):
+        for count in counts or ():
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= most:
+                raise ValueError(f"error_study: {arg} must hold counts between 1 and {most}, got "
+                                 f"{count!r}")
 
 
 def moduli_problem(counts, k):

@@ -176,6 +176,10 @@ def check(shapes, devices, threads, seed=0, phi=1.0, repeats=2, progress=None,
         raise ValueError(f"check: backends must be among {', '.join(BACKENDS)}, got "
                          f"{unknown[0]!r}")
     settings = settings_for(devices, threads)
+    if not shapes or len(settings) * repeats < 2 or repeats < 1:
+        raise ValueError(f"check: {len(shapes)} shapes, {len(settings)} settings and repeats = "
+                         f"{repeats} compare nothing; give shapes, and repeats >= 2 or more than "
+                         "one setting (devices, threads)")
     chosen = products(backends)
     report = Report(settings[0].label(), [s.label() for s in settings], len(chosen),
                     [tuple(s) for s in shapes], repeats)
