@@ -5,6 +5,7 @@ import contextlib
 import csv
 import io
 import math
+import warnings
 from fractions import Fraction
 from pathlib import Path
 
@@ -331,6 +332,19 @@ def test_committed_study_without_the_backend_column_loads_as_fp16():
     summary = errors.summarize(rows)
     assert "backend" not in summary[0] and "moduli at native level" not in summary[0]
     assert summary[0]["auto plan"].endswith(("fast", "all pairs"))
+
+
+def test_error_study_sweeps_short_counts_without_warnings():
+    """The study runs counts short of the error bound on purpose and measures them: the
+    AccuracyWarning each of those calls would raise (dozens per run, burying the progress lines)
+    stays out of its output."""
+    cases = errors.cases_for([torch.float64], [1.0], [64], 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ozaki.fixed_counts.AccuracyWarning)
+        rows = errors.error_study(cases, ["fast"], [1, 2], 0, torch.device("cpu"))
+    assert [row["slices"] for row in rows if row["mode"] == "fast"] == [1, 2]
+    with pytest.warns(ozaki.fixed_counts.AccuracyWarning):
+        ozaki.dgemm(*cases[0].inputs(0, torch.device("cpu")), slices=1)
 
 
 def test_error_study_rejects_an_unknown_backend_and_short_moduli():
