@@ -37,6 +37,14 @@ def test_seed_outside_the_generator_seeds_is_refused(argv, message, capsys):
     assert demo.parse_args(["--device", "cpu", "--seed", str(2 ** 64 - 1)]).seed == 2 ** 64 - 1
 
 
+def test_a_size_whose_operands_cannot_fit_is_refused(capsys):
+    """--size whose two float64 operands exceed the host's memory: an argument error naming it,
+    before any allocation (which would end in the allocator's traceback)."""
+    assert_usage_error(demo.parse_args, ["--device", "cpu", "--size", "99999999"],
+                       "argument --size: 99999999 x 99999999 float64 operands need 1.49e+08 GiB, "
+                       "more than the host's", capsys)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--phi", "25"], "argument --phi: 25 is too large: the 512 x 512 x 512 inputs (rand - 0.5) "
                       "* exp(phi * randn) of --seed 0 hold entries past the range of float32"),

@@ -5,6 +5,7 @@ next to the error of torch's native matmul on the same inputs.
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -28,8 +29,22 @@ def parse_args(argv=None):
     args.device = resolve_device(parser, args.device)
     if args.size is None:
         args.size = 2048 if args.device.type == "cuda" else 512
+    check_memory(parser, args.size, args.device)
     check_phi(parser, [args.phi], [(args.size,) * 3], args.seed, [torch.float64, torch.float32])
     return args
+
+
+def check_memory(parser, n, device):
+    """A parser error where the two n x n float64 operands alone would not fit the host's memory
+    (they are drawn there) or the device's."""
+    needed = 2 * n * n * 8
+    places = [("the host", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))]
+    if device.type == "cuda":
+        places.append((str(device), torch.cuda.get_device_properties(device).total_memory))
+    for place, total in places:
+        if needed > total:
+            parser.error(f"argument --size: {n} x {n} float64 operands need "
+                         f"{needed / 2**30:.3g} GiB, more than {place}'s {total / 2**30:.3g} GiB")
 
 
 def timed(fn, device):
