@@ -16,7 +16,7 @@ from . import contractions
 from .blas import gemm
 from .contractions import einsum, tensordot
 from .distributed.dtensor import is_dtensor
-from .gemm_op import REAL_OF
+from .gemm_op import REAL_OF, traced_number
 from .matmul import matmul
 from .options import Options
 
@@ -62,8 +62,8 @@ def _scalar(value, dtype):
         if value.imag != 0:
             return NotImplemented
         value = value.real
-    if torch.compiler.is_compiling() and type(value) in (int, float, complex):
-        return value  # maybe symbolic, which math.isfinite cannot trace: the kernel checks it
+    if traced_number(value):
+        return value
     if dtype in (torch.float32, torch.complex64):
         parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
         try:

@@ -32,6 +32,13 @@ REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
 _FLOAT32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 
 
+def traced_number(value):
+    """Whether torch.compile is tracing and value is a Python number, which it may have made
+    symbolic: it then reads as a plain float, and neither float32's rounding, math.isfinite nor
+    complex() can be traced on it. The kernel checks and rounds each compiled call's value."""
+    return torch.compiler.is_compiling() and type(value) in (int, float, complex)
+
+
 def check_scalar(name, arg, value, dtype):
     """alpha and beta: real numbers (int, float, Fraction, NumPy's), or complex ones for complex
     operands; with float32 operands, none that is finite but rounds to +-Inf in float32. Returns
@@ -49,10 +56,7 @@ def check_scalar(name, arg, value, dtype):
                         f"{type(value).__name__} {value!r}")
     if not dtype.is_complex and not isinstance(value, numbers.Real):  # 2+0j would make D complex
         raise TypeError(f"{name}: {arg} = {value!r} is complex but the operands are {dtype}")
-    if torch.compiler.is_compiling() and type(value) in (int, float, complex):
-        # a number torch.compile may trace as symbolic (it then reads as a float here, and
-        # neither float32's rounding nor complex() can be traced): the kernel checks and rounds
-        # the value each compiled call passes
+    if traced_number(value):
         return value
     try:
         converted = complex(value) if dtype.is_complex else float(value)
