@@ -276,6 +276,56 @@ def test_out_is_resized_as_torch_resizes_it(device):
                 call(torch.empty(0, dtype=f32, device=device))
 
 
+def _resize_warnings(call, out):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call(out)
+    return [w for w in caught if "resized" in str(w.message)]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_out_resize_warns_where_torch_warns(device):
+    """An out= that held entries and is resized warns under the mode exactly where torch warns:
+    every product but addbmm, which torch resizes silently."""
+    a, b, c = operands([(6, 9), (9, 5), (6, 5)], 12, device)
+    x, y = operands([(2, 6, 9), (2, 9, 5)], 13, device)
+    calls = {"mm": lambda out: torch.mm(a, b, out=out),
+             "matmul": lambda out: torch.matmul(x, y, out=out),
+             "bmm": lambda out: torch.bmm(x, y, out=out),
+             "addmm": lambda out: torch.addmm(c, a, b, out=out),
+             "baddbmm": lambda out: torch.baddbmm(c, x, y, out=out),
+             "addbmm": lambda out: torch.addbmm(c, x, y, out=out),
+             "addmv": lambda out: torch.addmv(c[:, 0], a, b[:, 0], out=out),
+             "mv": lambda out: torch.mv(a, b[:, 0], out=out),
+             "dot": lambda out: torch.dot(a[0], b[:, 0], out=out)}
+    for name, call in calls.items():
+        torch_warns = bool(_resize_warnings(call, torch.zeros(3, dtype=f64, device=device)))
+        with ozaki.enable(**OPTIONS):
+            out = torch.zeros(3, dtype=f64, device=device)
+            warned = _resize_warnings(call, out)
+        assert bool(warned) == torch_warns, name
+        assert torch_warns == (name != "addbmm"), name
+        assert out.shape == call(torch.empty(0, dtype=f64, device=device)).shape, name
+
+
+def test_chain_matmul_warns_as_torch_does(monkeypatch):
+    """torch.chain_matmul under the mode gives torch's deprecation warning (which torch gives in
+    the code the mode replaces): once per process, at the caller's line, and the product still runs
+    through ozaki."""
+    a, b, c = operands([(6, 9), (9, 5), (5, 6)], 14, "cpu")
+    monkeypatch.setattr(dropin, "_chain_matmul_warned", False)
+    caught = []
+    for _ in range(2):
+        with ozaki.enable(**OPTIONS), warnings.catch_warnings(record=True) as round_caught:
+            warnings.simplefilter("always")
+            result = torch.chain_matmul(a, b, c)
+        caught.append([w for w in round_caught if "deprecated" in str(w.message)])
+    assert [len(round_caught) for round_caught in caught] == [1, 0]
+    assert caught[0][0].filename == __file__ and caught[0][0].category is UserWarning
+    assert "torch.linalg.multi_dot" in str(caught[0][0].message)
+    assert_bitwise_equal(result, ozaki.gemm(ozaki.gemm(a, b, **OPTIONS), c, **OPTIONS))
+
+
 def test_calls_with_torchs_other_arguments_go_to_torch():
     """An out_dtype (a form ozaki has no counterpart of) or a keyword ozaki does not know is handed
     to torch, which decides (here: its own error)."""

@@ -490,6 +490,8 @@ ERRORS = [
      r"ozaki.prepare: A must be a dense \(strided\) tensor, got layout torch.sparse_coo"),
     ("3-D", (ones(2, 3, 3),), {}, ValueError,
      r"ozaki.prepare: A must be 2-D, got 3-D with shape \(2, 3, 3\)"),
+    ("meta", (torch.empty(3, 3, dtype=torch.float64, device="meta"),), {}, ValueError,
+     r"ozaki.prepare: device must be cpu or cuda, got meta"),
     ("max-bytes-negative", (ones(3, 3),), {"max_bytes": -1}, ValueError,
      r"ozaki.prepare: max_bytes must be None or an integer >= 0, got -1"),
     ("max-bytes-bool", (ones(3, 3),), {"max_bytes": True}, ValueError,

@@ -5,7 +5,7 @@ torch.compile."""
 import torch
 
 from .distributed.dtensor import dtensor_product, is_dtensor
-from .gemm_op import check_gemm, run_gemm
+from .gemm_op import check_addend, check_gemm, run_gemm
 from .options import Options
 from .product import check_operands
 
@@ -116,7 +116,8 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
         A, B: float64, float32, complex128 or complex64 tensors of one dtype, on one device:
             matrices, or batches of matrices (3-D, the same batch size: a batched GEMM).
         C: the addend, broadcastable to the result's shape (m, n) or (batch, m, n); read only
-            when beta != 0 (so NaN in C does not leak into a beta = 0 product).
+            when beta != 0 (so NaN in C does not leak into a beta = 0 product), and checked then,
+            or when it requires grad (its zero gradient).
         alpha, beta: real numbers (Python's, Fraction, NumPy scalars), or complex ones with
             complex operands, taken as float64 (complex128) values and, with float32 or complex64
             operands, rounded to float32 first, as BLAS's sgemm and torch.addmm take them.
@@ -144,14 +145,19 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     A = _transposed(name, "A", A, transa)
     B = _transposed(name, "B", B, transb)
     try:
-        _, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
+        shape, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
     except ValueError as error:
         raise ValueError(f"{error}{_as_passed(passed, transa=transa, transb=transb)}") from None
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     # with beta = 0, C is still handed on where it requires grad, for its zero gradient (torch's
-    # addmm gives one); it is never read
-    joins_graph = (isinstance(C, torch.Tensor) and C.requires_grad and torch.is_grad_enabled()
-                   and C.dtype == A.dtype and C.device == A.device)
+    # addmm gives one); it is never read, but it must fit the result as with beta != 0
+    joins_graph = (isinstance(C, torch.Tensor) and C.requires_grad and torch.is_grad_enabled())
+    if joins_graph and beta == 0:
+        try:
+            check_addend(name, C, A.dtype, A.device, shape)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{error} (C requires grad, so with beta = 0 it still gets its "
+                              "zero gradient)") from None
     result = run_gemm(A, B, C if beta != 0 or joins_graph else None, alpha, beta, options)
     return result if out is None else copy_out(name, result, out)
 

@@ -19,7 +19,7 @@ from .blas import copy_out
 from .gemm_op import REAL_OF, run_gemm
 from .operands import at_least, check_alike, check_tensor
 from .options import Options
-from .product import check_device
+from .operands import check_device
 
 
 def _check_operands(name, arguments):

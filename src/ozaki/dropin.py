@@ -6,13 +6,12 @@ shape or argument torch rejects, a form ozaki has no counterpart of), which torc
 import functools
 import math
 import sys
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from . import contractions
+from . import contractions, fixed_counts
 from .blas import gemm
 from .contractions import einsum, tensordot
 from .distributed.dtensor import is_dtensor
@@ -85,17 +84,17 @@ def _takes_out(out, *operands):
                      and any(t.requires_grad for t in (out, *operands))))
 
 
-def _written(result, out):
-    """out= as torch writes it: resized to the result's shape (with a warning where it held
-    entries, as torch warns), then filled."""
+def _written(result, out, resize_warns=True):
+    """out= as torch writes it: resized to the result's shape (with a warning at the caller's line
+    where it held entries and torch warns: all but addbmm), then filled."""
     if out is None:
         return result
     if out.shape != result.shape:
-        if out.numel() != 0:
-            warnings.warn(f"ozaki.enable: out of shape {list(out.shape)} held entries and was "
-                          f"resized to the result's shape {list(result.shape)}, as torch resizes "
-                          "it (torch deprecates this; resize out to zero elements first to write "
-                          "it silently)", UserWarning, stacklevel=4)
+        if out.numel() != 0 and resize_warns:
+            fixed_counts.warn(f"ozaki.enable: out of shape {list(out.shape)} held entries and "
+                              f"was resized to the result's shape {list(result.shape)}, as torch "
+                              "resizes it (torch deprecates this; resize out to zero elements "
+                              "first to write it silently)", UserWarning)
         out.resize_(result.shape)
     return out.copy_(result)
 
@@ -166,11 +165,11 @@ def _scaled_arguments(args, kwargs, method):
     return target, rest[0], rest[1], beta, alpha, kwargs.get("out")
 
 
-def _scaled(fits, product):
+def _scaled(fits, product, resize_warns=True):
     """The handler of an op(input, first, second, *, beta, alpha, out) in all its calling forms
     (_scaled_arguments): fits(input, first, second) says whether torch takes the shapes, and
     product(input, first, second, alpha, beta, options) is beta input + alpha (first op second)
-    by ozaki."""
+    by ozaki. resize_warns: whether torch warns as it resizes an out= that held entries."""
     def handler(mode, *args, **kwargs):
         arguments = _scaled_arguments(args, kwargs, method=False)
         if arguments is None:
@@ -181,7 +180,7 @@ def _scaled(fits, product):
         alpha, beta = _scalar(alpha, a.dtype), _scalar(beta, a.dtype)
         if alpha is NotImplemented or beta is NotImplemented:
             return NotImplemented
-        return _written(product(c, a, b, alpha, beta, mode.options.keywords()), out)
+        return _written(product(c, a, b, alpha, beta, mode.options.keywords()), out, resize_warns)
     return handler
 
 
@@ -211,7 +210,8 @@ _baddbmm = _scaled(lambda c, a, b: a.dim() == 3 and b.dim() == 3 and a.shape[0] 
                    _gemm_with_addend)
 _addbmm = _scaled(lambda c, a, b: a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0]
                   and a.shape[2] == b.shape[1]
-                  and _broadcasts(c.shape, (a.shape[1], b.shape[2])), _addbmm_product)
+                  and _broadcasts(c.shape, (a.shape[1], b.shape[2])), _addbmm_product,
+                  resize_warns=False)
 _addmv = _scaled(lambda c, a, v: a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]
                  and _broadcasts(c.shape, (a.shape[0],)), _addmv_product)
 
@@ -363,7 +363,17 @@ def _chain_matmul(mode, *matrices, out=None, **unknown):
         result = _multi_dot(mode, list(matrices), out=out, **unknown)
     if result is NotImplemented and out is not None and not unknown:
         return torch.chain_matmul(*matrices, out=out)  # this mode is off inside its handlers
+    global _chain_matmul_warned
+    if result is not NotImplemented and not _chain_matmul_warned:
+        _chain_matmul_warned = True  # once per process, as torch warns
+        fixed_counts.warn("torch.chain_matmul is deprecated and will be removed in a future "
+                          "PyTorch release. Use torch.linalg.multi_dot instead.", UserWarning)
     return result
+
+
+# Whether the mode gave torch.chain_matmul's deprecation warning, which torch gives in the code the
+# mode replaces (torch's deprecated overloads of addmm and the others warn before the mode runs).
+_chain_matmul_warned = False
 
 
 def _chain_matmul_out():

@@ -16,7 +16,7 @@ from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF, run_gemm
 from .operands import at_least, check_alike, check_tensor
 from .options import Options
-from .product import check_device
+from .operands import check_device
 
 
 def _check(name, a, b):

@@ -3,6 +3,8 @@ function, the argument and the value received, in the same words everywhere."""
 
 import torch
 
+from . import _ops
+
 FLOATS = (torch.float64, torch.float32)
 
 
@@ -59,3 +61,12 @@ def check_alike(func, names, a, b):
     if a.device != b.device:
         raise ValueError(f"{func}: {first} and {second} must be on the same device, got "
                          f"{a.device} and {b.device}")
+
+
+def check_device(name, device):
+    """The operands' device: the CPU, or a CUDA device where this build has the CUDA backend."""
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: device must be cpu or cuda, got {device}")
+    if device.type == "cuda" and not _ops.CUDA_BUILT:
+        raise RuntimeError(f"{name}: the inputs are on {device} but this ozaki build has no CUDA "
+                           "backend (rebuild with torch's CUDA build and nvcc, OZAKI_FORCE_CUDA=1)")

@@ -28,7 +28,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _ops, crt
-from .operands import FLOATS, check_tensor
+from .operands import FLOATS, check_device, check_tensor
 from .streams import current_stream
 
 #: Residue sets a handle keeps: those of the last plans that ran.
@@ -346,6 +346,7 @@ def prepare(A, *, max_bytes=None):
     product instead. Returns a Prepared handle; the parts stay kept while it lives."""
     name = "ozaki.prepare"
     check_tensor(name, "A", A, FLOATS, (2,))
+    check_device(name, A.device)
     if A.is_inference():
         raise ValueError(f"{name}: A is an inference tensor (made under torch.inference_mode), "
                          "whose in-place changes cannot be detected; prepare a normal tensor")

@@ -14,7 +14,7 @@ from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, request
                       wide_crt_plan)
 from ._ops import usable_rows as _usable_rows
 from .host_copy import HostCopy
-from .operands import FLOATS, InnerDimensionError, check_alike, check_tensor
+from .operands import FLOATS, InnerDimensionError, check_alike, check_device, check_tensor
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
 from .streams import current_stream
@@ -46,15 +46,6 @@ def check_operands(name, A, B, dtype, ranks=(2,)):
         raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
                          f"{tuple(B.shape)} (A.shape[-1] must equal B.shape[-2])")
     check_device(name, A.device)
-
-
-def check_device(name, device):
-    """The operands' device: the CPU, or a CUDA device where this build has the CUDA backend."""
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"{name}: device must be cpu or cuda, got {device}")
-    if device.type == "cuda" and not _ops.CUDA_BUILT:
-        raise RuntimeError(f"{name}: the inputs are on {device} but this ozaki build has no CUDA "
-                           "backend (rebuild with torch's CUDA build and nvcc, OZAKI_FORCE_CUDA=1)")
 
 
 def row_operands(A, B):
