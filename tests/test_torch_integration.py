@@ -334,14 +334,19 @@ def test_enable_inside_a_compiled_function(device, fresh_dynamo):
     torch.testing.assert_close(after, x @ y, rtol=0, atol=0)
 
 
-def test_compiled_chain_matmul_under_enable_gives_eager_bits(fresh_dynamo):
+def test_compiled_chain_matmul_under_enable_gives_eager_bits(fresh_dynamo, monkeypatch):
     """torch.chain_matmul under ozaki.enable compiles with fullgraph=True (the mode reads its out=
-    from the caller's frame only in eager code) to eager's bits."""
+    from the caller's frame and gives torch's deprecation warning only in eager code) to eager's
+    bits; the eager call after it still warns."""
+    from ozaki import dropin
+    monkeypatch.setattr(dropin, "_chain_matmul_warned", False)
     a, b, c = operands([(4, 6), (6, 5), (5, 3)], 34, "cpu")
     compiled = torch.compile(lambda x, y, z: torch.chain_matmul(x, y, z), fullgraph=True)
     with ozaki.enable():
-        eager = torch.chain_matmul(a, b, c)
-        assert_bitwise_equal(compiled(a, b, c), eager)
+        result = compiled(a, b, c)
+        with pytest.warns(UserWarning, match="torch.chain_matmul is deprecated"):
+            eager = torch.chain_matmul(a, b, c)
+        assert_bitwise_equal(result, eager)
         assert_bitwise_equal(eager, torch.linalg.multi_dot([a, b, c]))  # ozaki's, in the mode
 
 
