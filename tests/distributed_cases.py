@@ -42,6 +42,13 @@ def layout_cases():
         for options in ({}, {"rounding": "nearest"}, {"backend": "fp16"}):
             cases.append(dict(kind="layout", layout=layout, options=options, data="phi0.5",
                               dtype="float32", shape=(9, 33, 7), split="even"))
+    # data where one device plans exact scheme II (the k-shards run its correctly rounded bits by
+    # scheme I: test_distributed.test_data_for_exact_scheme_two_plans_it)
+    for data, dtype, shape in (("hidden", "float64", (40, 40, 40)),
+                               ("spread", "float32", (9, 33, 7))):
+        for options in ({}, {"backend": "crt"}):
+            cases.append(dict(kind="layout", layout="inner", options=options, data=data,
+                              dtype=dtype, shape=shape, split="uneven"))
     # k-sharded sums combined in many row chunks (one row each), overlapped with the next chunk
     for options in ({}, {"backend": "fp16"}, {"rounding": "nearest", "slices": 2, "fast": True}):
         cases.append(dict(kind="layout", layout="inner", options=options, data="nonfinite",
@@ -62,6 +69,8 @@ def dtensor_cases():
                               data="phi0.5", dtype="float64", shape=(10, 23, 7)))
     cases.append(dict(kind="dtensor", placements=("S1", "S0"), options={}, entry="sgemm",
                       data="phi0.5", dtype="float32", shape=(10, 23, 7)))
+    cases.append(dict(kind="dtensor", placements=("S1", "S0"), options={}, entry="matmul",
+                      data="hidden", dtype="float64", shape=(40, 40, 40)))
     # one row over two ranks: one rank's shard is empty
     for options in ({"backend": "fp16", "slices": 3}, {"backend": "crt", "moduli": 9}):
         cases.append(dict(kind="dtensor", placements=("S0", "R"), options=options, entry="matmul",
@@ -94,6 +103,15 @@ def operands(case):
     if data == "integers":
         A = torch.randint(-20, 21, (m, k), generator=g).to(dtype)
         B = torch.randint(-20, 21, (k, n), generator=g).to(dtype)
+        return A, B
+    if data in ("spread", "hidden"):  # normal entries scaled by 2^e, e uniform in [-s, s]
+        spread = 15 if data == "spread" else 2
+        A, B = (torch.randn(shape, generator=g, dtype=dtype)
+                * 2.0 ** torch.randint(-spread, spread + 1, shape, generator=g).to(dtype)
+                for shape in ((m, k), (k, n)))
+        if data == "hidden":  # each row's largest entry meets only zeros of B
+            A[:, 0] *= 2.0 ** 12
+            B[0] = 0.0
         return A, B
     phi = 4.0 if data == "phi4" else 0.5
     A = accuracy.phi_matrix(m, k, phi, generator=g, dtype=dtype)

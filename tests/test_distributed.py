@@ -13,6 +13,7 @@ import torch
 import torch.multiprocessing as mp
 
 import distributed_cases as cases
+import ozaki
 from helpers import cpu_and_cuda, norm_scale_code, scale_of
 from ozaki import _ops
 from ozaki.distributed.inner import norm_scales_from_sums
@@ -49,6 +50,17 @@ def _check(results, case):
     for rank, result in enumerate(results):
         outcome = result[str(case["id"])]
         assert outcome is None, f"rank {rank}: {outcome}"
+
+
+@pytest.mark.parametrize("case", [c for c in ALL if c["data"] in ("spread", "hidden")],
+                         ids=lambda c: cases.case_name(c))
+def test_data_for_exact_scheme_two_plans_it(case):
+    """The "spread" and "hidden" cases reach what they are for: one device plans exact scheme II
+    there, which has no k-shard operator (the k-shards take its correctly rounded bits from
+    scheme I)."""
+    A, B = cases.operands(case)
+    plan = ozaki.plan(A, B, **case["options"])
+    assert plan.backend == "crt" and plan.exact and plan.rounding is None, plan
 
 
 @pytest.mark.parametrize("case", ALL, ids=[cases.case_name(c) for c in ALL])

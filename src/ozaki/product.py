@@ -283,13 +283,17 @@ class Estimates:
         # per element of a batch, in one order on every device (the kept reads' too)
         return _ops.crt_entry_bound_sum(u.view(-1, self.k), v.view(-1, self.k))
 
+    def column_exponents(self, x, stats):
+        """_column_exponents of the operand x (a or bt) with its row stats: of the whole k."""
+        return _column_exponents(x, stats)
+
     def _column_exponents_a(self):
-        return _column_exponents(self.a, self.stats_a)
+        return self.column_exponents(self.a, self.stats_a)
 
     def _column_exponents_b(self):
         """bt's column exponents, computed once (the entry bound's floor and the bound read them)."""
         if self._exponents_b is None:
-            self._exponents_b = _column_exponents(self.bt, self.stats_b)
+            self._exponents_b = self.column_exponents(self.bt, self.stats_b)
         return self._exponents_b
 
     _exponents_b = None
@@ -506,26 +510,25 @@ class BackendWarning(UserWarning):
     operands (docs/api.md, "Plans"), so INT8 scheme I ran instead."""
 
 
-def planned(est, dtype, options, exact_scheme_two=True):
+def planned(est, dtype, options):
     """plan_for's (plan, crt_inputs) for a product that runs: a plan whose backend="crt" scheme I
     replaced warns (BackendWarning) at the caller's line; ozaki.plan returns the text alone."""
-    plan, inputs = plan_for(est, dtype, options, exact_scheme_two)
+    plan, inputs = plan_for(est, dtype, options)
     if plan.warning is not None:
         fixed_counts.warn(plan.warning, BackendWarning)
     return plan, inputs
 
 
-def plan_for(est, dtype, options, exact_scheme_two=True):
+def plan_for(est, dtype, options):
     """(plan, crt_inputs): the backend and its plan by the rules of docs/accuracy.md, "Backends";
-    crt_inputs is set when the plan is scheme II. est: the operands' Estimates. exact_scheme_two:
-    whether exact scheme II may run (k-sharded products take scheme I's exact paths instead)."""
+    crt_inputs is set when the plan is scheme II. est: the operands' Estimates."""
     k = est.k
     backend, slices, fast, moduli, rounding = options.op_arguments()
     considered = _scheme_two_considered(k, options)
     if rounding == "nearest":
         digits = "fp16" if backend == "fp16" else "int8"
         plan = _scheme_one_plan(est, dtype, slices, fast, rounding, digits, "correctly rounded")
-        if not (considered and exact_scheme_two):
+        if not considered:
             return plan, None
         inputs = _CrtInputs(est)
         exact = _exact_crt_plan(est, dtype, inputs, "nearest", "correctly rounded")
@@ -560,8 +563,7 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
         plan = wide
     # exact scheme II is taken with fewer moduli than the plan (as many, against a wide plan)
     most = None if plan is None else plan.gemms - (0 if plan.wide else 1)
-    exact = (_exact_crt_plan(est, dtype, inputs, None, "exact", most) if exact_scheme_two
-             else None)
+    exact = _exact_crt_plan(est, dtype, inputs, None, "exact", most)
     if exact is not None and (plan is None or exact.gemms < plan.gemms
                               or (plan.wide and exact.gemms == plan.gemms)):
         # the truncated plans cannot meet the bound or cost more: the exact product, unless the
@@ -575,8 +577,7 @@ def plan_for(est, dtype, options, exact_scheme_two=True):
                     else _scheme_one_plan(est, dtype, None, None, None, "int8"))
         reason = f"{fallback.reason}; not scheme II: {truncated_why}"
         if backend == "crt":
-            exact_why = (f"exact scheme II needs more than {crt.MAX_EXACT_MODULI} moduli"
-                         if exact_scheme_two else "exact scheme II does not run on k-shards")
+            exact_why = f"exact scheme II needs more than {crt.MAX_EXACT_MODULI} moduli"
             warning = (
                 f"ozaki: backend='crt' cannot be shown to meet the error bound on these operands "
                 f"({truncated_why}, and {exact_why}), so INT8 scheme I runs in its place "

@@ -10,6 +10,11 @@ runs the one-device code on the one-device values. The level sums stay below 2^5
 k scheme I accepts (k <= 2^22 for FP16 digits, below 2^29 for INT8) and the INT32 results below 2^31
 for k < 2^17, the limits of one device.
 
+Exact scheme II has no k-shard operator: where one device plans it, the k-shards run the correctly
+rounded scheme-I plan, whose bits are the same (both round the exact product once). The plan
+itself is the one-device plan: the exact bound it reads from the columns' exponents is computed
+from all of them, gathered in rank order.
+
 Two parts are not sums of the ranks' parts and are finished apart: entries whose correct rounding
 the slice products leave undecided (rounding="nearest"; their rows and columns are gathered and
 multiplied exactly), and rows or columns holding NaN or Inf (their IEEE value comes from counts of
@@ -21,6 +26,7 @@ import torch
 from .. import _ops
 from .. import crt
 from ..options import Options
+from ..planner import nearest_plan
 from ..product import (Estimates, finished_plan, fixed_count_check, masked_min, planned,
                        row_operands, row_stats, real_product)
 
@@ -76,6 +82,12 @@ class InnerEstimates(Estimates):
 
     def combine_sum(self, values):
         return self.group.sum(values)
+
+    def column_exponents(self, x, stats):
+        """The shard's column exponents gathered in rank order: the whole k's, in the order one
+        device reads them, so that the exact entry bound's float64 sum is the one-device sum."""
+        local = super().column_exponents(x, stats)
+        return self.group.gather_columns(local.view(1, -1)).view(-1)
 
     def scheme_one_bound(self):
         bound = _ops.magnitude_product(self.a, self.bt, self.stats_a, self.stats_b, self.k)
@@ -233,18 +245,23 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
     a, bt = row_operands(a_local, b_local)
     stats_a, stats_b = global_row_stats(row_stats(a), row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
-    plan, inputs = planned(est, dtype, options, exact_scheme_two=False)
-    if plan.backend == "crt" and plan.wide:
+    plan, inputs = planned(est, dtype, options)
+    run = plan
+    if plan.backend == "crt" and plan.exact:
+        # exact scheme II's bits are the exact product rounded once: the correctly rounded plan's
+        run = nearest_plan(total_k, dtype, est.max_span(), None, None, "int8",
+                           "correctly rounded (exact scheme II on one device)")
+    if run.backend == "crt" and run.wide:
         # wide scheme II has no k-shard operator: the ranks gather the whole rows, which gives the
         # one-device bits
         C = _ops.gemm_crt_exact(group.gather_columns(a), group.gather_columns(bt), stats_a, stats_b,
                                 plan.moduli, _ops.workspace_bytes(),
                                 inputs.wide_exponents(plan.moduli, total_k))
-    elif plan.backend == "crt":
+    elif run.backend == "crt":
         C = _crt_rounded(a, bt, inputs.scales(plan.moduli, total_k), plan, dtype, group)
     else:
-        nearest = plan.rounding == "nearest"
-        C, undecided = _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group,
+        nearest = run.rounding == "nearest"
+        C, undecided = _levels_rounded(a, bt, stats_a, stats_b, run, nearest, dtype, group,
                                        total_k)
         if nearest and bool(undecided.any()):
             _round_undecided(C, undecided, a, bt, dtype, group)
