@@ -357,6 +357,10 @@ ERRORS = [
      r"C of shape \(4, 2\) does not broadcast to the result's shape \(3, 2\)"),
     ("C-bigger", (_t(3, 4), _t(4, 2), _t(2, 3, 2)), {"beta": 1}, ValueError,
      r"C of shape \(2, 3, 2\) does not broadcast to the result's shape \(3, 2\)"),
+    ("C-sparse", (_t(3, 4), _t(4, 2), _t(3, 2).to_sparse()), {"beta": 1}, TypeError,
+     r"C must be a dense \(strided\) tensor, got layout torch.sparse_coo"),
+    ("C-sparse-csr", (_t(3, 4), _t(4, 2), _t(3, 2).to_sparse_csr()), {"beta": 1}, TypeError,
+     r"C must be a dense \(strided\) tensor, got layout torch.sparse_csr"),
     ("mixed-dtypes", (_t(3, 4), _t(4, 2, dtype=f32)), {}, TypeError,
      r"B must be torch.float64, got torch.float32"),
     ("int-tensors", (_t(3, 4, dtype=torch.int32), _t(4, 2, dtype=torch.int32)), {}, TypeError,
@@ -392,6 +396,23 @@ def test_errors_name_the_argument(args, kwargs, error, message):
     """Bad arguments raise before any product, with a message naming ozaki.gemm and the argument."""
     with pytest.raises(error, match="ozaki.gemm: " + message):
         ozaki.gemm(*args, **kwargs)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_complex_scalars_of_zero_imaginary_part_scale_each_part_alone(device):
+    """alpha or beta of zero imaginary part (2 + 0j, or a real 2) scale the real and imaginary
+    parts each alone (docs/torch.md): Inf + NaN i times 2 stays Inf + NaN i (the full complex
+    product would make the real part NaN from 0 * NaN), and -0 - i times 2 keeps its -0."""
+    A = torch.tensor([[math.inf + 0j]], dtype=torch.complex128, device=device)
+    B = torch.tensor([[1 + 0j]], dtype=torch.complex128, device=device)
+    P = ozaki.matmul(A, B)
+    assert math.isinf(P.real.item()) and math.isnan(P.imag.item())
+    C = torch.tensor([[complex(-0.0, -1.0)]], dtype=torch.complex128, device=device)
+    for two in (2 + 0j, 2.0):
+        D = ozaki.gemm(A, B, alpha=two)
+        assert_bitwise_equal(D, torch.complex(2 * P.real, 2 * P.imag))
+        D = ozaki.gemm(A, B, C, alpha=0, beta=two)
+        assert math.copysign(1, D.real.item()) == -1 and D.imag.item() == -2
 
 
 @pytest.mark.parametrize("scalars", [{"alpha": 2 + 0j}, {"beta": 2 + 0j}], ids=["alpha", "beta"])
@@ -456,6 +477,25 @@ def test_scalars_no_float64_holds_are_named(value, error, message):
     A, B = operands([(3, 4), (4, 2)], torch.float64, seed=19, device="cpu")
     with pytest.raises(error, match="ozaki.gemm: " + message):
         ozaki.gemm(A, B, alpha=value)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).maxexp <= 1024,
+                    reason="NumPy's longdouble is float64 here: no finite value past its range")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.complex128])
+def test_finite_longdoubles_past_float64_are_refused(dtype):
+    """NumPy's longdouble and clongdouble hold finite values past float64's range, which float()
+    turns into +-Inf: they are refused like the int and the Fraction of that size, never taken as
+    infinite scales."""
+    A, B = (t.to(dtype) for t in operands([(3, 4), (4, 2)], torch.float64, seed=19, device="cpu"))
+    values = [np.longdouble(10.0) ** 400, -np.longdouble(10.0) ** 400]
+    if dtype.is_complex:
+        values += [np.clongdouble(1j) * np.longdouble(10.0) ** 400]
+    for value in values:
+        for arg in ("alpha", "beta"):
+            with pytest.raises(ValueError, match=f"ozaki.gemm: {arg} = .* is past the float64 "
+                                                 "range"):
+                ozaki.gemm(A, B, A[:, :2], **{arg: value})
+    assert torch.isinf(torch.tensor(float(values[0])))  # what float() alone would have taken
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])

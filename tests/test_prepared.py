@@ -7,6 +7,7 @@ import contextlib
 import time
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -466,10 +467,11 @@ def test_prepared_operand_serves_enable_and_matmul():
         assert kept._residues
 
 
-def test_release_and_max_bytes():
+@pytest.mark.parametrize("zero", [0, np.int64(0)], ids=["int", "numpy-int64"])
+def test_release_and_max_bytes(zero):
     A, B = phi_pair(64, 100, 8, 0.5, seed=13)
     expected = ozaki.dgemm(A, B)
-    kept = ozaki.prepare(A, max_bytes=0)  # nothing of the residues fits
+    kept = ozaki.prepare(A, max_bytes=zero)  # nothing of the residues fits
     assert_bitwise_equal(ozaki.dgemm(A, B), expected)
     assert not kept._residues and 0 < kept.nbytes < 15 * 64 * 112  # stats and digits only
     assert "64x100 torch.float64 on cpu" in repr(kept)
@@ -494,8 +496,12 @@ ERRORS = [
      r"ozaki.prepare: device must be cpu or cuda, got meta"),
     ("max-bytes-negative", (ones(3, 3),), {"max_bytes": -1}, ValueError,
      r"ozaki.prepare: max_bytes must be None or an integer >= 0, got -1"),
-    ("max-bytes-bool", (ones(3, 3),), {"max_bytes": True}, ValueError,
-     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got True"),
+    ("max-bytes-bool", (ones(3, 3),), {"max_bytes": True}, TypeError,
+     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got bool True"),
+    ("max-bytes-float", (ones(3, 3),), {"max_bytes": 1.5}, TypeError,
+     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got float 1.5"),
+    ("max-bytes-numpy-negative", (ones(3, 3),), {"max_bytes": np.int64(-2)}, ValueError,
+     r"ozaki.prepare: max_bytes must be None or an integer >= 0, got -2"),
 ]
 
 

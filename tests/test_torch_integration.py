@@ -304,6 +304,41 @@ def test_compiled_scalars_that_torch_makes_symbolic(device, dtype, fresh_dynamo)
         assert_bitwise_equal(added(A, B, C, alpha), addmm(A, B, C, alpha))
 
 
+def test_compiled_scalars_act_as_in_eager(fresh_dynamo):
+    """Values eager takes, compiled calls take alike: a float32 beta that rounds to 0 reads no C
+    (None, or one that would not fit), and integers past int64 (which the operator's Scalar cannot
+    hold) scale as their float64 values."""
+    A, B, C = operands([(3, 4), (4, 2), (3, 2)], 21, "cpu")
+    a, b = A.float(), B.float()
+    compiled = torch.compile(lambda a, b, c, alpha, beta: ozaki.gemm(a, b, c, alpha=alpha,
+                                                                     beta=beta),
+                             backend="eager", fullgraph=True)
+    for c in (None, torch.ones(5)):
+        assert_bitwise_equal(compiled(a, b, c, 1.0, 1e-50), ozaki.sgemm(a, b))
+    for alpha in (2 ** 64, 2 ** 70, -2 ** 63 - 1):
+        assert_bitwise_equal(compiled(A, B, C, alpha, 1.0),
+                             ozaki.gemm(A, B, C, alpha=alpha, beta=1.0))
+    past = torch.compile(lambda a, b: ozaki.gemm(a, b, alpha=2 ** 2000), backend="eager",
+                         fullgraph=True)
+    with pytest.raises(Exception, match=r"ozaki.gemm: alpha = \d+ is past the float64 range"):
+        past(A, B)
+
+
+def test_compiled_shape_errors_carry_ozakis_message(fresh_dynamo):
+    """A C that does not broadcast to the result, and batches that do not broadcast together, are
+    named in the error torch.compile raises, as eager names them."""
+    A, B = operands([(3, 4), (4, 2)], 22, "cpu")
+    compiled = torch.compile(lambda a, b, c: ozaki.gemm(a, b, c, beta=1.0), backend="eager",
+                             fullgraph=True)
+    with pytest.raises(Exception, match=r"ozaki.gemm: C of shape \(5,\) does not broadcast to "
+                                        r"the result.{0,2}s shape \(3, 2\)"):
+        compiled(A, B, torch.ones(5, dtype=f64))
+    x, y = operands([(2, 4, 5), (3, 5, 2)], 23, "cpu")
+    with pytest.raises(Exception, match=r"ozaki.matmul: the batch dimensions of a \(2,\) and b "
+                                        r"\(3,\) do not broadcast"):
+        torch.compile(ozaki.matmul, backend="eager", fullgraph=True)(x, y)
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_enable_around_a_compiled_call(device, fresh_dynamo):
     """A `with ozaki.enable(...)` entered outside a compiled function is traced: `a @ b` inside

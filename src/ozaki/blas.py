@@ -5,7 +5,7 @@ torch.compile."""
 import torch
 
 from .distributed.dtensor import dtensor_product, is_dtensor
-from .gemm_op import check_addend, check_gemm, run_gemm
+from .gemm_op import check_addend, check_gemm, nonzero, run_gemm
 from .options import Options
 from .product import check_operands
 
@@ -152,13 +152,14 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     # with beta = 0, C is still handed on where it requires grad, for its zero gradient (torch's
     # addmm gives one); it is never read, but it must fit the result as with beta != 0
     joins_graph = (isinstance(C, torch.Tensor) and C.requires_grad and torch.is_grad_enabled())
-    if joins_graph and beta == 0:
+    reads_c = nonzero(beta, A.dtype)
+    if joins_graph and not reads_c:
         try:
             check_addend(name, C, A.dtype, A.device, shape)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{error} (C requires grad, so with beta = 0 it still gets its "
                               "zero gradient)") from None
-    result = run_gemm(A, B, C if beta != 0 or joins_graph else None, alpha, beta, options)
+    result = run_gemm(A, B, C if reads_c or joins_graph else None, alpha, beta, options)
     return result if out is None else copy_out(name, result, out)
 
 

@@ -19,7 +19,7 @@ import torch.autograd.forward_ad as fwAD
 
 from . import replay
 from .complex import complex_parts
-from .operands import check_tensor
+from .operands import at_least, broadcast_shape, check_tensor
 from .options import Options
 from .product import check_operands, real_product
 
@@ -28,8 +28,9 @@ REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
 
 
 # The midpoint between float32's largest finite value and 2^128: from it on, rounding to float32
-# gives infinity.
+# gives infinity; float64's alike, as an int.
 _FLOAT32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
+_FLOAT64_OVERFLOW = 2 ** 1024 - 2 ** 970
 
 
 def traced_number(value):
@@ -57,11 +58,14 @@ def check_scalar(name, arg, value, dtype):
     if not dtype.is_complex and not isinstance(value, numbers.Real):  # 2+0j would make D complex
         raise TypeError(f"{name}: {arg} = {value!r} is complex but the operands are {dtype}")
     if traced_number(value):
+        if type(value) is int and not -2**63 <= value < 2**63:
+            # past what the operator's Scalar holds: its float64 value (compared first, as the
+            # traced float() raises its own error)
+            if abs(value) >= _FLOAT64_OVERFLOW:
+                raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range")
+            value = float(value)
         return value
-    try:
-        converted = complex(value) if dtype.is_complex else float(value)
-    except OverflowError:
-        raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range") from None
+    converted = _converted(name, arg, value, dtype)
     if REAL_OF[dtype] == torch.float32:
         parts = (converted.real, converted.imag) if dtype.is_complex else (converted,)
         if any(math.isfinite(p) and abs(p) >= _FLOAT32_OVERFLOW for p in parts):
@@ -72,6 +76,35 @@ def check_scalar(name, arg, value, dtype):
     return converted
 
 
+def _converted(name, arg, value, dtype):
+    """value as a Python float (complex for complex operands); a finite value past the float64
+    range (an int, a Fraction, NumPy's longdouble) is an error, never +-Inf."""
+    try:
+        converted = complex(value) if dtype.is_complex else float(value)
+    except OverflowError:
+        converted = None
+    if converted is not None:
+        parts = ((converted.real, value.real), (converted.imag, value.imag))
+        if not any(math.isinf(p) and given == given and given != p for p, given in parts):
+            return converted
+    raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range")
+
+
+def nonzero(value, dtype):
+    """Whether alpha or beta (as check_scalar returns it) is nonzero in the operands' precision:
+    a value torch.compile traced is not rounded to float32 yet (the kernel rounds it), and one of
+    at most 2^-150 in magnitude rounds to 0 there."""
+    if REAL_OF[dtype] == torch.float32 and (traced_number(value)
+                                            or isinstance(value, torch.SymFloat)):
+        parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
+        return any(not abs(p) <= _FLOAT32_ZERO for p in parts)  # NaN is nonzero
+    return value != 0
+
+
+# The largest magnitude that rounds to 0 in float32: half the least subnormal (a tie, to even 0).
+_FLOAT32_ZERO = 2.0 ** -150
+
+
 def _float32(x):
     """x (a float64 value within float32's range, or +-Inf or NaN) rounded to float32, ties to
     even, as a Python float."""
@@ -79,18 +112,16 @@ def _float32(x):
 
 
 def check_addend(name, C, dtype, device, shape):
-    """C of D = alpha A B + beta C: A's dtype and device, broadcastable to the result's shape."""
+    """C of D = alpha A B + beta C: a dense tensor of A's dtype and device, broadcastable to the
+    result's shape."""
     if not isinstance(C, torch.Tensor):
         raise TypeError(f"{name}: C must be a torch.Tensor when beta != 0, got {type(C).__name__}")
     if C.dtype != dtype:
         raise TypeError(f"{name}: C must be {dtype} like A and B, got {C.dtype}")
+    check_tensor(name, "C", C, (dtype,), at_least(0))  # a dense tensor
     if C.device != device:
         raise ValueError(f"{name}: C must be on {device} like A and B, got {C.device}")
-    try:
-        broadcast = torch.broadcast_shapes(C.shape, shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(shape):
+    if broadcast_shape(tuple(C.shape), tuple(shape)) != tuple(shape):
         raise ValueError(f"{name}: C of shape {tuple(C.shape)} does not broadcast to the result's "
                          f"shape {tuple(shape)}")
 
@@ -103,7 +134,7 @@ def check_gemm(name, A, B, C, alpha, beta):
     alpha = check_scalar(name, "alpha", alpha, A.dtype)
     beta = check_scalar(name, "beta", beta, A.dtype)
     shape = (*A.shape[:-1], B.shape[-1])
-    if beta != 0:
+    if nonzero(beta, A.dtype):
         check_addend(name, C, A.dtype, A.device, shape)
     return shape, alpha, beta
 
@@ -114,7 +145,8 @@ def _scale(x, s):
 
 
 def _scale_parts(re, im, s):
-    """(Re, Im) of s * (re + i im), one IEEE operation per step."""
+    """(Re, Im) of s * (re + i im), one IEEE operation per step; s of zero imaginary part scales
+    each part alone (docs/torch.md: no 0 * Inf from one part in the other)."""
     s = complex(s)
     if s.imag == 0:
         return _scale(re, s.real), _scale(im, s.real)

@@ -14,9 +14,8 @@ import torch
 from .blas import copy_out
 from .distributed.dtensor import dtensor_product, is_dtensor
 from .gemm_op import REAL_OF, run_gemm
-from .operands import at_least, check_alike, check_tensor
+from .operands import at_least, broadcast_shape, check_alike, check_device, check_tensor
 from .options import Options
-from .operands import check_device
 
 
 def _check(name, a, b):
@@ -71,12 +70,11 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
         columns = b.mT.reshape(math.prod(batch_b) * n, k).mT
         result = _gemm(a, columns, options).reshape(m, *batch_b, n).movedim(0, -2).contiguous()
     else:
-        try:
-            batch = torch.broadcast_shapes(batch_a, batch_b)
-        except RuntimeError:  # the type torch.matmul raises, with the arguments named
+        batch = broadcast_shape(tuple(batch_a), tuple(batch_b))
+        if batch is None:  # the type torch.matmul raises, with the arguments named
             raise RuntimeError(f"{name}: the batch dimensions of a {tuple(batch_a)} and b "
                                f"{tuple(batch_b)} do not broadcast (a is {tuple(a.shape)}, b is "
-                               f"{tuple(b.shape)})") from None
+                               f"{tuple(b.shape)})")
         count = math.prod(batch)
         A = a.expand(*batch, m, k).reshape(count, m, k)
         B = b.expand(*batch, k, n).reshape(count, k, n)

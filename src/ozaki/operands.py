@@ -70,3 +70,17 @@ def check_device(name, device):
     if device.type == "cuda" and not _ops.CUDA_BUILT:
         raise RuntimeError(f"{name}: the inputs are on {device} but this ozaki build has no CUDA "
                            "backend (rebuild with torch's CUDA build and nvcc, OZAKI_FORCE_CUDA=1)")
+
+
+def broadcast_shape(first, second):
+    """torch's broadcast of two shapes, or None where they do not broadcast: in plain Python, so
+    that torch.compile traces it (torch.broadcast_shapes raises its own error on traced shapes,
+    before the caller could name the arguments)."""
+    shape = []
+    for index in range(1, max(len(first), len(second)) + 1):
+        x = first[-index] if index <= len(first) else 1
+        y = second[-index] if index <= len(second) else 1
+        if x != y and x != 1 and y != 1:
+            return None
+        shape.append(y if x == 1 else x)
+    return tuple(reversed(shape))

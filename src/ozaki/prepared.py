@@ -21,6 +21,7 @@ raw pointer, a step of torch's fused optimizers) are not seen.
 
 import contextlib
 import math
+import numbers
 import threading
 import weakref
 
@@ -350,9 +351,13 @@ def prepare(A, *, max_bytes=None):
     if A.is_inference():
         raise ValueError(f"{name}: A is an inference tensor (made under torch.inference_mode), "
                          "whose in-place changes cannot be detected; prepare a normal tensor")
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
-                                  or max_bytes < 0):
-        raise ValueError(f"{name}: max_bytes must be None or an integer >= 0, got {max_bytes!r}")
+    if max_bytes is not None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, numbers.Integral):
+            raise TypeError(f"{name}: max_bytes must be None or an integer >= 0, got "
+                            f"{type(max_bytes).__name__} {max_bytes!r}")
+        max_bytes = int(max_bytes)  # NumPy's integers too
+        if max_bytes < 0:
+            raise ValueError(f"{name}: max_bytes must be None or an integer >= 0, got {max_bytes}")
     from . import repeated  # repeated builds on this module
     repeated.forget(A)  # the handle serves A from now on
     return Prepared(A, max_bytes)
