@@ -306,7 +306,17 @@ def _unsupported_inputs_raise(device):
          TypeError, "DTensor operands are taken by ozaki.matmul"),
         (lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "diagonal"), ValueError,
          "layout must be one of"),
+        (lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "rows", group="x"),
+         TypeError, "group must be None (the default group) or a torch.distributed.ProcessGroup, "
+                    "got str 'x'"),
     ]
+    # a group of rank 0 alone (every rank creates it, as torch requires): the others are refused
+    first = dist.new_group([0])
+    if dist.get_rank() != 0:
+        checks.append((lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "rows",
+                                                        group=first),
+                       ValueError, f"this process (global rank {dist.get_rank()}) is not a member "
+                                   "of the group passed"))
     for call, error, message in checks:
         try:
             call()

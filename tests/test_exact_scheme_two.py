@@ -250,6 +250,20 @@ def test_planner_prefers_the_cheapest_exact_plan():
     assert ozaki.plan(small, small.t()).backend == "int8"
 
 
+def test_crt_nearest_says_why_scheme_one_runs():
+    """backend="crt" with rounding="nearest" that runs INT8 scheme I says why in its reason,
+    where scheme II is not considered (fast or slices given, k past its limit) too."""
+    A, B = phi_pair(4, 100, 3, 0.5, seed=2)
+    why = {"slices or fast given": ozaki.plan(A, B, backend="crt", rounding="nearest", fast=True)}
+    long_a, long_b = phi_pair(2, crt.MAX_INNER + 1, 2, 0.5, seed=3)
+    why[f"k = {crt.MAX_INNER + 1} is past scheme II's limit {crt.MAX_INNER}"] = ozaki.plan(
+        long_a, long_b, backend="crt", rounding="nearest")
+    for reason, plan in why.items():
+        assert plan.backend == "int8" and plan.rounding == "nearest"
+        assert plan.reason == f"correctly rounded (INT8 scheme I: {reason})"
+        assert plan.warning is None
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_row_bounds_are_the_largest_integer_norm_bound(device):
     """crt_row_bounds: the largest bit span over all rows, and max over usable rows of

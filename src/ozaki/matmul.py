@@ -48,7 +48,8 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
     if is_dtensor(a) or is_dtensor(b):  # sharded 2-D operands (docs/distributed.md)
         if out is not None:
             raise ValueError(f"{name}: out= is not supported for DTensor operands")
-        return dtensor_product(name, a, b, a.dtype, Options(backend, slices, fast, moduli, rounding))
+        return dtensor_product(name, a, b, a.dtype, Options(backend, slices, fast, moduli, rounding),
+                               names=("a", "b"))
     _check(name, a, b)
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     if a.dim() == 2 and b.dim() == 2:  # the usual call: no batch to fold, nothing to reshape

@@ -529,6 +529,10 @@ def plan_for(est, dtype, options):
         digits = "fp16" if backend == "fp16" else "int8"
         plan = _scheme_one_plan(est, dtype, slices, fast, rounding, digits, "correctly rounded")
         if not considered:
+            if backend == "crt":
+                why = (f"k = {k} is past scheme II's limit {crt.MAX_INNER}" if k > crt.MAX_INNER
+                       else "slices or fast given")
+                plan = dataclasses.replace(plan, reason=f"correctly rounded (INT8 scheme I: {why})")
             return plan, None
         inputs = _CrtInputs(est)
         exact = _exact_crt_plan(est, dtype, inputs, "nearest", "correctly rounded")

@@ -19,9 +19,21 @@ class RankGroup:
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("ozaki.distributed: torch.distributed is not initialized (call "
                                "torch.distributed.init_process_group first)")
+        if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group gives a non-member
+            raise ValueError(f"ozaki.distributed: this process (global rank {dist.get_rank()}) "
+                             "is not a member of the group passed; call with a group it belongs "
+                             "to, on its members only")
+        if group is not None and not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"ozaki.distributed: group must be None (the default group) or a "
+                            f"torch.distributed.ProcessGroup, got {type(group).__name__} "
+                            f"{group!r}")
         self.group = group
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        if self.rank < 0:  # torch's answer on a rank outside the group
+            raise ValueError(f"ozaki.distributed: this process (global rank {dist.get_rank()}) "
+                             "is not a member of the group passed; call with a group it belongs "
+                             "to, on its members only")
 
     def _reduced(self, tensor, op):
         out = tensor.clone()

@@ -39,37 +39,38 @@ def _targets(a, b):
     return "whole", Replicate(), Replicate(), Replicate()  # Partial operands are summed first
 
 
-def dtensor_product(name, A, B, dtype, options):
+def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
     """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh; options (an Options)
-    are checked here, after the operands."""
+    are checked here, after the operands; names: A's and B's as the caller's parameters."""
     from torch.distributed.tensor import DTensor
 
     from . import check_no_grad, matmul as distributed_matmul
     from ..product import real_product
 
+    first, second = names
     if not (is_dtensor(A) and is_dtensor(B)):
-        raise TypeError(f"{name}: A and B must both be DTensors or both plain tensors, got "
-                        f"{type(A).__name__} and {type(B).__name__}")
+        raise TypeError(f"{name}: {first} and {second} must both be DTensors or both plain "
+                        f"tensors, got {type(A).__name__} and {type(B).__name__}")
     if A.device_mesh != B.device_mesh:
-        raise ValueError(f"{name}: A and B must live on the same device mesh, got {A.device_mesh} "
-                         f"and {B.device_mesh}")
+        raise ValueError(f"{name}: {first} and {second} must live on the same device mesh, got "
+                         f"{A.device_mesh} and {B.device_mesh}")
     mesh = A.device_mesh
     if mesh.ndim != 1:
         raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
                          f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
                          "ozaki.distributed.matmul on a process group)")
     if dtype not in (torch.float64, torch.float32):
-        raise TypeError(f"{name}: DTensor operands must be float64 or float32, got {dtype} "
-                        "(complex DTensors are not supported)")
+        raise TypeError(f"{name}: DTensor operands must be float64 or float32, got {dtype}"
+                        + (" (complex DTensors are not supported)" if dtype.is_complex else ""))
     check_no_grad(name, A, B)
-    for arg, t in (("A", A), ("B", B)):
+    for arg, t in zip(names, (A, B)):
         if t.dtype != dtype:
             raise TypeError(f"{name}: {arg} must be {dtype}, got {t.dtype}")
         if t.dim() != 2:
             raise ValueError(f"{name}: DTensor {arg} must be 2-D, got shape {tuple(t.shape)}")
     if A.shape[1] != B.shape[0]:
-        raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
-                         f"{tuple(B.shape)}")
+        raise ValueError(f"{name}: inner dimensions differ: {first} is {tuple(A.shape)} and "
+                         f"{second} is {tuple(B.shape)}")
     options = Options.checked(name, *options.op_arguments())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
     if A.placements[0] != a_place:
