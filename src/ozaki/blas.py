@@ -147,7 +147,10 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, transa=False, transb=False, out=N
     try:
         shape, alpha, beta = check_gemm(name, A, B, C, alpha, beta)
     except ValueError as error:
-        raise ValueError(f"{error}{_as_passed(passed, transa=transa, transb=transb)}") from None
+        notes = _as_passed(passed, transa=transa, transb=transb)
+        if not notes:
+            raise  # as it is: torch.compile shows a re-raised message only where it is one string
+        raise ValueError(f"{error}{notes}") from None
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
     # with beta = 0, C is still handed on where it requires grad, for its zero gradient (torch's
     # addmm gives one); it is never read, but it must fit the result as with beta != 0
