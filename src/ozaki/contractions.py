@@ -17,9 +17,8 @@ import torch
 
 from .blas import copy_out
 from .gemm_op import REAL_OF, run_gemm
-from .operands import at_least, check_alike, check_tensor
+from .operands import at_least, check_alike, check_device, check_tensor
 from .options import Options
-from .operands import check_device
 
 
 def _check_operands(name, arguments):
