@@ -789,15 +789,21 @@ OZAKI_HD uint64_t norm_square_units(double a, int tau) {
 // The code of the row's norm scale: the largest c = (16 + f) 2^(-nu - 4) with ||row||_2 c <= 1
 // that the sum of norm_square_units proves. With e the smallest integer such that 4^e >= sum,
 // ||row||_2 <= sqrt(sum) 2^(tau - 16) <= 2^nu, nu = tau - 16 + e, and f is the largest in [0, 15]
-// with (16 + f)^2 sum <= 4^(e + 4), i.e. sqrt(sum) 2^(tau - 16) c <= 1 (exact uint64 products:
-// sum < 2^49, e <= 25). A zero row gets c = 2^-tau.
+// with (16 + f)^2 sum <= 4^(e + 4), i.e. sqrt(sum) 2^(tau - 16) c <= 1. The products are exact
+// (below 2^63, as in the int64 copy of ozaki/distributed/inner.py) for sums up to 2^53 (rows of
+// 2^21 entries; scheme II's k < 2^17 gives sums below 2^49); a larger sum (a longer row, whose
+// codes scheme II never uses) is rounded up to 53 bits first, which can only lower f: c stays
+// within the bound. A zero row gets c = 2^-tau.
 OZAKI_HD int norm_scale_code(uint64_t square_sum, int tau) {
   constexpr int fraction = 1 << kScaleFractionBits;
   if (square_sum == 0) return -fraction * tau;
   const int e = square_sum == 1 ? 0 : (highest_set_bit(square_sum - 1) + 2) / 2;
-  const uint64_t limit = uint64_t(1) << (2 * (e + kScaleFractionBits));
+  const int shift = 2 * e > 53 ? 2 * e - 53 : 0;
+  const uint64_t dropped = shift == 0 ? 0 : square_sum & ((uint64_t(1) << shift) - 1);
+  const uint64_t sum = (square_sum >> shift) + (dropped != 0 ? 1 : 0);  // <= 2^53
+  const uint64_t limit = uint64_t(1) << (2 * (e + kScaleFractionBits) - shift);  // <= 2^61
   int f = fraction - 1;
-  while (f > 0 && uint64_t(fraction + f) * uint64_t(fraction + f) * square_sum > limit) --f;
+  while (f > 0 && uint64_t(fraction + f) * uint64_t(fraction + f) * sum > limit) --f;
   return -fraction * (tau - kNormGridBits + e) + f;
 }
 

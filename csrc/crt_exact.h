@@ -192,7 +192,8 @@ OZAKI_HD int exact_residue_of(const ExactEntry& x, uint32_t power) {
   }
 }
 
-// R mod p in [0, p) for any INT32 R (the GEMM result of one modulus).
+// R mod p in [0, p) for the GEMM result R of one modulus, |R| <= 2^31 - 2^14 (k < 2^17 products of
+// residues of at most 128 in magnitude; R + offset must not pass 2^32).
 OZAKI_HD uint32_t exact_unsigned_residue(int32_t R, const ExactModulus& c) {
   if (c.p == 256) return static_cast<uint32_t>(R) & 255u;
   const uint32_t x = static_cast<uint32_t>(R) + c.offset;  // R + offset in [0, 2^32)

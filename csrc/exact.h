@@ -13,9 +13,12 @@ namespace ozaki {
 // Limbs for the exact sum of the slice-product levels: the top level sits (2 * kMaxSlices - 2) * 12
 // bits above the bottom one and a level sum needs 30 bits and a sign.
 constexpr int kLevelLimbs = ((2 * kMaxSlices - 2) * (kMaxDigitBits + 1) + 64) / 32 + 1;
-// Limbs for an exact dot product of finite doubles: each operand row spans at most 2098 bits
-// (2^1024 down to 2^-1074) and k <= 2^22 terms add 22 bits.
-constexpr int kDotLimbs = (2 * 2098 + 24 + 64) / 32 + 2;
+// Limbs for an exact dot product of finite doubles (exact_dot_rounded): each operand row spans at
+// most 2098 bits (2^1024 down to 2^-1074), k < 2^29 terms (INT8 slices' limit, the largest k of
+// rounding="nearest") add 29 bits and the sign 2, and one limb more than the widest accumulator
+// keeps clear() from ever capping it.
+constexpr int kDotWidestLimbs = (2 * 2098 + 29 + 2 + 64) / 32 + 1;
+constexpr int kDotLimbs = kDotWidestLimbs + 1;
 
 // The target format of the final rounding.
 struct RoundingFormat {

@@ -239,11 +239,14 @@ def assert_special_values_follow_ieee(C, A, B):
 def norm_scale_code(square_sum, tau):
     """csrc/crt.h norm_scale_code in Python integers: e the smallest with 4^e >= the sum,
     nu = tau - 16 + e, f the largest in [0, 15] with (16 + f)^2 sum <= 4^(e + 4), the code
-    -16 nu + f of c = (16 + f) 2^(-nu - 4); -16 tau (c = 2^-tau) for a zero sum."""
+    -16 nu + f of c = (16 + f) 2^(-nu - 4); -16 tau (c = 2^-tau) for a zero sum. A sum past 2^53
+    is rounded up to 53 bits first, ceil(sum / 2^s) 2^s, as the kernel does."""
     if square_sum == 0:
         return -16 * tau
     e = 0
     while 4 ** e < square_sum:
         e += 1
-    f = max(f for f in range(16) if (16 + f) ** 2 * square_sum <= 4 ** (e + 4))
+    shift = max(0, 2 * e - 53)
+    rounded = -(-square_sum >> shift) << shift
+    f = max(f for f in range(16) if (16 + f) ** 2 * rounded <= 4 ** (e + 4))
     return -16 * (tau - 16 + e) + f

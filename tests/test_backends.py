@@ -19,7 +19,7 @@ import torch
 
 import ozaki
 from helpers import (assert_bitwise_equal, assert_special_values_follow_ieee, cpu_and_cuda,
-                     phi_pair, scale_of, seeded)
+                     norm_scale_code, phi_pair, scale_of, seeded)
 from ozaki import _ops, accuracy, crt, planner
 from ozaki.slicing import SIGNIFICAND_BITS, digit_bits_for
 
@@ -289,6 +289,21 @@ def test_row_norm_scales_are_the_largest_proven_for_every_row(device, dtype):
             # a norm of exactly 10: c = 25 2^-8 (10 c = 250/256; 26 2^-8 would give 260/256)
             assert codes[9].item() == -16 * 4 + 9
             assert crt.scale_value(codes[9].item()) == Fraction(25, 256)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("k", [(1 << 21) + 1, 5 << 20, 3 << 24])
+def test_norm_scales_of_long_rows_stay_within_the_bound(device, k):
+    """Rows past 2^21 entries near their maximum (square sums past 2^53, where the codes' products
+    would overflow): the code is the kernel formula's (the sum rounded up to 53 bits,
+    tests/helpers.py) and its scale keeps ||row||_2 c <= 1; the fused operator agrees."""
+    value = 1.0 - 2.0 ** -24  # the largest float32 below 1: each entry adds 2^32 units
+    a = torch.full((1, k), value, dtype=torch.float32, device=device)
+    tau = _ops.row_stats(a)[0]
+    code = _ops.row_norm_scales(a, tau).item()
+    assert code == norm_scale_code(k << 32, tau.item())
+    assert Fraction(value) ** 2 * k * crt.scale_value(code) ** 2 <= 1
+    assert _ops.row_stats_with_norm_scales(a)[1].item() == code
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

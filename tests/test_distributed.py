@@ -96,16 +96,20 @@ def test_power_of_two_is_exact(device):
 
 
 def _sums_and_taus(seed):
-    """Square sums below 2^49 (the kernel's bound) with random taus: small sums, sums around
-    powers of two (e's boundaries), sums on either side of each f's boundary
-    4^(e + 4) / (16 + f)^2, and random ones."""
+    """Square sums with random taus: small sums, sums around powers of two (e's boundaries), sums
+    on either side of each f's boundary 4^(e + 4) / (16 + f)^2, those past 2^53 that the kernel
+    rounds up to 53 bits, and random ones below 2^49 (scheme II's k < 2^17)."""
     g = torch.Generator().manual_seed(seed)
     edges = [0, 1, 2, 3, 4, 5, 15, 16, 17]
     edges += [(1 << b) + d for b in range(2, 49) for d in (-1, 0, 1)]
     edges += [4 ** (e + 4) // (16 + f) ** 2 + d for e in range(1, 25) for f in range(1, 16)
               for d in (0, 1)]
+    # past 2^53 (rows longer than 2^21 entries), where the kernel rounds the sum up to 53 bits
+    edges += [(1 << b) + d for b in range(53, 62) for d in (-1, 0, 1, 1 << (b - 53))]
+    edges += [4 ** (e + 4) // (16 + f) ** 2 + d for e in range(27, 31) for f in range(1, 16)
+              for d in (0, 1, 1 << (2 * e - 53))]
     sums = edges + torch.randint(0, 1 << 49, (200,), generator=g).tolist()
-    assert max(sums) < 1 << 49
+    assert max(sums) < 1 << 62
     taus = torch.randint(-1000, 1000, (len(sums),), generator=g).tolist()
     return sums, taus
 

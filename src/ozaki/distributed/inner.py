@@ -58,14 +58,17 @@ def norm_scales_from_sums(square_sums, tau):
     """csrc/crt.h norm_scale_code on tensors: with e the smallest integer such that 4^e >= the sum
     (e = 0 for a sum of 1) and nu = tau - 16 + e, the code -16 nu + f of the scale
     (16 + f) 2^(-nu - 4), f the largest in [0, 15] with (16 + f)^2 sum <= 4^(e + 4) (counted: the
-    test is monotone in f); -16 tau for a zero row. frexp reads the highest set bit exactly (the
-    sums stay below 2^53) and the products stay below 2^59."""
+    test is monotone in f); -16 tau for a zero row. A sum past 2^53 is rounded up to 53 bits
+    first, as there, so that the products stay below 2^63."""
     sums = square_sums.long()
-    _, exponent = torch.frexp((sums - 1).clamp(min=1).double())
-    e = torch.where(sums <= 1, 0, (exponent.long() - 1 + 2) // 2)
+    bits = sum(((sums - 1) >> bit > 0).long() for bit in range(63))  # of sum - 1: highest + 1
+    e = torch.where(sums <= 1, 0, (bits + 1) // 2)
+    shift = (2 * e - 53).clamp(min=0)
+    dropped = sums & (torch.bitwise_left_shift(torch.ones_like(shift), shift) - 1)
+    rounded = (sums >> shift) + (dropped != 0).long()
     fraction = 1 << crt.SCALE_FRACTION_BITS
-    limit = torch.bitwise_left_shift(torch.ones_like(e), 2 * (e + crt.SCALE_FRACTION_BITS))
-    f = sum(((fraction + f) ** 2 * sums <= limit).long() for f in range(1, fraction))
+    limit = torch.bitwise_left_shift(torch.ones_like(e), 2 * (e + crt.SCALE_FRACTION_BITS) - shift)
+    f = sum(((fraction + f) ** 2 * rounded <= limit).long() for f in range(1, fraction))
     code = -fraction * (tau.long() - 16 + e) + f
     return torch.where(sums == 0, -fraction * tau.long(), code).int()
 
