@@ -17,6 +17,7 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki.bench import time_call
+from ozaki.cli import check_output_path, positive_int
 from ozaki.progress import Progress
 
 CASES = [  # (dtype, batch, n)
@@ -51,8 +52,10 @@ def loop_options(plan):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=".", help="directory for batched.json")
-    parser.add_argument("--reps", type=int, default=5, help="timed runs per case (median)")
+    parser.add_argument("--reps", type=positive_int, default=5,
+                        help="timed runs per case and column (median)")
     args = parser.parse_args(argv)
+    check_output_path(parser, "--out", os.path.join(args.out, "batched.json"))
     if not torch.cuda.is_available():
         sys.exit("batched_bench.py needs a CUDA device")
     rows = []
@@ -69,7 +72,7 @@ def main(argv=None):
             plan = ozaki.plan(A, B)
             options = loop_options(plan)
             looped = time_ms(lambda: [ozaki.dgemm(A[e], B[e], **options) for e in range(batch)],
-                             max(1, args.reps // 2))
+                             args.reps)
             same = all(torch.equal(ozaki.matmul(A, B)[e], ozaki.dgemm(A[e], B[e], **options))
                        for e in range(0, batch, max(1, batch // 8)))
             row.update(loop_ms=looped, plan=str(plan), plan_backend=plan.backend,

@@ -17,6 +17,8 @@ import torch
 
 import ozaki
 from ozaki import accuracy
+from ozaki.cli import (MAX_FP16_INNER, check_operand_memory, check_phi, phi_value, positive_int,
+                       seed_value)
 
 PHIS = (0.1, 0.5, 1.0, 2.0, 4.0)
 KS = (16, 17, 64, 65, 256, 257, 1024, 1025, 4096, 4097, 16384)
@@ -54,17 +56,38 @@ def backends_row(phi, k, plans):
             f"{scheme_one_cell(fp16, False)} | {nearest_cell} |")
 
 
-def main():
+def inner_dimension(text):
+    """argparse type: a k the FP16 plans take (exact FP16 slice products: k <= 2^22)."""
+    value = positive_int(text)
+    if value > MAX_FP16_INNER:
+        raise argparse.ArgumentTypeError(f"must be at most 2^22 = {MAX_FP16_INNER} (the limit of "
+                                         f"exact FP16 slice products), got {text!r}")
+    return value
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phis", type=float, nargs="+", default=PHIS)
-    parser.add_argument("--ks", type=int, nargs="+", default=KS)
-    parser.add_argument("--size", type=int, default=64, help="m = n (default 64)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--phis", type=phi_value, nargs="+", default=PHIS)
+    parser.add_argument("--ks", type=inner_dimension, nargs="+", default=KS)
+    parser.add_argument("--size", type=positive_int, default=64, help="m = n (default 64)")
+    parser.add_argument("--seed", type=seed_value, default=0)
     parser.add_argument("--dtype", choices=DTYPES, default="float64")
-    parser.add_argument("--backends", type=int, nargs="*", metavar="K",
+    parser.add_argument("--backends", type=inner_dimension, nargs="*", metavar="K",
                         help="print docs/accuracy.md's table of every backend's plan instead, "
                              "for these k (all --ks are drawn, so the draws stay the same)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    shapes = [(args.size, k, args.size) for k in args.ks]
+    check_operand_memory(parser, "--size", shapes, [torch.device("cpu")])
+    check_phi(parser, args.phis, shapes, args.seed, [DTYPES[args.dtype]], option="--phis")
+    missing = [k for k in args.backends or [] if k not in args.ks]
+    if missing:
+        parser.error(f"argument --backends: k = {missing[0]} is not among --ks "
+                     f"({' '.join(map(str, args.ks))}), whose draws the table shows")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     dtype = DTYPES[args.dtype]
     if args.backends is not None:
         print_backends_table(args, dtype)

@@ -20,8 +20,10 @@ import torch
 import ozaki
 from ozaki import accuracy, product
 from ozaki.bench import time_call
+from ozaki.cli import (check_operand_memory, check_output_path, device_name, positive_int,
+                       resolve_device)
 
-DEVICE = "cuda"  # --device
+DEVICE = torch.device("cuda")  # --device, resolved (cuda:I names a GPU too)
 GEMMS = {torch.float64: ozaki.dgemm, torch.float32: ozaki.sgemm}
 
 
@@ -79,7 +81,7 @@ def sampled_error(C, A, B, samples=16):
 
 
 def median_ms(fn, repeats):
-    times, result = time_call(fn, torch.device(DEVICE), 1, repeats)
+    times, result = time_call(fn, DEVICE, 1, repeats)
     return statistics.median(times), result
 
 
@@ -128,32 +130,48 @@ def fixed_count_rows(repeats, g, sizes):
                   f"({times['checked'] / times['bypassed'] - 1:+.2%}); default {default_ms:.3f} ms",
                   flush=True)
             del A, B
-            if DEVICE == "cuda":
+            if DEVICE.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=".")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384],
+    parser.add_argument("--out", default=".", help="folder of wide_spans.json (made if missing)")
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[4096, 8192, 16384],
                         help="sizes of the phi = 0.5 fixed-count comparison")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda", help="cpu, cuda or cuda:I")
     parser.add_argument("--parts", nargs="+", choices=("wide", "fixed"), default=("wide", "fixed"),
                         help="wide: the wide-span cases; fixed: the fixed-count check's cost")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.device = resolve_device(parser, args.device)
+    if "fixed" in args.parts:
+        check_operand_memory(parser, "--sizes", [(n, n, n) for n in args.sizes], [args.device])
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"argument --out: {args.out!r} is a file, expected a folder")
+    try:  # made now, so that an --out that cannot be written fails before the measurements
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: cannot make the folder {args.out!r} ({error.strerror})")
+    args.json = os.path.join(args.out, "wide_spans.json")
+    check_output_path(parser, "--out", args.json)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     global DEVICE
     DEVICE = args.device
     g = torch.Generator().manual_seed(0)
-    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    name = device_name(DEVICE)
     print(name, "torch", torch.__version__, flush=True)
+    large = DEVICE.type == "cuda"  # the cases past 64^3 are for a GPU
     result = {"device": name, "torch": torch.__version__,
-              "wide": wide_rows(args.repeats, g, args.device == "cuda") if "wide" in args.parts else [],
+              "wide": wide_rows(args.repeats, g, large) if "wide" in args.parts else [],
               "fixed_counts": (fixed_count_rows(args.repeats, g, args.sizes)
                                if "fixed" in args.parts else [])}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "wide_spans.json"), "w") as f:
+    with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
 
 

@@ -4,6 +4,7 @@ argument errors. Timings are measured but never asserted on."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -306,6 +307,70 @@ def test_bad_arguments_name_the_argument_and_value(argv, message, capsys):
     assert_usage_error(bench.main, argv, message, capsys)
 
 
+@pytest.mark.parametrize("argv, shape", [(["--sizes", "4194304"], "4194304 x 4194304"),
+                                         (["--shape", "10000000", "2", "10000000"],
+                                          "10000000 x 2 x 10000000")])
+def test_a_shape_whose_operands_cannot_fit_is_refused(argv, shape, capsys):
+    """Refused by name before any allocation, as the demo does (not the allocator's traceback).
+    A or C alone is past any host's memory: were the check gone, its allocation fails at once."""
+    assert_usage_error(bench.main, ["--device", "cpu", *argv],
+                       f"argument --sizes/--shape: {shape} float64 A, B and C = A @ B need ",
+                       capsys)
+
+
+#: A folder that exists but takes no new file, whoever runs the tests (root included).
+UNWRITABLE_FOLDER = "/proc"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("option, name", [("--json", "x.json"), ("--markdown", "x.md"),
+                                          ("--plot", "x.png")])
+def test_outputs_that_cannot_be_written_are_refused_before_the_run(option, name, capsys):
+    path = f"{UNWRITABLE_FOLDER}/{name}"
+    assert_usage_error(bench.main, ["--device", "cpu", "--sizes", "8", option, path],
+                       f"argument {option}: {path!r} cannot be written (", capsys)
+
+
+def test_output_under_a_file_is_refused(tmp_path, capsys):
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    assert_usage_error(bench.parse_args, ["--device", "cpu", "--json", str(plain / "x.json")],
+                       f"argument --json: folder {str(plain)!r} of {str(plain / 'x.json')!r} is "
+                       "not a folder", capsys)
+
+
+def test_output_check_leaves_existing_files_and_creates_none(tmp_path):
+    existing, new = tmp_path / "existing.json", tmp_path / "new.md"
+    existing.write_text("kept")
+    bench.parse_args(["--device", "cpu", "--json", str(existing), "--markdown", str(new)])
+    assert existing.read_text() == "kept" and not new.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dtype", "float64", "--backends", "fp16", "--modes", "fixed", "--slices", "8",
+      "--sgemm-slices", "4", "5"],
+     "argument --sgemm-slices: its counts measure no row with --dtype float64, --backends fp16 "
+     "and --modes fixed (they run with mode fixed, backend fp16 or int8 and --dtype float32)"),
+    (["--backends", "fp16", "--moduli", "3"],
+     "argument --moduli: its counts measure no row with --dtype float64 float32, --backends fp16"),
+    (["--backends", "crt", "--sgemm-moduli", "7", "--dtype", "float64"],
+     "argument --sgemm-moduli: its counts measure no row with --dtype float64"),
+    (["--modes", "default", "fixed", "--all-pairs-slices", "8"],
+     "argument --all-pairs-slices: its counts measure no row with"),
+    (["--backends", "auto", "--slices", "8"], "argument --slices: its counts measure no row"),
+])
+def test_counts_that_measure_no_row_are_refused(argv, message, capsys):
+    """As the study refuses them: a count list given is not dropped in silence."""
+    assert_usage_error(bench.parse_args, ["--device", "cpu", *argv], message, capsys)
+
+
+def test_counts_left_at_their_defaults_or_given_empty_are_accepted():
+    args = bench.parse_args(["--device", "cpu", "--backends", "fp16", "--sgemm-slices",
+                             "--moduli"])
+    assert args.sgemm_slices == [] and args.moduli == [] and args.slices == [8, 10, 12]
+    assert bench.parse_args(["--device", "cpu", "--backends", "crt"]).slices == [8, 10, 12]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message when CUDA is absent")
 def test_cuda_requested_without_cuda(capsys):
     with pytest.raises(SystemExit):
@@ -380,8 +445,9 @@ def test_references_only_for_the_selected_dtypes():
       key("ozaki sgemm", "fp16", True), key("ozaki sgemm nearest", "fp16", True)], None),
 ])
 def test_modes_select_the_ozaki_rows(modes, ozaki_rows, no_ratio, capsys, tmp_path):
-    report, stdout, _ = run_tiny(capsys, tmp_path, "--modes", *modes, "--all-pairs-slices", "3",
-                                 "--backends", "fp16")
+    counts = ["--all-pairs-slices", "3"] if "all-pairs" in modes else []  # else refused
+    report, stdout, _ = run_tiny(capsys, tmp_path, "--modes", *modes, *counts, "--backends",
+                                 "fp16")
     assert report["meta"]["modes"] == [mode for mode in bench.MODES if mode in modes]
     for shape in TINY_SHAPES:
         assert row_keys(report, shape) == NATIVES_AND_FLOOR + ozaki_rows
@@ -477,7 +543,7 @@ def test_rows_name_their_backend(tiny_run):
             assert cell == "-" and "plan_backend" not in row
         elif row["plan_backend"] == backend:
             assert cell == backend
-        else:  # auto always shows its choice; crt's nearest rows run INT8 scheme I
+        else:  # auto shows its choice; crt's nearest rows where exact scheme II cannot run
             assert (backend, row["plan_backend"]) in [("auto", "crt"), ("auto", "int8"),
                                                       ("auto", "fp16"), ("crt", "int8")]
             assert cell == f"{backend}>{row['plan_backend']}"
@@ -489,6 +555,53 @@ def test_plot_writes_the_throughput_figure(tmp_path):
     assert bench.main([*TINY, "--dtype", "float64", "--modes", "default", "--quiet", "--plot",
                        str(path)]) == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _figure_lines(tiny_run, rows=None, draw="plot_throughput"):
+    """The labelled lines of a plots figure of the tiny run's float64 rows (all, or `rows`)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    from ozaki import plots
+    report = tiny_run[1]
+    figure = getattr(plots, draw)(report["meta"], report["rows"] if rows is None else rows,
+                                  "float64")
+    lines = list(figure.axes[0].get_lines())
+    plots.save(figure, os.devnull)
+    return lines
+
+
+@pytest.mark.parametrize("draw", ["plot_throughput", "plot_error_vs_n"])
+def test_figure_series_do_not_share_colour_and_marker(tiny_run, draw):
+    """The tiny run has 18 float64 ozaki series: past matplotlib's ten colours, each must still
+    differ from the others in colour or marker, or the legend cannot tell them apart."""
+    series = [line for line in _figure_lines(tiny_run, draw=draw)
+              if not line.get_label().startswith(("_", "native"))]
+    assert len(series) > 10
+    from matplotlib.colors import to_hex
+    styles = [(to_hex(line.get_color()), line.get_marker()) for line in series]
+    assert len(set(styles)) == len(styles)
+
+
+def test_error_vs_n_draws_square_shapes_only(tiny_run):
+    """The 24 x 40 x 16 product has no single n: it is not drawn at n = 16 beside the squares."""
+    for line in _figure_lines(tiny_run, draw="plot_error_vs_n"):
+        assert set(line.get_xdata()) <= {32, 48}, line.get_label()
+    from ozaki import plots
+    non_square = [row for row in tiny_run[1]["rows"] if row["m"] != row["n"]]
+    with pytest.raises(ValueError, match="plot_error_vs_n: no measured square shapes"):
+        plots.plot_error_vs_n(tiny_run[1]["meta"], non_square, "float64")
+
+
+def test_one_size_draws_the_natives_and_floors(tiny_run):
+    """A line through one point draws nothing: with one size, the natives and the dotted floors
+    get a marker, so that every line of the legend shows."""
+    one_size = [row for row in tiny_run[1]["rows"] if row["shape"] == "32"]
+    lines = _figure_lines(tiny_run, one_size)
+    natives = [line for line in lines if line.get_label().startswith("native")]
+    floors = [line for line in lines if line.get_linestyle() == ":"]
+    assert len(natives) == 2 and floors
+    assert all(line.get_marker() not in ("None", "", None) for line in natives + floors)
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -662,7 +775,7 @@ def test_crt_rows_beyond_its_inner_limit_are_not_applicable():
     plan = bench.RowSpec("ozaki plan", "plan", torch.float64, default=True, backend="crt")
     assert bench.unsupported(plan, run) == row["note"]
     for spec in [bench.RowSpec("ozaki dgemm nearest", "ozaki", torch.float64, default=True,
-                               rounding="nearest", backend="crt"),  # INT8 scheme I: any k
+                               rounding="nearest", backend="crt"),  # scheme I past 2^17 - 1
                  bench.RowSpec("ozaki dgemm", "ozaki", torch.float64, default=True,
                                backend="auto")]:
         assert bench.unsupported(spec, run) is None

@@ -37,12 +37,24 @@ def test_seed_outside_the_generator_seeds_is_refused(argv, message, capsys):
     assert demo.parse_args(["--device", "cpu", "--seed", str(2 ** 64 - 1)]).seed == 2 ** 64 - 1
 
 
+def test_help_shows_the_defaults(capsys):
+    """As the bench's and the study's help do (ozaki.cli.HelpFormatter)."""
+    with pytest.raises(SystemExit) as exit_info:
+        demo.parse_args(["--help"])
+    assert exit_info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    for option, default in (("--phi", "1.0"), ("--samples", "8"), ("--seed", "0")):
+        described = help_text.split(f"{option} {option[2:].upper()} ", 1)[1]
+        assert described.split(" --", 1)[0].endswith(f"(default: {default})"), described
+    assert "(default: None)" not in help_text
+
+
 def test_a_size_whose_operands_cannot_fit_is_refused(capsys):
-    """--size whose two float64 operands exceed the host's memory: an argument error naming it,
-    before any allocation (which would end in the allocator's traceback)."""
+    """--size whose float64 operands and product exceed the host's memory: an argument error
+    naming it, before any allocation (which would end in the allocator's traceback)."""
     assert_usage_error(demo.parse_args, ["--device", "cpu", "--size", "99999999"],
-                       "argument --size: 99999999 x 99999999 float64 operands need 1.49e+08 GiB, "
-                       "more than the host's", capsys)
+                       "argument --size: 99999999 x 99999999 float64 A, B and C = A @ B need "
+                       "2.24e+08 GiB, more than the host's", capsys)
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -61,8 +61,9 @@ def test_committed_notebooks_show_the_committed_data():
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_notebook_runs_at_small_size(name, monkeypatch):
     monkeypatch.setenv("OZAKI_NOTEBOOK_SMALL", "1")
-    # the kernel imports the ozaki of this checkout, whatever an older install points to
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT),
+    # the kernel imports the ozaki of this checkout (its package is under src/), whatever an
+    # older install points to
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                                     os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)

@@ -5,6 +5,7 @@ import contextlib
 import csv
 import io
 import math
+import os
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -457,6 +458,47 @@ def test_reproducibility_covers_the_chosen_backends(capsys):
                reproducibility.products(reproducibility.BACKENDS))
 
 
+def test_values_given_twice_are_one_case(capsys):
+    """--phi 1 1 --k 8 8 is one case (as the summary shows it), not four identical ones."""
+    args = cli.parse_args(["accuracy", "--device", "cpu", "--phi", "1", "0.5", "1", "--k", "8",
+                           "4", "8", "--dtype", "float32", "float32"])
+    assert args.phi == [1.0, 0.5] and args.k == [8, 4] and args.dtype == ["float32"]
+    assert cli.main(["accuracy", "--device", "cpu", "--phi", "1", "1", "--k", "8", "8", "--size",
+                     "2", "--dtype", "float64", "--slices", "1", "--quiet"]) == 0
+    assert ": 1 cases of 2 x k x 2" in capsys.readouterr().out
+
+
+def test_reproducibility_settings_compute_from_scratch(monkeypatch):
+    """Each setting of each product starts with nothing kept: A's kept parts (ozaki.repeated)
+    made under threads=1 must not serve threads=2, whose own computation of them would go
+    unchecked. Within a setting, the third run uses the parts its second run kept."""
+    monkeypatch.setattr(ozaki.repeated, "MIN_ENTRIES", 1)  # keep this small A as a large one
+    ozaki.repeated.clear()
+    real = reproducibility.compute
+    kept_before = []
+
+    def recorded(setting, dtype, options, A, B):
+        kept_before.append(len(ozaki.repeated.info()))
+        return real(setting, dtype, options, A, B)
+
+    monkeypatch.setattr(reproducibility, "compute", recorded)
+    report = reproducibility.check([(6, 40, 5)], [torch.device("cpu")], [1, 2], repeats=3,
+                                   backends=("fp16",))
+    assert report.reproducible
+    # per product: threads=1 runs 1-3, then threads=2 runs 1-3
+    assert kept_before == [0, 0, 1, 0, 0, 1] * len(reproducibility.products(["fp16"]))
+
+
+def test_reproducibility_check_raises_no_accuracy_warning():
+    """The check's short fixed counts are chosen on purpose (as the accuracy study's are): their
+    AccuracyWarning stays out of its output."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ozaki.fixed_counts.AccuracyWarning)
+        report = reproducibility.check([(4, 64, 3)], [torch.device("cpu")], [1], repeats=2,
+                                       phi=1.0, backends=("fp16", "crt"))
+    assert report.reproducible
+
+
 def test_plots_label_the_backends(backends_run, tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib
@@ -524,6 +566,26 @@ def test_seed_and_phi_the_inputs_cannot_take_stop_before_any_work(argv, message,
     assert exit_info.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == "" and message in captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["reproducibility", "--devices", "cpu", "--backends", "fp16", "--shape", "10000000",
+      "4194304", "2"], "argument --shape: 10000000 x 4194304 x 2 float64 A, B and C = A @ B need "),
+    (["accuracy", "--device", "cpu", "--size", str(10 ** 12), "--k", "64"],
+     f"argument --size: {10 ** 12} x 64 x {10 ** 12} float64 A, B and C = A @ B need "),
+])
+def test_a_shape_whose_operands_cannot_fit_is_refused(argv, message, capsys):
+    """Refused by name before any allocation, as the demo does (not the allocator's traceback).
+    A alone is past any host's memory: were the check gone, its allocation fails at once."""
+    assert_usage_error(cli.main, argv + ["--quiet"], message, capsys)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("option, path", [("--csv", "/proc/a.csv"), ("--plot", "/proc/a.png")])
+def test_outputs_that_cannot_be_written_are_refused_before_the_study(option, path, capsys):
+    """/proc exists but takes no new file, whoever runs the tests (root included)."""
+    assert_usage_error(cli.main, ["accuracy", "--device", "cpu", option, path],
+                       f"argument {option}: {path!r} cannot be written (", capsys)
 
 
 def test_phi_checked_against_the_dtypes_studied():

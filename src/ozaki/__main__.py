@@ -5,17 +5,18 @@ next to the error of torch's native matmul on the same inputs.
 """
 
 import argparse
-import os
 import time
 
 import torch
 
 from . import accuracy, dgemm, plan, sgemm
-from .cli import check_phi, device_name, phi_value, positive_int, resolve_device, seed_value
+from .cli import (HelpFormatter, check_operand_memory, check_phi, device_name, phi_value,
+                  positive_int, resolve_device, seed_value)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ozaki", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ozaki", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--size", type=positive_int, default=None,
                         help="m = k = n (default 2048 on a GPU, 512 on the CPU)")
     parser.add_argument("--phi", type=phi_value, default=1.0,
@@ -24,27 +25,15 @@ def parse_args(argv=None):
                         help="rows and columns checked against the exact product")
     parser.add_argument("--device", default=None,
                         help="cpu, cuda or cuda:I (default: cuda if usable, else cpu)")
-    parser.add_argument("--seed", type=seed_value, default=0)
+    parser.add_argument("--seed", type=seed_value, default=0,
+                        help="seed of the inputs and the sampled entries")
     args = parser.parse_args(argv)
     args.device = resolve_device(parser, args.device)
     if args.size is None:
         args.size = 2048 if args.device.type == "cuda" else 512
-    check_memory(parser, args.size, args.device)
+    check_operand_memory(parser, "--size", [(args.size,) * 3], [args.device])
     check_phi(parser, [args.phi], [(args.size,) * 3], args.seed, [torch.float64, torch.float32])
     return args
-
-
-def check_memory(parser, n, device):
-    """A parser error where the two n x n float64 operands alone would not fit the host's memory
-    (they are drawn there) or the device's."""
-    needed = 2 * n * n * 8
-    places = [("the host", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))]
-    if device.type == "cuda":
-        places.append((str(device), torch.cuda.get_device_properties(device).total_memory))
-    for place, total in places:
-        if needed > total:
-            parser.error(f"argument --size: {n} x {n} float64 operands need "
-                         f"{needed / 2**30:.3g} GiB, more than {place}'s {total / 2**30:.3g} GiB")
 
 
 def timed(fn, device):

@@ -33,7 +33,8 @@ The natives and the floor units come first, and each (dtype, backend)'s default 
 rows compared with it ("x default"; left empty when default is not among the --modes).
 
 Columns: backend is the row's backend, "auto>crt" (say) when the plan ran another one (what auto
-chose, or the INT8 scheme I that rounding="nearest" runs for crt); slices is the slice count
+chose, or the INT8 scheme I that crt's rounding="nearest" rows fall back to where exact scheme II
+cannot hold the product: k > 2^17 - 1, or rows spanning hundreds of bits); slices is the slice count
 (scheme I, "auto:S" when planned) or "m=M" for M moduli (scheme II); time is the median of
 --repeats timed runs after --warmup untimed ones (CUDA events on the GPU, perf_counter on the
 CPU); TFLOPS is DGEMM-equivalent, 2mnk / time, for every row; "x native" is the speed-up over
@@ -78,10 +79,10 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki import crt, replay, repeated, speculation
-from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path,
-                       check_phi, check_plot_path, device_name, moduli_count, nonnegative_int,
-                       per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
-                       slice_count)
+from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_operand_memory,
+                       check_output_path, check_phi, check_plot_path, device_name, moduli_count,
+                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
+                       seed_value, slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -227,8 +228,10 @@ def parse_args(argv=None):
         if k > MAX_FP16_INNER:
             parser.error(f"argument --sizes/--shape: inner dimension k = {k} exceeds 2^22, "
                          "ozaki's limit for exact FP16 slice products")
+    check_operand_memory(parser, "--sizes/--shape", args.shapes, [args.device])
     if modes_given:
         _check_modes_measure_rows(parser, args)
+    _check_counts_measure_rows(parser, args)
     check_output_path(parser, "--json", args.json)
     check_output_path(parser, "--markdown", args.markdown)
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
@@ -251,6 +254,50 @@ def _check_modes_measure_rows(parser, args):
             parser.error(
                 f"argument --modes: {mode} measures no row with --dtype {' '.join(args.dtypes)} "
                 f"and --backends {' '.join(args.backends)} ({MODE_NEEDS[mode]})")
+
+
+#: Per count option: its args attribute, which rows take its counts (as (dtype, backends, fast
+#: or None for moduli)) and what they need (for _check_counts_measure_rows' message).
+COUNT_OPTIONS = {
+    "--slices": ("slices", (torch.float64, ("fp16", "int8"), True),
+                 "mode fixed, backend fp16 or int8 and --dtype float64"),
+    "--sgemm-slices": ("sgemm_slices", (torch.float32, ("fp16", "int8"), True),
+                       "mode fixed, backend fp16 or int8 and --dtype float32"),
+    "--all-pairs-slices": ("all_pairs_slices", (torch.float64, ("fp16", "int8"), False),
+                           "mode all-pairs, backend fp16 or int8 and --dtype float64"),
+    "--moduli": ("moduli", (torch.float64, ("crt",), None),
+                 "mode fixed, backend crt and --dtype float64"),
+    "--sgemm-moduli": ("sgemm_moduli", (torch.float32, ("crt",), None),
+                       "mode fixed, backend crt and --dtype float32"),
+}
+
+
+def _takes_counts(spec, dtype, backends, fast):
+    """Whether `spec` is a row of the counts of COUNT_OPTIONS' (dtype, backends, fast)."""
+    if spec.kind != "ozaki" or spec.dtype != dtype or spec.backend not in backends:
+        return False
+    if fast is None:
+        return spec.moduli is not None
+    return spec.slices is not None and spec.fast is fast
+
+
+def _check_counts_measure_rows(parser, args):
+    """Every count list given (not left at its default, nor given empty) measures some row with
+    the selected dtypes, backends and modes: --moduli without backend crt, say, is named, not
+    dropped in silence (as the study refuses it)."""
+    specs = row_specs(dtypes=args.dtypes, modes=args.modes, backends=args.backends,
+                      slices=args.slices, sgemm_slices=args.sgemm_slices,
+                      all_pairs_slices=args.all_pairs_slices, moduli=args.moduli,
+                      sgemm_moduli=args.sgemm_moduli)
+    for option, (dest, takers, needs) in COUNT_OPTIONS.items():
+        counts = getattr(args, dest)
+        # argparse leaves the default list object itself where the option is not given
+        if counts is parser.get_default(dest) or not counts:
+            continue
+        if not any(_takes_counts(spec, *takers) for spec in specs):
+            parser.error(f"argument {option}: its counts measure no row with --dtype "
+                         f"{' '.join(args.dtypes)}, --backends {' '.join(args.backends)} and "
+                         f"--modes {' '.join(args.modes)} (they run with {needs})")
 
 
 #: What each mode needs to measure a row (for _check_modes_measure_rows' message).
@@ -648,8 +695,9 @@ def derived_fields(spec, run, fields):
 
 def unsupported(spec, run):
     """Why the row cannot run on this shape, or None: scheme II (backend crt, but not its
-    rounding="nearest" rows, which run INT8 scheme I) needs k <= 2^17 - 1, and a fixed moduli
-    count of at least ozaki.crt.smallest_moduli(k) (fewer leave no scale for the operands)."""
+    rounding="nearest" rows, which fall back to INT8 scheme I where exact scheme II cannot hold
+    the product) needs k <= 2^17 - 1, and a fixed moduli count of at least
+    ozaki.crt.smallest_moduli(k) (fewer leave no scale for the operands)."""
     if spec.kind not in ("ozaki", "plan") or spec.backend != "crt" or spec.rounding is not None:
         return None
     k = run.shape[1]

@@ -147,15 +147,44 @@ def resolve_device(parser, text, option="--device"):
     return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
+def check_operand_memory(parser, option, shapes, devices):
+    """A parser error where the float64 A (m x k), B (k x n) and C = A @ B of a product of
+    `shapes` alone would not fit the host's memory (the tools draw the operands there) or a CUDA
+    device's of `devices`: such a size is named now rather than ending in the allocator's
+    traceback."""
+    places = [("the host", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))]
+    places += [(str(device), torch.cuda.get_device_properties(device).total_memory)
+               for device in dict.fromkeys(devices) if device.type == "cuda"]
+    for m, k, n in dict.fromkeys(shapes):
+        needed = 8 * (m * k + k * n + m * n)
+        shape = f"{n} x {n}" if m == k == n else f"{m} x {k} x {n}"
+        for place, total in places:
+            if needed > total:
+                parser.error(f"argument {option}: {shape} float64 A, B and C = A @ B need "
+                             f"{needed / 2**30:.3g} GiB, more than {place}'s "
+                             f"{total / 2**30:.3g} GiB")
+
+
 def check_output_path(parser, option, path):
-    """A parser error unless `path` can be written as a file (its folder exists)."""
+    """A parser error unless `path` can be written as a file: its folder exists, the path is no
+    folder, and the file opens for writing (tried here, before any work, so that a read-only
+    folder or file fails now rather than after the run; a file this creates is removed)."""
     if path is None:
         return
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        parser.error(f"argument {option}: folder {folder!r} of {path!r} does not exist")
+        problem = "is not a folder" if os.path.exists(folder) else "does not exist"
+        parser.error(f"argument {option}: folder {folder!r} of {path!r} {problem}")
     if os.path.isdir(path):
         parser.error(f"argument {option}: {path!r} is a folder, expected a file path")
+    existed = os.path.lexists(path)
+    try:  # append and non-blocking: an existing file keeps its contents, a FIFO does not hang
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK)
+    except OSError as error:
+        parser.error(f"argument {option}: {path!r} cannot be written ({error.strerror})")
+    os.close(descriptor)
+    if not existed:
+        os.remove(path)
 
 
 def device_name(device):

@@ -17,6 +17,9 @@ _BOOLEANS = {"True": True, "False": False}
 _LEGACY_BACKEND = "fp16"
 #: Markers per phi and per mode, so the figures also read in black and white.
 _MARKERS = "osD^v<>p*h"
+#: The marker of a line with a point that has no neighbour to draw a segment to (one size): a
+#: horizontal dash, so that the level still shows.
+_LONE_POINT = {"marker": "_", "ms": 14, "mew": 2}
 #: Line styles per backend where a figure holds several.
 _LINE_STYLES = ["-", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 NATIVE_NAMES = {"float64": "native DGEMM", "float32": "native SGEMM"}
@@ -208,6 +211,26 @@ def bench_label(row, with_backend=False):
     return f"{label} [{row['backend']}]" if with_backend and row.get("backend") else label
 
 
+def _series_style(index):
+    """(colour, marker) of the index-th series of a figure: matplotlib's ten colours, each ten
+    series later with the next marker, so that no two of the first 100 series look alike (the
+    colour cycle and the markers both repeat after ten)."""
+    return f"C{index % 10}", _MARKERS[(index + index // 10) % len(_MARKERS)]
+
+
+def _lone_points(values):
+    """_LONE_POINT where some finite value has no finite neighbour (a line through it draws
+    nothing: a run of one size, or a floor between missing ones), else no marker options."""
+    finite = [math.isfinite(value) for value in values]
+    lone = any(here and not (i > 0 and finite[i - 1])
+               and not (i + 1 < len(finite) and finite[i + 1]) for i, here in enumerate(finite))
+    return dict(_LONE_POINT) if lone else {}
+
+
+def _square(rows):
+    return [row for row in rows if row["m"] == row["k"] == row["n"]]
+
+
 def _by_label(rows):
     """Measured rows with a throughput, grouped by name (the backend named only when the rows
     hold several)."""
@@ -225,7 +248,7 @@ def plot_throughput(meta, rows, dtype="float64", show_floor=True, legend_loc="be
     the measured FP16 or INT8 GEMM of its backend). Square shapes only; legend_loc: where the
     legend goes (matplotlib's loc). Returns the figure."""
     plt = _pyplot()
-    square = [row for row in rows if row["m"] == row["k"] == row["n"]]
+    square = _square(rows)
     series = _by_label(square)
     if not series:
         raise ValueError("plot_throughput: no measured square shapes in the rows")
@@ -234,20 +257,21 @@ def plot_throughput(meta, rows, dtype="float64", show_floor=True, legend_loc="be
                                 ("native sgemm", "grey", NATIVE_NAMES["float32"])]:
         if label in series:
             points = sorted(series[label], key=lambda row: row["n"])
-            ax.plot([r["n"] for r in points], [r["tflops"] for r in points], color=colour, lw=2.5,
-                    label=name)
+            tflops = [r["tflops"] for r in points]
+            ax.plot([r["n"] for r in points], tflops, color=colour, lw=2.5, label=name,
+                    **_lone_points(tflops))
     ozaki_labels = [label for label in series if label.startswith("ozaki")
                     and series[label][0]["dtype"] == dtype and series[label][0]["kind"] == "ozaki"]
     for index, label in enumerate(ozaki_labels):
         points = sorted(series[label], key=lambda row: row["n"])
         n = [r["n"] for r in points]
-        colour = f"C{index}"
-        ax.plot(n, [r["tflops"] for r in points], marker=_MARKERS[index % len(_MARKERS)],
-                color=colour, label=label.replace("ozaki ", ""))
+        colour, marker = _series_style(index)
+        ax.plot(n, [r["tflops"] for r in points], marker=marker, color=colour,
+                label=label.replace("ozaki ", ""))
         if show_floor:
             floors = [2.0 * r["n"] ** 3 / (r["floor_ms"] * 1e-3) / 1e12 if r.get("floor_ms")
                       else math.nan for r in points]
-            ax.plot(n, floors, ls=":", color=colour, lw=1)
+            ax.plot(n, floors, ls=":", color=colour, lw=1, **_lone_points(floors))
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({row["n"] for row in square}))
     ax.get_xaxis().set_major_formatter(_integer_formatter())
@@ -269,16 +293,20 @@ def _integer_formatter():
 
 def plot_error_vs_n(meta, rows, dtype="float64", metric="max_rel_err"):
     """Error on the benchmark's sampled entries against n for every mode of `dtype` and its native
-    routine. Returns the figure."""
+    routine. Square shapes only (another shape has no single n). Returns the figure."""
     plt = _pyplot()
-    series = {label: points for label, points in _by_label(rows).items()
+    series = {label: points for label, points in _by_label(_square(rows)).items()
               if points[0]["dtype"] == dtype and points[0]["kind"] in ("ozaki", "native")}
+    if not series:
+        raise ValueError(f"plot_error_vs_n: no measured square shapes of dtype {dtype!r} in the "
+                         "rows")
     figure, ax = plt.subplots(figsize=(7.5, 4.0))
     for index, (label, points) in enumerate(series.items()):
         points = sorted(points, key=lambda row: row["n"])
         native = points[0]["kind"] == "native"
+        colour, marker = _series_style(index)
         ax.semilogy([r["n"] for r in points], [max(r[metric], 1e-300) for r in points],
-                    marker=_MARKERS[index % len(_MARKERS)], color="black" if native else f"C{index}",
+                    marker=marker, color="black" if native else colour,
                     lw=2.5 if native else 1.5, label=label)
     ax.set_xscale("log", base=2)
     ax.get_xaxis().set_major_formatter(_integer_formatter())

@@ -8,9 +8,10 @@ import sys
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_output_path, check_phi,
-                       check_plot_path, device_name, moduli_count, per_dtype_paths, phi_value,
-                       positive_int, resolve_device, seed_value, slice_count)
+from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_operand_memory,
+                       check_output_path, check_phi, check_plot_path, device_name, moduli_count,
+                       per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
+                       slice_count)
 from ozaki.crt import MAX_INNER as CRT_MAX_INNER
 from ozaki.crt import MAX_MODULI
 from ozaki.progress import Progress
@@ -115,12 +116,15 @@ def parse_args(argv=None):
     parser = parser.commands[args.command]  # the command's parser: its usage in the errors
     if args.command == "accuracy":
         args.device = resolve_device(parser, args.device)
-        args.dtype = list(dict.fromkeys(args.dtype))
+        # a value given twice is one case: once each, in the order given
+        args.dtype, args.phi, args.k = (list(dict.fromkeys(values))
+                                        for values in (args.dtype, args.phi, args.k))
         check_output_path(parser, "--csv", args.csv)
         check_backends_and_modes(parser, args)
         check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
-        check_phi(parser, args.phi, [(args.size, k, args.size) for k in args.k], args.seed,
-                  [DTYPES[name] for name in args.dtype])
+        shapes = [(args.size, k, args.size) for k in args.k]
+        check_operand_memory(parser, "--size", shapes, [args.device])
+        check_phi(parser, args.phi, shapes, args.seed, [DTYPES[name] for name in args.dtype])
     else:
         args.backends = list(dict.fromkeys(args.backends))
         args.shapes = [tuple(s) for s in args.shape or reproducibility.DEFAULT_SHAPES]
@@ -139,6 +143,7 @@ def parse_args(argv=None):
             parser.error(f"argument --repeats: {args.repeats} run of one setting "
                          f"({settings[0].label()}) compares nothing; give --repeats 2 or "
                          "more, or more --threads or --devices")
+        check_operand_memory(parser, "--shape", args.shapes, args.devices)
         check_phi(parser, [args.phi], args.shapes, args.seed,
                   {dtype for _, dtype, _ in reproducibility.products(args.backends)})
     return args

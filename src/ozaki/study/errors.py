@@ -217,7 +217,7 @@ def row_backend(row):
 def describe_plan(row):
     """A row's plan in a few words: '7 fast', '9 all pairs', '14 moduli', with the planned backend
     in front where it is not the one asked for ('crt 14 moduli' for backend auto, 'int8 7 fast'
-    for rounding='nearest' with backend crt)."""
+    for rounding='nearest' with backend crt where exact scheme II cannot hold the product)."""
     if row.get("moduli") is not None:
         text = f"{row['moduli']} moduli"
     else:
