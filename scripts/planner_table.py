@@ -17,7 +17,7 @@ import torch
 
 import ozaki
 from ozaki import accuracy
-from ozaki.cli import (MAX_FP16_INNER, check_operand_memory, check_phi, phi_value, positive_int,
+from ozaki.cli import (check_operand_memory, check_phi, inner_dimension, phi_value, positive_int,
                        seed_value)
 
 PHIS = (0.1, 0.5, 1.0, 2.0, 4.0)
@@ -54,15 +54,6 @@ def backends_row(phi, k, plans):
                     else f"{nearest.backend} {scheme_one_cell(nearest, False)}")
     return (f"| {phi:g} | {k} | {named(auto)} | {crt_cell} | {scheme_one_cell(int8)} | "
             f"{scheme_one_cell(fp16, False)} | {nearest_cell} |")
-
-
-def inner_dimension(text):
-    """argparse type: a k the FP16 plans take (exact FP16 slice products: k <= 2^22)."""
-    value = positive_int(text)
-    if value > MAX_FP16_INNER:
-        raise argparse.ArgumentTypeError(f"must be at most 2^22 = {MAX_FP16_INNER} (the limit of "
-                                         f"exact FP16 slice products), got {text!r}")
-    return value
 
 
 def parse_args(argv=None):

@@ -98,7 +98,7 @@ def test_batched_bench_times_every_column_with_reps(monkeypatch, tmp_path, capsy
 @pytest.mark.parametrize("argv, message", [
     (["--size", "0"], "argument --size: must be a positive integer, got '0'"),
     (["--ks", "0"], "argument --ks: must be a positive integer, got '0'"),
-    (["--ks", "5000000"], "argument --ks: must be at most 2^22 = 4194304"),
+    (["--ks", "5000000"], "argument --ks: k must be at most 2^22 = 4194304"),
     (["--phis", "-1"], "argument --phis: must be a finite number >= 0, got '-1'"),
     (["--phis", "nan"], "argument --phis: must be a finite number >= 0, got 'nan'"),
     (["--phis", "1000"], "argument --phis: 1000 is too large: the 64 x 16 x 64 inputs"),

@@ -147,6 +147,16 @@ def resolve_device(parser, text, option="--device"):
     return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
+def inner_dimension(text):
+    """argparse type: an inner dimension k the FP16 plans take (exact FP16 slice products:
+    k <= 2^22)."""
+    value = positive_int(text)
+    if value > MAX_FP16_INNER:
+        raise argparse.ArgumentTypeError(f"k must be at most 2^22 = {MAX_FP16_INNER} (the limit of "
+                                         f"exact FP16 slice products), got {text!r}")
+    return value
+
+
 def check_operand_memory(parser, option, shapes, devices):
     """A parser error where the float64 A (m x k), B (k x n) and C = A @ B of a product of
     `shapes` alone would not fit the host's memory (the tools draw the operands there) or a CUDA

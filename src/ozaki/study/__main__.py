@@ -9,23 +9,15 @@ import torch
 
 from ozaki import _ops
 from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_operand_memory,
-                       check_output_path, check_phi, check_plot_path, device_name, moduli_count,
-                       per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
-                       slice_count)
+                       check_output_path, check_phi, check_plot_path, device_name, inner_dimension,
+                       moduli_count, per_dtype_paths, phi_value, positive_int, resolve_device,
+                       seed_value, slice_count)
 from ozaki.crt import MAX_INNER as CRT_MAX_INNER
 from ozaki.crt import MAX_MODULI
 from ozaki.progress import Progress
 from ozaki.slicing import MAX_SLICES
 
 from . import errors, reproducibility
-
-
-def inner_dimension(text):
-    value = positive_int(text)
-    if value > MAX_FP16_INNER:
-        raise argparse.ArgumentTypeError(f"k must be at most 2^22 = {MAX_FP16_INNER} (the limit of "
-                                         f"exact FP16 slice products), got {text!r}")
-    return value
 
 
 def _modes_by_backend():
