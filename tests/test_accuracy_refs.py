@@ -202,6 +202,13 @@ def test_exact_matmul_rejects_bad_inputs():
         exact_matmul(good, other, cols=torch.tensor([1.0]))
     with pytest.raises(ValueError, match=r"exact_matmul: rows must be a 1-D sequence"):
         exact_matmul(good, other, rows=[[0]])
+    # integers of any kind are read as the values they are: no wrap to int64
+    assert np.array_equal(exact_matmul(good, other, rows=np.array([1, 0], dtype=object)),
+                          exact_matmul(good, other, rows=[1, 0]))
+    for huge in ([2 ** 64], np.array([2 ** 63], dtype=np.uint64)):
+        with pytest.raises(ValueError, match=r"exact_matmul: rows contains index "
+                                             f"{huge[0]}, outside the valid range"):
+            exact_matmul(good, other, rows=huge)
 
 
 # ---------------------------------------------------------------------------
@@ -625,6 +632,22 @@ def test_gendot_diagonal_reaches_the_requested_condition(condition, k, dtype):
     assert np.median(off_diagonal) < condition / 1e3
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("k", [3, 4, 5, 8, 9])
+def test_gendot_reaches_the_largest_condition_it_accepts(k, dtype):
+    """The largest condition gendot_matrices accepts for k terms (the most its construction can
+    reach, or the format's limit) is reached within a factor of 1e3 on the diagonal."""
+    from ozaki.accuracy import _gendot_reachable_bits
+    reachable = _gendot_reachable_bits(k, dtype)
+    bits = min(reachable, 119 if dtype == torch.float32 else 1015)
+    A, B = gendot_matrices(3, k, 3, 2.0 ** bits, seeded(13), dtype=dtype)
+    for i in range(3):
+        assert 2.0 ** bits / 1e3 <= dot_condition(A[i], B[:, i]) <= 2.0 ** bits * 1e3
+    if bits == reachable:
+        with pytest.raises(ValueError, match="out of reach"):
+            gendot_matrices(1, k, 1, 2.0 ** (bits + 1), seeded(13), dtype=dtype)
+
+
 def test_gendot_rectangular_shapes_use_the_short_diagonal():
     A, B = gendot_matrices(5, 40, 2, 1e15, seeded(2))
     assert A.shape == (5, 40) and B.shape == (40, 2)
@@ -690,6 +713,15 @@ def test_generators_reject_bad_inputs():
         gendot_matrices(2, 8, 2, math.inf)
     with pytest.raises(ValueError, match=r"gendot_matrices: condition=1e\+80 is too large for torch.float32"):
         gendot_matrices(2, 8, 2, 1e80, dtype=torch.float32)
+    # conditions the construction cannot reach with k terms (k = 2 stays near 2; k = 3 overflowed)
+    with pytest.raises(ValueError, match=r"gendot_matrices: condition=100000000.0 is out of reach of "
+                                         r"k = 2 terms in torch.float64, .*about 2\^2 at most.*k >= 3"):
+        gendot_matrices(1, 2, 1, 1e8)
+    with pytest.raises(ValueError, match=r"out of reach of k = 3 terms in torch.float32, .*2\^28 at "
+                                         r"most .*k >= 9 reaches it"):
+        gendot_matrices(1, 3, 300, 2.0 ** 119, seeded(0), dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"out of reach of k = 10 terms in torch.float64, .*2\^269"):
+        gendot_matrices(1, 10, 1, 1e250)
     with pytest.raises(ValueError, match=r"dot_condition: x and y must have the same length, got 2 and 3"):
         dot_condition(torch.ones(2), torch.ones(3))
     with pytest.raises(ValueError, match=r"dot_condition: x must be 1-D, got 2-D with shape \(2, 1\)"):
@@ -704,3 +736,30 @@ def test_generators_reject_bad_inputs():
         sample_entries(0, 5, 1)
     with pytest.raises(TypeError, match=r"sample_entries: n must be an integer, got bool"):
         sample_entries(5, True, 1)
+
+
+def test_negative_magnitudes_are_refused():
+    """magnitudes must be |A||B|: the signed product passed in its place (whose negative entries
+    would give negative, meaningless errors) is named."""
+    A = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
+    B = torch.tensor([[0.25, 1.0], [0.75, -1.0]], dtype=torch.float64)
+    E = exact_matmul(A, B)
+    with pytest.raises(ValueError, match=r"componentwise_errors: magnitudes must be the exact "
+                                         r"\|A\|\|B\| \(no negative entry\), got -5/4"):
+        componentwise_errors(A @ B, E, A, B, magnitudes=E)
+
+
+@pytest.mark.parametrize("generate", [lambda **kw: phi_matrix(2, 2, 1.0, **kw),
+                                      lambda **kw: exponent_range_matrix(2, 2, -3, 3, **kw),
+                                      lambda **kw: gendot_matrices(2, 4, 2, 1e6, **kw)],
+                         ids=["phi_matrix", "exponent_range_matrix", "gendot_matrices"])
+def test_generators_check_their_device_before_drawing(generate):
+    """A device that is not cpu or a usable CUDA device is named, before the generator draws."""
+    g = seeded(5)
+    state = g.get_state()
+    with pytest.raises(ValueError, match=r"device must be 'cpu', 'cuda' or 'cuda:I', got 'gpu'"):
+        generate(generator=g, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device is cuda:0 but CUDA is not available here"):
+            generate(generator=g, device="cuda:0")
+    assert torch.equal(g.get_state(), state)

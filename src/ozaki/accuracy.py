@@ -38,6 +38,7 @@ other devices are copied over first.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from fractions import Fraction
@@ -121,13 +122,31 @@ def _check_indices(func: str, name: str, indices, size: int) -> np.ndarray:
     array = np.asarray(indices)
     if array.ndim != 1:
         raise ValueError(f"{func}: {name} must be a 1-D sequence of indices, got shape {array.shape}")
-    if array.size and (array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer)):
-        raise TypeError(f"{func}: {name} must hold integers, got elements of dtype {array.dtype}")
-    array = array.astype(np.int64)
-    if array.size and (array.min() < 0 or array.max() >= size):
-        bad = array[(array < 0) | (array >= size)][0]
+    # each element as a Python int (an object array of ints, NumPy's unsigned ones), checked
+    # before any conversion could wrap it
+    values = array.tolist()
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{func}: {name} must hold integers, got an element of type "
+                            f"{type(value).__name__}: {value!r}")
+    bad = next((value for value in values if not 0 <= value < size), None)
+    if bad is not None:
         raise ValueError(f"{func}: {name} contains index {bad}, outside the valid range [0, {size})")
-    return array
+    return np.array(values, dtype=np.int64).reshape(-1)
+
+
+def _check_device_argument(func: str, device) -> torch.device:
+    """The generators' device: cpu, or a CUDA device this torch can use; checked before drawing,
+    so that a bad one leaves the caller's generator where it was."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{func}: device must be 'cpu', 'cuda' or 'cuda:I', got {device!r}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{func}: device must be 'cpu', 'cuda' or 'cuda:I', got {device}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{func}: device is {device} but CUDA is not available here")
+    return device
 
 
 def _check_generator(func: str, generator) -> None:
@@ -504,6 +523,10 @@ def componentwise_errors(
         if normaliser.shape != exact.shape:
             raise ValueError(f"{func}: magnitudes must have the shape of E {exact.shape}, "
                              f"got {normaliser.shape}")
+        negative = next((value for value in normaliser.flat if value < 0), None)
+        if negative is not None:  # the signed product passed by mistake, say
+            raise ValueError(f"{func}: magnitudes must be the exact |A||B| (no negative entry), "
+                             f"got {negative}")
 
     errors = np.empty(exact.shape, dtype=np.float64)
     for (a, b), exact_value in np.ndenumerate(exact):
@@ -693,6 +716,7 @@ def phi_matrix(rows: int, cols: int, phi: float, generator: torch.Generator | No
         raise ValueError(f"{func}: phi must be a finite real number >= 0, got {phi!r}")
     _check_dtype_argument(func, dtype)
     _check_generator(func, generator)
+    device = _check_device_argument(func, device)
     source = _source_device(generator)
     while True:
         uniform = torch.rand(rows, cols, generator=generator, dtype=torch.float64, device=source)
@@ -725,6 +749,7 @@ def exponent_range_matrix(rows: int, cols: int, low: int, high: int,
         raise ValueError(f"{func}: low must be <= high, got low={low}, high={high}")
     _check_dtype_argument(func, dtype)
     _check_generator(func, generator)
+    device = _check_device_argument(func, device)
     info = torch.finfo(dtype)
     if Fraction(10) ** (high + 1) > Fraction(info.max):
         raise ValueError(
@@ -816,6 +841,17 @@ def _gendot_pair(
     return [x[p] for p in order], [y[p] for p in order]
 
 
+def _gendot_reachable_bits(length: int, dtype: torch.dtype) -> int:
+    """About the largest log2 of the condition that _gendot_pair reaches with `length` terms: each
+    term of its second half cancels at most the format's precision of the running dot product (a
+    few bits more from the rounding of the last one), and with 2 terms the first half holds only
+    the exponent-0 term, which leaves nothing to cancel (conditions of 2 to 4)."""
+    if length == 2:
+        return 2
+    half = max(1, round(length / 2))
+    return (length - half) * _FORMATS[dtype][0] + 4
+
+
 def gendot_matrices(m: int, k: int, n: int, condition: float,
                     generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
                     device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -828,8 +864,9 @@ def gendot_matrices(m: int, k: int, n: int, condition: float,
     The ill-conditioned entries are exactly the diagonal ones,
     ``(A @ B)[i, i]`` for ``i < min(m, n)``: their condition number
     :func:`dot_condition` is close to ``condition`` (within a few orders of
-    magnitude when ``k`` is a few dozen or more; tiny ``k`` cannot reach large
-    conditions).  Off-diagonal entries pair unrelated vectors and are usually
+    magnitude when ``k`` is a few dozen or more). A condition that ``k`` terms
+    cannot reach (about 2^(p (k - round(k/2)) + 4) for precision p; 4 for k = 2)
+    is a ValueError that names the ``k`` that reaches it.  Off-diagonal entries pair unrelated vectors and are usually
     well conditioned.  The construction uses exact running dot products and
     rounds in ``dtype`` itself, so float32 inputs are genuine too.
 
@@ -841,6 +878,7 @@ def gendot_matrices(m: int, k: int, n: int, condition: float,
     n = _check_positive_int(func, "n", n)
     _check_dtype_argument(func, dtype)
     _check_generator(func, generator)
+    device = _check_device_argument(func, device)
     if isinstance(condition, bool) or not isinstance(condition, numbers.Real) or not (
         math.isfinite(condition) and condition > 1
     ):
@@ -851,6 +889,16 @@ def gendot_matrices(m: int, k: int, n: int, condition: float,
         raise ValueError(
             f"{func}: condition={condition!r} is too large for {dtype} "
             f"(needs log2(condition) + 8 <= {emax})"
+        )
+    reachable = _gendot_reachable_bits(k, dtype)
+    if math.log2(condition) > reachable:
+        needed = next(j for j in itertools.count(k + 1)
+                      if _gendot_reachable_bits(j, dtype) >= math.log2(condition))
+        raise ValueError(
+            f"{func}: condition={condition!r} is out of reach of k = {k} terms in {dtype}, whose "
+            f"dot products reach conditions of about 2^{reachable} at most (each term of "
+            f"GenDot's second half cancels at most {_FORMATS[dtype][0]} bits); k >= {needed} "
+            "reaches it"
         )
     pairs = [_gendot_pair(k, float(condition), generator, dtype) for _ in range(max(m, n))]
     A = torch.tensor([pairs[i][0] for i in range(m)], dtype=torch.float64)
