@@ -61,9 +61,11 @@ def test_committed_notebooks_show_the_committed_data():
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_notebook_runs_at_small_size(name, monkeypatch):
     monkeypatch.setenv("OZAKI_NOTEBOOK_SMALL", "1")
-    # the kernel imports the ozaki of this checkout (its package is under src/), whatever an
-    # older install points to
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"),
+    # the kernel imports the ozaki these tests import (the installed one in CI, src/ with an
+    # extension built in place), whatever else an older install points to
+    import ozaki
+    package_parent = str(Path(ozaki.__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [package_parent,
                                                                     os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
