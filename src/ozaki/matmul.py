@@ -69,7 +69,9 @@ def matmul(a, b, *, out=None, backend="auto", slices=None, fast=None, moduli=Non
     elif not batch_a:  # shared left operand: the batch is more columns of B
         # (k, batch n), stored by columns as the engine reads B
         columns = b.mT.reshape(math.prod(batch_b) * n, k).mT
-        result = _gemm(a, columns, options).reshape(m, *batch_b, n).movedim(0, -2).contiguous()
+        # clone, not contiguous(): an empty result gets torch's strides too
+        result = _gemm(a, columns, options).reshape(m, *batch_b, n).movedim(0, -2).clone(
+            memory_format=torch.contiguous_format)
     else:
         batch = broadcast_shape(tuple(batch_a), tuple(batch_b))
         if batch is None:  # the type torch.matmul raises, with the arguments named

@@ -84,4 +84,4 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
         C = distributed_matmul(a, b, layout, mesh.get_group(), **options.keywords())
     m, n = A.shape[0], B.shape[1]
     return DTensor.from_local(C, mesh, [c_place], run_check=False, shape=torch.Size((m, n)),
-                              stride=(n, 1))
+                              stride=(max(n, 1), 1))  # a dense tensor's, for n = 0 too
