@@ -13,6 +13,7 @@ import torch.distributed as dist
 import ozaki
 import ozaki.distributed.inner
 from ozaki import accuracy
+from test_wide_spans import CASES as WIDE_SPAN_CASES
 
 LAYOUT_OPTIONS = [
     {},
@@ -49,6 +50,15 @@ def layout_cases():
         for options in ({}, {"backend": "crt"}):
             cases.append(dict(kind="layout", layout="inner", options=options, data=data,
                               dtype=dtype, shape=shape, split="uneven"))
+    # rows of wide span (tests/test_wide_spans.py, whose one-device products are checked against
+    # exact references there): the k-shards' plans and bits are the one device's
+    for name, make in WIDE_SPAN_CASES.items():
+        A, B = make()
+        shape = (A.shape[0], A.shape[1], B.shape[1])
+        for options in ({}, {"backend": "crt"}):
+            cases.append(dict(kind="layout", layout="inner", options=options, data="wide:" + name,
+                              dtype=str(A.dtype).removeprefix("torch."), shape=shape,
+                              split="even"))
     # k-sharded sums combined in many row chunks (one row each), overlapped with the next chunk
     for options in ({}, {"backend": "fp16"}, {"rounding": "nearest", "slices": 2, "fast": True}):
         cases.append(dict(kind="layout", layout="inner", options=options, data="nonfinite",
@@ -103,6 +113,8 @@ def operands(case):
     dtype = getattr(torch, case["dtype"])
     g = torch.Generator().manual_seed(1000 + case["id"])
     data = case["data"]
+    if data.startswith("wide:"):
+        return WIDE_SPAN_CASES[data.removeprefix("wide:")]()
     if data == "integers":
         A = torch.randint(-20, 21, (m, k), generator=g).to(dtype)
         B = torch.randint(-20, 21, (k, n), generator=g).to(dtype)

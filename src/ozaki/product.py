@@ -4,6 +4,7 @@ plan for the whole batch), by the backend and plan of docs/accuracy.md. The publ
 
 import dataclasses
 import functools
+import math
 from fractions import Fraction
 
 import torch
@@ -419,9 +420,11 @@ def _column_exponents(x, stats):
     """Per element of a batch and column l of its rows (scaled to integers by
     _ops.integer_exponents): the largest exponent e with |x'_il| < 2^e over the usable rows i, as
     int64 (batch * k,); -10000 where the column holds no nonzero entry of a usable row. Rows are
-    read in chunks, so the temporaries stay small; x has at least one row."""
+    read in chunks, so the temporaries stay small; x has at least one row (and may have no
+    columns: a k-shard's)."""
     k = x.shape[-1]
-    rows = x.reshape(-1, x.shape[-2], k)
+    # the element count spelled out: -1 cannot be inferred for an empty x
+    rows = x.reshape(math.prod(x.shape[:-2]), x.shape[-2], k)
     # (elements, rows, 1), to broadcast over a row's entries
     exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1, 1)
     unused = (~_usable_rows(stats)).view(rows.shape[0], -1, 1)
