@@ -84,13 +84,6 @@ def _takes_out(out, *operands):
                      and any(t.requires_grad for t in (out, *operands))))
 
 
-def _warn(message):
-    """A UserWarning at the caller's line (fixed_counts.warn); none while torch.compile traces,
-    which cannot trace a warning (the compiled call would break its graph there)."""
-    if not torch.compiler.is_compiling():
-        fixed_counts.warn(message, UserWarning)
-
-
 def _written(result, out, resize_warns=True):
     """out= as torch writes it: resized to the result's shape (with a warning at the caller's line
     where it held entries and torch warns: all but addbmm), then filled."""
@@ -98,9 +91,10 @@ def _written(result, out, resize_warns=True):
         return result
     if out.shape != result.shape:
         if out.numel() != 0 and resize_warns:
-            _warn(f"ozaki.enable: out of shape {list(out.shape)} held entries and was resized to "
-                  f"the result's shape {list(result.shape)}, as torch resizes it (torch "
-                  "deprecates this; resize out to zero elements first to write it silently)")
+            fixed_counts.warn(f"ozaki.enable: out of shape {list(out.shape)} held entries and "
+                              f"was resized to the result's shape {list(result.shape)}, as torch "
+                              "resizes it (torch deprecates this; resize out to zero elements "
+                              "first to write it silently)", UserWarning)
         out.resize_(result.shape)
     return out.copy_(result)
 
@@ -373,8 +367,8 @@ def _chain_matmul(mode, *matrices, out=None, **unknown):
     if (result is not NotImplemented and not _chain_matmul_warned
             and not torch.compiler.is_compiling()):  # compiled code cannot warn
         _chain_matmul_warned = True  # once per process, as torch warns
-        _warn("torch.chain_matmul is deprecated and will be removed in a future PyTorch release. "
-              "Use torch.linalg.multi_dot instead.")
+        fixed_counts.warn("torch.chain_matmul is deprecated and will be removed in a future "
+                          "PyTorch release. Use torch.linalg.multi_dot instead.", UserWarning)
     return result
 
 

@@ -129,7 +129,10 @@ def warn(text: str, category=AccuracyWarning):
     """Issues the warning (AccuracyWarning, or another category) at the caller's line: the first
     frame outside ozaki, torch and the code torch.compile generated (the inductor's cache, FX's
     graphs; the product runs inside a torch operator), so the default filter shows it once per
-    line."""
+    line. None while torch.compile traces, which cannot trace a warning (the compiled call would
+    break its graph there)."""
+    if torch.compiler.is_compiling():
+        return
     not_the_callers = (os.path.dirname(__file__), os.path.dirname(torch.__file__),
                        _generated_code(), "<eval_with_key>")
     frame, level = sys._getframe(1), 2
