@@ -246,7 +246,41 @@ def run_error_checks(rank, world, device):
             return f"unexpected message: {error}"
     else:
         return "no error for inner dimensions that differ across ranks"
-    return _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device)
+    return (_one_rank_refused_raises_everywhere(rank, world, device)
+            or _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device))
+
+
+def _one_rank_refused_raises_everywhere(rank, world, device):
+    """Inputs that only the last rank refuses raise on every rank, none waiting in a collective
+    for it: that rank its own error, the others the same type naming it and its message."""
+    A = torch.ones((4, 6), dtype=torch.float64, device=device)
+    last = rank == world - 1
+    grad = A.clone().requires_grad_(last)
+    checks = [
+        (lambda: ozaki.distributed.matmul(grad, A.t(), "rows"), NotImplementedError,
+         "gradients through distributed products are not supported"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "inner", backend="crt",
+                                          moduli=-3 if last else 8), ValueError, "moduli"),
+        (lambda: ozaki.distributed.matmul(A.numpy() if last else A, A.t(), "cols"), TypeError,
+         "a_local must be a torch.Tensor, got ndarray"),
+        (lambda: ozaki.distributed.matmul(A, A.t()[:5] if last else A.t(), "rows"), ValueError,
+         "a_local.shape[1] must equal b_local.shape[0]"),
+        (lambda: ozaki.distributed.matmul(A, A.t(), "diagonal" if last else "rows"), ValueError,
+         "layout must be one of"),
+    ]
+    for call, error, message in checks:
+        try:
+            call()
+        except error as raised:
+            text = str(raised)
+            named = f"rank {world - 1} raised {error.__name__}"
+            if message not in text or (not last and named not in text):
+                return f"rank {rank}: unexpected message: {text}"
+        except Exception as raised:  # noqa: BLE001  (reported)
+            return f"rank {rank}: {type(raised).__name__} where {error.__name__} was expected: {raised}"
+        else:
+            return f"rank {rank}: no error where rank {world - 1} refused its inputs ({message})"
+    return None
 
 
 def _enable_leaves_dtensors_to_torch(device):

@@ -31,16 +31,18 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
 
     layout: "rows", "cols" or "inner" (see LAYOUTS). Shards may have any sizes, empty included,
     and every rank must call with the same layout, options and dtype (checked: a mismatch raises
-    the same ValueError on every rank). The plan (backend, slices or moduli) is made from the
-    whole matrices, so every rank uses the one-device plan.
+    the same ValueError on every rank, and inputs that one rank refuses raise on every rank). The
+    plan (backend, slices or moduli) is made from the whole matrices, so every rank uses the
+    one-device plan.
     """
     name = "ozaki.distributed.matmul"
-    _check_local(name, a_local, b_local)
-    if layout not in LAYOUTS:
-        raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got "
-                         f"{layout!r}")
-    options = Options.checked(name, backend, slices, fast, moduli, rounding)
     group = group if isinstance(group, RankGroup) else RankGroup(group)
+    with group.checks_together(name):  # a rank that refuses its inputs stops every rank
+        _check_local(name, a_local, b_local)
+        if layout not in LAYOUTS:
+            raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, "
+                             f"got {layout!r}")
+        options = Options.checked(name, backend, slices, fast, moduli, rounding)
     m, k = a_local.shape
     n = b_local.shape[1]
     dtype = a_local.dtype

@@ -5,6 +5,7 @@ Every rank must run the same collectives in the same order, so all decisions mad
 the ranks agreed on (check_agree).
 """
 
+import contextlib
 import itertools
 import zlib
 
@@ -34,6 +35,10 @@ class RankGroup:
             raise ValueError(f"ozaki.distributed: this process (global rank {dist.get_rank()}) "
                              "is not a member of the group passed; call with a group it belongs "
                              "to, on its members only")
+        # where the collectives of checks run before any operand is known to be a tensor
+        backend = str(dist.get_backend(group))
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if "nccl" in backend and "gloo" not in backend else torch.device("cpu"))
 
     def _reduced(self, tensor, op):
         out = tensor.clone()
@@ -83,6 +88,36 @@ class RankGroup:
                 raise ValueError(f"{name}: {what} differs across the ranks of the group "
                                  f"({spread}); every rank must pass the same")
 
+    @contextlib.contextmanager
+    def checks_together(self, name):
+        """Run a rank's own checks of its inputs (the body) so that an error on any rank raises on
+        every rank, before any other collective: the rank that raised re-raises its error, the
+        others an error of the same type that names the rank and its message. One all-reduce of
+        a flag when no rank raised."""
+        try:
+            yield
+        except Exception as error:
+            self._raise_peer_errors(name, error)
+            raise
+        self._raise_peer_errors(name, None)
+
+    def _raise_peer_errors(self, name, error):
+        if self.size == 1:
+            return
+        raised = self.agreed_sizes(int(error is not None), self.device)
+        if not any(raised):
+            return
+        texts = self.gather_texts("" if error is None else f"{type(error).__name__}: {error}",
+                                  self.device)
+        if error is not None:
+            return  # the caller re-raises this rank's own error
+        first = raised.index(1)
+        kind = texts[first].split(":", 1)[0]
+        reported = "; ".join(f"rank {rank} raised {text}" for rank, text in enumerate(texts)
+                             if raised[rank])
+        raise _PEER_ERRORS.get(kind, RuntimeError)(
+            f"{name}: not run on any rank, as {reported}")
+
     def gather_texts(self, text, device):
         """Every rank's string, in rank order."""
         data = torch.tensor([list(text.encode())], dtype=torch.int64, device=device)
@@ -94,6 +129,10 @@ class RankGroup:
     def agreed_sizes(self, size, device):
         """Every rank's `size` (an int), in rank order."""
         return self.max(_one_hot(self.rank, self.size, size, device)).tolist()
+
+
+#: The types an error raised by another rank's checks is raised as here (others: RuntimeError).
+_PEER_ERRORS = {error.__name__: error for error in (TypeError, ValueError, NotImplementedError)}
 
 
 class _Done:
