@@ -178,7 +178,7 @@ def assert_wrong_out_is_named(name, product, shape, wrong_dtype, device):
     with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's shape "
                                                    f"{shape}, got {transposed}")):
         product(out=torch.empty(transposed, dtype=torch.float64, device=device))
-    with pytest.raises(ValueError, match=re.escape(f"{name}: out must have the result's dtype "
+    with pytest.raises(TypeError, match=re.escape(f"{name}: out must have the result's dtype "
                                                    f"torch.float64, got {wrong_dtype}")):
         product(out=torch.empty(shape, dtype=wrong_dtype, device=device))
     leaf = torch.empty(shape, dtype=torch.float64, device=device, requires_grad=True)

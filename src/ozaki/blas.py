@@ -174,7 +174,8 @@ def copy_out(name, result, out):
                               ("dtype", out.dtype, result.dtype),
                               ("device", out.device, result.device)):
         if got != wanted:
-            raise ValueError(f"{name}: out must have the result's {what} {wanted}, got {got}")
+            error = TypeError if what == "dtype" else ValueError
+            raise error(f"{name}: out must have the result's {what} {wanted}, got {got}")
     if out.is_leaf and out.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"{name}: out is a leaf tensor that requires grad, which out= cannot "
                            "write in place (pass an out that does not require grad, or none)")
