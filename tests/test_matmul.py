@@ -169,6 +169,46 @@ def test_broadcast_batch_equals_the_expanded_batch(device, dtype, backend):
               ozaki.matmul(b2.mT.expand(3, 4, 9), a3.mT, backend=backend))
 
 
+def _huge_in_their_own_columns(dtype, device, batch=16, k=18, seed=0):
+    """(batch, 1, k) @ (k, 2) whose matrices are huge in a column of their own (2^267 in
+    float64, 2^100 in float32) and whose B is huge in its last rows: each matrix alone fits exact
+    scheme II by a wide margin, all rows together do not (their columns' largest exponents add
+    up across the batch)."""
+    g = torch.Generator().manual_seed(seed)
+    big, other = (267, 234) if dtype == torch.float64 else (100, 20)
+
+    def signed(*shape):  # +-(1 + q 2^-10): 11-bit significands
+        q = torch.randint(0, 1 << 10, shape, generator=g).double() / (1 << 10)
+        return (1 + q) * (torch.randint(0, 2, shape, generator=g).double() * 2 - 1)
+
+    A, B = signed(batch, 1, k), signed(k, 2)
+    for e in range(batch):
+        A[e, 0, e] *= 2.0 ** big
+    B[batch:, 0] *= 2.0 ** other
+    return A.to(dtype).to(device), B.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", REAL_DTYPES)
+def test_folded_batched_and_mapped_forms_share_the_plan_where_elements_differ(device, dtype):
+    """The plan does not depend on how the batch reaches the engine: folded into rows (shared
+    right operand) or columns (shared left operand), run as a batched GEMM, through einsum or
+    vmap, the same plan and the same bits, also where the matrices' own exponents differ so much
+    that exact scheme II's bound of one matrix and of all rows together differ."""
+    A, B = _huge_in_their_own_columns(dtype, device)
+    batch, _, k = A.shape
+    expanded = B.expand(batch, k, 2)
+    folded = ozaki.matmul(A, B)
+    plan = ozaki.plan(A, expanded)
+    assert str(ozaki.plan(A.reshape(batch, k), B)) == str(plan)
+    assert_bitwise_equal(folded, ozaki.matmul(A, expanded))
+    assert_bitwise_equal(folded, ozaki.einsum("bik,kj->bij", A, B))
+    assert_bitwise_equal(folded, torch.func.vmap(ozaki.matmul, in_dims=(0, None))(A, B))
+    left = ozaki.matmul(B.mT, A.mT)  # shared left operand: the batch folds into B's columns
+    assert_bitwise_equal(left, ozaki.matmul(B.mT.expand(batch, 2, k), A.mT))
+    assert_bitwise_equal(left, folded.mT)
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_vectors_equal_the_matrix_products(device, dtype):

@@ -82,6 +82,11 @@ def test_unresolvable_estimate_falls_back_to_an_exact_plan():
     scheme_one = ozaki.plan(A, B, backend="fp16")
     assert not scheme_one.fast and scheme_one.slices == scheme_one.full_split_slices
     assert scheme_one.exact and scheme_one.reason == "exact (estimate unresolved)"
+    # scheme I's exact split is summed in float64, within about one rounding: not "rounded once"
+    assert "rounded once" not in str(scheme_one), str(scheme_one)
+    assert str(scheme_one).endswith("(every product of the split is exact; their float64 sum is "
+                                    "within about one rounding)")
+    assert str(plan).endswith("(the exact product, rounded once)")
     exact = accuracy.exact_matmul(A, B)
     assert_bitwise_equal(ozaki.dgemm(A, B), accuracy.round_exact(exact))
 

@@ -277,12 +277,15 @@ class Estimates:
         return exponents.min() + torch.where(_usable_rows(other), other[1], 0).max()
 
     def _entry_bound_sum(self):
-        """exact_entry_bound's float64 sum_l 2^(u_l + v_l), largest over a batch's elements: 0-d."""
-        u = self._column_exponents_a()
-        v = self._column_exponents_b()
-        u, v = self.combine_max(torch.cat([u, v]).double()).split([u.numel(), v.numel()])
-        # per element of a batch, in one order on every device (the kept reads' too)
-        return _ops.crt_entry_bound_sum(u.view(-1, self.k), v.view(-1, self.k))
+        """exact_entry_bound's float64 sum_l 2^(u_l + v_l), 0-d. Of a batch, u and v are the
+        largest over all its elements: the bound of the batch's rows and columns taken together,
+        which a batch folded into the rows of A (or the columns of B) gives alike, so that every
+        form of a batched product makes the same plan (ozaki/matmul.py)."""
+        u = self._column_exponents_a().view(-1, self.k).amax(0)
+        v = self._column_exponents_b().view(-1, self.k).amax(0)
+        u, v = self.combine_max(torch.cat([u, v]).double()).split([self.k, self.k])
+        # in one order on every device (the kept reads' too)
+        return _ops.crt_entry_bound_sum(u.view(1, -1), v.view(1, -1))
 
     def column_exponents(self, x, stats):
         """_column_exponents of the operand x (a or bt) with its row stats: of the whole k."""

@@ -100,8 +100,11 @@ class SlicePlan:
                     f"beta = {self.beta}, {self.bits_captured} bits per row; {self.reason}")
         if self.rounding == "nearest":
             text += " (every entry rounded once from the exact product)"
-        elif self.exact:
+        elif self.exact and self.backend == "crt":
             text += " (the exact product, rounded once)"
+        elif self.exact:
+            text += (" (every product of the split is exact; their float64 sum is within about "
+                     "one rounding)")
         elif self.predicted_error is not None:
             text += (f"; predicted error {self.predicted_error:.1e} x |A||B| against the native "
                      f"level {self.native_level:.1e}")
