@@ -169,6 +169,16 @@ inline int64_t grid_inner_checked(int64_t k, int64_t total_k, const char* op) {
   return total_k > 0 ? total_k : k;
 }
 
+// The magnitude estimate's grid bits for the inner dimension (total_k when given), or a clear
+// error past 2^22, where the estimate has no grid left (the planner reads it only below that).
+inline int magnitude_grid_bits_checked(int64_t k, int64_t total_k, const char* op) {
+  const int64_t inner = grid_inner_checked(k, total_k, op);
+  const int bits = magnitude_grid_bits(inner);
+  TORCH_CHECK(bits >= 1, op, ": inner dimension ", inner,
+              " is too large for the magnitude estimate (it must be <= 2^22)");
+  return bits;
+}
+
 inline ProductShape check_magnitude_arguments(const at::Tensor& a, const at::Tensor& bt,
                                               const at::Tensor& tau_a, const at::Tensor& tau_b,
                                               const char* op) {

@@ -192,6 +192,9 @@ OZAKI_HD void widen_by_dropped(LongInteger<MaxLimbs>& low, LongInteger<MaxLimbs>
   high.add_wide(dropped.multiple, dropped.shift);
 }
 
+// add_wide's limit on the units of one level sum: 2^62.
+constexpr double kLevelUnitsLimit = 4611686018427387904.0;
+
 // Correctly rounded sum over levels l of 2^(tau_sum - l w) L_l (rounding="nearest"), where
 // level_sums(l, sum) writes the exact level sum L_l of one entry (csrc/scheme.h, pair_level_sum).
 //
@@ -208,15 +211,18 @@ OZAKI_HD double nearest_from_level_sums(LevelSums level_sums, int top_level, int
                                         bool* undecided) {
   LongInteger<kLevelLimbs> low;
   low.clear((top_level * w + 64) / 32 + 1);
+  *undecided = false;
   for (int level = top_level; level >= 0; --level) {
     double level_sum[1];
     level_sums(level, level_sum);
-    // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact.
-    const int64_t units = static_cast<int64_t>(level_sum[0] * pow2(2 * beta));
-    low.add_wide(units, (top_level - level) * w);
+    // An integer below 2^37 once scaled by 2^(2 beta) (2^30 for FP16 digits): exact. Sums that
+    // cannot come from slice products (non-finite or past 2^62 units: only an internal operator
+    // fed other values) give NaN rather than an undefined conversion.
+    const double scaled = level_sum[0] * pow2(2 * beta);
+    if (!(scaled > -kLevelUnitsLimit && scaled < kLevelUnitsLimit)) return quiet_nan();
+    low.add_wide(static_cast<int64_t>(scaled), (top_level - level) * w);
   }
   const int64_t unit = int64_t(tau_sum) - 2 * beta - int64_t(top_level) * w;
-  *undecided = false;
   if (dropped.multiple == 0) {
     const bool negative = low.normalize();
     return round_to_format(low, negative, unit, format);
@@ -268,15 +274,34 @@ OZAKI_HD void integer_significand(double x, uint64_t* significand, int* exponent
 }
 
 // RN(sum_l a[l] * b[l]) for finite rows, computed exactly: every product is a 106-bit integer
-// times a power of two, added into one long accumulator whose bit 0 weighs 2^lowest_sum (the sum
-// of the rows' lowest set-bit exponents) and whose top covers 2^(tau_sum + ceil(log2 k) + 1).
-// The slow path of rounding="nearest", taken by entries the slice products leave undecided.
+// times a power of two, added into one long accumulator whose bit 0 weighs 2^lowest (the lowest
+// set bit of any product) and whose top covers the highest product bit plus ceil(log2 k) + 1.
+// Both ends are read from the terms themselves in a first pass, not from the rows' statistics,
+// so that no input (rows that are not what their statistics say, through a stale kept operand or
+// an internal operator) can place a term outside the accumulator. The slow path of
+// rounding="nearest", taken by entries the slice products leave undecided.
 template <typename T>
-OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, int lowest_sum, int tau_sum,
-                                  RoundingFormat format) {
+OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, RoundingFormat format) {
+  int lowest = 0, highest = 0;
+  bool any = false;
+  for (int64_t l = 0; l < k; ++l) {
+    const double x = static_cast<double>(a[l]);
+    const double y = static_cast<double>(b[l]);
+    if (x == 0.0 || y == 0.0) continue;
+    uint64_t mx, my;
+    int ex, ey;
+    integer_significand(x, &mx, &ex);
+    integer_significand(y, &my, &ey);
+    const int low_bit = ex + ey;
+    const int high_bit = low_bit + highest_set_bit(mx) + highest_set_bit(my) + 1;
+    lowest = any && lowest < low_bit ? lowest : low_bit;
+    highest = any && highest > high_bit ? highest : high_bit;
+    any = true;
+  }
+  if (!any) return 0.0;
   LongInteger<kDotLimbs> sum;
-  const int64_t width = int64_t(tau_sum) + ceil_log2(k) + 2 - lowest_sum;
-  sum.clear(static_cast<int>((width + 64) / 32 + 1));
+  // finite doubles keep highest - lowest below 2 * 2098 bits: within kDotWidestLimbs
+  sum.clear(static_cast<int>((int64_t(highest) - lowest + ceil_log2(k) + 2 + 64) / 32 + 1));
   for (int64_t l = 0; l < k; ++l) {
     const double x = static_cast<double>(a[l]);
     const double y = static_cast<double>(b[l]);
@@ -287,7 +312,7 @@ OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, int lowest_
     integer_significand(y, &my, &ey);
     const uint64_t low = mx * my;
     const uint64_t high = high_product_bits(mx, my);
-    const int offset = ex + ey - lowest_sum;
+    const int offset = ex + ey - lowest;
     const int64_t sign = sign_bit(x) != sign_bit(y) ? -1 : 1;
     sum.add(sign * static_cast<int64_t>(low & 0xffffffffULL), offset);
     sum.add(sign * static_cast<int64_t>(low >> 32), offset + 32);
@@ -295,7 +320,7 @@ OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, int lowest_
     sum.add(sign * static_cast<int64_t>(high >> 32), offset + 96);
   }
   const bool negative = sum.normalize();
-  return round_to_format(sum, negative, lowest_sum, format);
+  return round_to_format(sum, negative, lowest, format);
 }
 
 }  // namespace ozaki

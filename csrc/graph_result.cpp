@@ -35,11 +35,20 @@ bool hooks_built() {
   return false;
 }
 
+// Whether a byte count is usable; else a ValueError naming it (a negative count would read as a
+// huge size_t).
+bool bytes_checked(const char* function, long long bytes) {
+  if (bytes >= 0) return true;
+  PyErr_Format(PyExc_ValueError, "ozaki._C.%s: bytes must be >= 0, got %lld", function, bytes);
+  return false;
+}
+
 // graph_result_sites(device, graph, address, bytes) -> list of int
 PyObject* graph_result_sites(PyObject*, PyObject* args) {
   int device;
   long long graph, address, bytes;
-  if (!PyArg_ParseTuple(args, "iLLL", &device, &graph, &address, &bytes) || !hooks_built()) {
+  if (!PyArg_ParseTuple(args, "iLLL", &device, &graph, &address, &bytes) ||
+      !bytes_checked("graph_result_sites", bytes) || !hooks_built()) {
     return nullptr;
   }
   return python_call([&]() -> PyObject* {
@@ -77,7 +86,8 @@ PyObject* retarget_graph_result(PyObject*, PyObject* args) {
 PyObject* copy_to_host(PyObject*, PyObject* args) {
   int device;
   long long source, target, bytes;
-  if (!PyArg_ParseTuple(args, "iLLL", &device, &source, &target, &bytes) || !hooks_built()) {
+  if (!PyArg_ParseTuple(args, "iLLL", &device, &source, &target, &bytes) ||
+      !bytes_checked("copy_to_host", bytes) || !hooks_built()) {
     return nullptr;
   }
   return python_call([&]() -> PyObject* {

@@ -85,15 +85,19 @@ at::Tensor magnitude_from_digits(const at::Tensor& digits_a, const at::Tensor& u
   if (digits_a.size(0) == 0 || n == 0) {
     return at::full({}, std::numeric_limits<double>::infinity(), options);
   }
+  // The products run over the digits' padded width, unless that passes int8_matmul's inner limit
+  // (k within 16 of 2^17), where they run over the k columns themselves (the padding is zeros).
+  const bool padded = digits_a.size(1) <= kCrtMaxInner;
+  const at::Tensor kept_a = padded ? digits_a : digits_a.narrow(1, 0, k).contiguous();
   const at::Tensor digits_b = at::constant_pad_nd(digits_op.call(bt, tau_b, norm_b, 0),
-                                                  {0, digits_a.size(1) - k});
+                                                  {0, kept_a.size(1) - k});
   const at::Tensor unusable_a = usable_a.logical_not().view({-1, 1});
   const at::Tensor unusable_b = usable_b.logical_not().view({1, -1});
   const int64_t cols = std::max<int64_t>(1, kBoundChunkEntries / digits_a.size(0));
   at::Tensor smallest;
   for (int64_t j0 = 0; j0 < n; j0 += cols) {
     const int64_t j1 = std::min(n, j0 + cols);
-    at::Tensor products = matmul_op.call(digits_a, digits_b.slice(0, j0, j1));
+    at::Tensor products = matmul_op.call(kept_a, digits_b.slice(0, j0, j1));
     const at::Tensor part =
         products.masked_fill_(at::logical_or(unusable_a, unusable_b.slice(1, j0, j1)), INT_MAX)
             .amin();
@@ -113,7 +117,7 @@ at::Tensor column_exponents(const at::Tensor& x, const at::Tensor& tau, const at
   const at::Tensor exponents = (bit_span - tau).to(at::kInt).view({-1, 1});
   const at::Tensor unused = usable.logical_not().view({-1, 1});
   const int64_t chunk = std::max<int64_t>(1, kBoundChunkEntries / std::max<int64_t>(k, 1));
-  at::Tensor largest;
+  at::Tensor largest = at::full({k}, -10000, x.options().dtype(at::kLong));  // no rows: no entry
   for (int64_t i0 = 0; i0 < x.size(0); i0 += chunk) {
     const int64_t i1 = std::min(x.size(0), i0 + chunk);
     const at::Tensor rows = x.slice(0, i0, i1);
@@ -121,7 +125,7 @@ at::Tensor column_exponents(const at::Tensor& x, const at::Tensor& tau, const at
         std::get<1>(at::frexp(rows)).to(at::kLong) + exponents.slice(0, i0, i1);
     const at::Tensor part =
         exponent.masked_fill_(rows.eq(0).logical_or_(unused.slice(0, i0, i1)), -10000).amax(0);
-    largest = largest.defined() ? at::maximum(largest, part) : part;
+    largest = at::maximum(largest, part);
   }
   return largest;
 }

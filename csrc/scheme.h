@@ -114,10 +114,10 @@ OZAKI_HD double scale_by_power_of_two(double x, int e) {
 
 // ---- Split (docs/algorithm.md, "Split") ---------------------------------------------------------
 
-// ceil(log2 k) for k >= 1, in integers.
+// ceil(log2 k) for k >= 1, in integers (63 for every k past 2^62: no shift reaches 64).
 OZAKI_HD int ceil_log2(int64_t k) {
   int c = 0;
-  while ((int64_t(1) << c) < k) ++c;
+  while (c < 63 && (int64_t(1) << c) < k) ++c;
   return c;
 }
 
@@ -134,7 +134,7 @@ OZAKI_HD int digit_bits_for(int64_t k) {
 // 2^31 (INT32 holds 2^31 - 1), so k 2^(2 beta) < 2^31, i.e. 2 beta + ceil(log2(k + 1)) <= 31.
 constexpr int kMaxInt8DigitBits = 6;
 OZAKI_HD int int8_digit_bits_for(int64_t k) {
-  const int beta = (31 - ceil_log2(k + 1)) / 2;
+  const int beta = (31 - (k > (int64_t(1) << 62) ? 63 : ceil_log2(k + 1))) / 2;
   return beta < kMaxInt8DigitBits ? beta : kMaxInt8DigitBits;
 }
 

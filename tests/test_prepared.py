@@ -62,6 +62,19 @@ def test_prepared_products_give_the_same_bits(device, dtype, shape, phi, kwargs)
         assert_bitwise_equal(g, e)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("k", [131056, 131057, 131071])
+def test_the_largest_inner_dimensions_of_scheme_two_when_prepared(device, k):
+    """k just below scheme II's limit of 2^17, where A's kept digits, padded to 16 columns, are
+    2^17 wide: prepared products plan and multiply as unprepared ones."""
+    A, B = phi_pair(2, k, 3, 0.5, seed=k, device=device)
+    expected = [ozaki.dgemm(A, B), ozaki.dgemm(A, B, backend="crt")]
+    with ozaki.prepare(A):
+        got = [ozaki.dgemm(A, B), ozaki.dgemm(A, B, backend="crt")]
+    for g, e in zip(got, expected):
+        assert_bitwise_equal(g, e)
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("backend", AUTOMATIC_BACKENDS)
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -345,6 +345,28 @@ def test_in_place_changes_and_freed_operands_drop_the_parts(device, monkeypatch)
     assert repeated.info() == [] and repeated.nbytes() == 0
 
 
+def test_a_dropped_handle_leaves_no_weak_reference_to_the_operand():
+    """Once its parts are dropped (clear()), a kept operand is a tensor like any other at once,
+    without waiting for the cyclic garbage collector: torch.utils.swap_tensors, which refuses a
+    tensor that any weak reference reaches, swaps it."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=5)[0]
+    P = rights(n, 30, torch.float64, torch.device("cpu"))[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    assert len(repeated.info()) == 1
+    other = torch.zeros_like(K)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        repeated.clear()
+        torch.utils.swap_tensors(K, other)
+    finally:
+        if collecting:
+            gc.enable()
+    assert not K.any()
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch):
     """Two operands of a budget that holds one: the newer one is kept and the older dropped;

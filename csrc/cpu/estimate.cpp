@@ -40,7 +40,7 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
                              const at::Tensor& tau_b, int64_t total_k) {
   constexpr const char* op = "ozaki::magnitude_product";
   const ProductShape shape = check_magnitude_arguments(a, bt, tau_a, tau_b, op);
-  const int grid_bits = magnitude_grid_bits(grid_inner_checked(shape.k, total_k, op));
+  const int grid_bits = magnitude_grid_bits_checked(shape.k, total_k, op);
   std::pair<at::Tensor, at::Tensor> da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a.const_data_ptr<int>(), grid_bits);

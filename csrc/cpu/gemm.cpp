@@ -107,9 +107,7 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowD
             value = nearest_from_levels(load, layout, i, j, beta, tau_sum, dropped, format_of<T>(),
                                         &undecided);
             if (undecided) {
-              const int lowest_sum = tau_sum - rows_a.span[gi] - rows_b.span[gj];
-              value = exact_dot_rounded(a_data + gi * k, b_data + gj * k, k, lowest_sum, tau_sum,
-                                        format_of<T>());
+              value = exact_dot_rounded(a_data + gi * k, b_data + gj * k, k, format_of<T>());
             }
           } else {
             sum_levels<1>(load, layout, i, j, beta, &tau_sum, &value);

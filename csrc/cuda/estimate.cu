@@ -83,7 +83,7 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
     return at::zeros(shape.out_sizes(), a.options().dtype(at::kDouble));
   }
   TORCH_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31), op, ": m and n must be below 2^31");
-  const int grid_bits = magnitude_grid_bits(grid_inner_checked(k, total_k, op));
+  const int grid_bits = magnitude_grid_bits_checked(k, total_k, op);
   std::pair<at::Tensor, at::Tensor> da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a, grid_bits);

@@ -145,8 +145,7 @@ __global__ void nearest_kernel(const P* products, PairLayout layout, Chunk chunk
       value = nearest_from_levels([&](int64_t index, double* v) { v[0] = product_value(__ldg(element + index), unit); },
                                   layout, i, j, beta, tau_sum, dropped, format_of<T>(), &undecided);
       if (undecided) {
-        value = exact_dot_rounded(in.a + gi * in.k, in.bt + gj * in.k, in.k,
-                                  tau_sum - in.span_a[gi] - in.span_b[gj], tau_sum, format_of<T>());
+        value = exact_dot_rounded(in.a + gi * in.k, in.bt + gj * in.k, in.k, format_of<T>());
       }
     }
     out[chunk.out_index(e, i, j)] = static_cast<T>(value);

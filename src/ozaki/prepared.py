@@ -323,6 +323,7 @@ class Prepared:
         compute everything again."""
         from . import replay  # which imports this module
         self._clear()
+        self._sharers = []  # no weak references to the program's tensors outlive the parts
         with _registry_lock:
             if REGISTRY.get(self._key) is self:
                 del REGISTRY[self._key]

@@ -74,7 +74,12 @@ class _Kept(prepared.Prepared):
         self._views = threading.local()
         self._views.current = weakref.ref(A)
         self._storage = StorageWeakRef(A.untyped_storage())
-        self._base = weakref.ref(A if A._base is None else A._base, self._freed)
+        # the callback holds the handle weakly: a handle dropped (clear(), LRU) dies at once, and
+        # with it its weak references to the program's tensors (torch.utils.swap_tensors, for
+        # one, refuses a tensor that has any)
+        handle = weakref.ref(self)
+        self._base = weakref.ref(A if A._base is None else A._base,
+                                 lambda _ref: _freed(handle()))
         self._key = _identity(A)
         self._version = A._version
         self._lock = threading.RLock()
@@ -143,16 +148,20 @@ class _Kept(prepared.Prepared):
         with _lock:
             self._booked -= size
 
-    def _freed(self, _ref):
-        with _lock:
-            if _kept.get(self._key) is self:
-                del _kept[self._key]
-        self._clear()
-
     def __repr__(self):
         shape = "x".join(map(str, self._key[4]))
         return (f"ozaki.repeated._Kept({shape} {self._key[1]} on {self._key[0]}, "
                 f"{self.nbytes / 2**20:.1f} MiB kept, {self.uses} uses)")
+
+
+def _freed(kept):
+    """The program's tensor of a kept operand was freed: its parts go."""
+    if kept is None:
+        return
+    with _lock:
+        if _kept.get(kept._key) is kept:
+            del _kept[kept._key]
+    kept._clear()
 
 
 def find(A):

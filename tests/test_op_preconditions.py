@@ -1,0 +1,126 @@
+"""Internal operators (torch.ops.ozaki, ozaki._ops) fed values outside their contract, as a caller of
+the operators or a stale kept operand can: they raise an error naming the value, or give NaN where
+no answer exists, and never read or write outside their memory, loop without end or turn an
+undefined conversion into a number. The CPU and CUDA backends share this code (csrc/*.h)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from helpers import assert_bitwise_equal, cpu_and_cuda, seeded
+from ozaki import _C, _ops, accuracy
+
+
+def _rows(device, seed, shape=(4, 8)):
+    g = seeded(seed)
+    return (torch.randn(shape, dtype=torch.float64, generator=g).to(device),
+            torch.randn(shape, dtype=torch.float64, generator=g).to(device))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("span", [-60, 0, 1, 100000, 2 ** 30])
+def test_exact_dot_products_do_not_trust_the_bit_spans(device, span):
+    """rounding="nearest" computes the entries its slices leave undecided exactly; where the bit
+    spans passed do not describe the rows (a stale kept operand, a caller's values), the exact
+    sums still land inside their accumulator, and the result is the correctly rounded product."""
+    a, bt = _rows(device, seed=span % 1000)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    wrong = torch.full_like(stats_a[1], span)
+    C = torch.ops.ozaki.gemm_slices(a, bt, stats_a[0], stats_b[0], wrong, wrong, stats_a[2],
+                                    stats_b[2], 1, True, True, False, 0)
+    expected = accuracy.round_exact(accuracy.exact_matmul(a.cpu(), bt.cpu().T))
+    assert_bitwise_equal(C.cpu(), expected)
+
+
+_HUGE_INNER = textwrap.dedent("""
+    import torch
+    from ozaki import _ops
+    a, bt = torch.randn(2, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    sa, sb = _ops.row_stats(a), _ops.row_stats(bt)
+    levels = _ops.slice_levels(a, bt, sa[0], sb[0], 1, True, True, 4)
+    # each call with its first refused k (past 2^22 for FP16 digits and the estimate's grid, 2^29
+    # for INT8 digits)
+    calls = {
+        "magnitude_product": (lambda k: _ops.magnitude_product(a, bt, sa, sb, k), 2 ** 22 + 1),
+        "slice_levels fp16": (lambda k: _ops.slice_levels(a, bt, sa[0], sb[0], 2, False, False, k),
+                              2 ** 22 + 1),
+        "slice_levels int8": (lambda k: _ops.slice_levels(a, bt, sa[0], sb[0], 2, False, True, k),
+                              2 ** 29),
+        "round_levels int8": (lambda k: _ops.round_levels(levels, sa, sb, 1, True, True, k, True,
+                                                          torch.float64), 2 ** 29),
+    }
+    for name, (call, first) in calls.items():
+        for k in (first, 2 ** 62 + 1, 2 ** 63 - 1):
+            try:
+                call(k)
+            except RuntimeError as error:
+                assert "too large" in str(error) and str(k) in str(error), (name, k, str(error))
+            else:
+                raise AssertionError(f"{name} accepted total_k = {k}")
+    print("ok")
+""")
+
+
+def test_inner_dimensions_past_every_limit_raise():
+    """total_k up to 2^63 - 1: a clear error, where the digit width's ceil(log2) looped without
+    end past 2^62 and k + 1 overflowed. In a child process, so that a loop cannot stall the run."""
+    done = subprocess.run([sys.executable, "-c", _HUGE_INNER], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("level_sum", [float("nan"), float("inf"), 1e300, -1e300])
+def test_level_sums_no_slice_product_gives_round_to_nan(device, level_sum):
+    """round_levels(nearest=True) of level sums that no slice product gives (non-finite, or past
+    2^62 units): NaN in that entry, decided, and the other entries as before."""
+    a, bt = _rows(device, seed=7)
+    sa, sb = _ops.row_stats(a), _ops.row_stats(bt)
+    levels = _ops.slice_levels(a, bt, sa[0], sb[0], 2, True, True, a.shape[1])
+    before, _ = _ops.round_levels(levels, sa, sb, 2, True, True, a.shape[1], True, torch.float64)
+    levels[0, 1, 2] = level_sum
+    C, undecided = _ops.round_levels(levels, sa, sb, 2, True, True, a.shape[1], True,
+                                     torch.float64)
+    assert C[1, 2].isnan() and not undecided[1, 2]
+    others = torch.ones_like(undecided)
+    others[1, 2] = False
+    assert_bitwise_equal(C[others], before[others])
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_a_nan_column_exponent_rules_exact_scheme_two_out(device):
+    """crt_entry_bound_sum counts a NaN exponent as the largest term, 2^900, where it read as 2^0
+    and gave a bound below the true one."""
+    u = torch.tensor([[float("nan"), 1.0]], dtype=torch.float64, device=device)
+    v = torch.zeros_like(u)
+    assert _ops.crt_entry_bound_sum(u, v).item() >= 2.0 ** 900
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_kept_plan_reads_of_a_right_operand_without_rows(device):
+    """crt_kept_plan_reads with a's column exponents and a bt of no rows: its column exponents are
+    all "no entry", so the entry bound's sum is 0 (it raised on an undefined tensor)."""
+    import ozaki
+
+    A = torch.randn(3, 20, dtype=torch.float64, device=device)
+    with ozaki.prepare(A) as kept:
+        stats_a, norm_a = kept.stats_and_norms()
+        exponents = torch.zeros(20, dtype=torch.int64, device=device)
+        values = _ops.crt_kept_plan_reads(kept.rows(), stats_a, norm_a, kept.magnitude_digits(),
+                                          kept.row_bounds(), exponents,
+                                          torch.empty((0, 20), dtype=torch.float64,
+                                                      device=device))[2]
+    assert values[-1].item() == 0.0
+
+
+@pytest.mark.parametrize("function, arguments", [
+    ("copy_to_host", (0, 0, 0, -1)),
+    ("graph_result_sites", (0, 0, 0, -8)),
+])
+def test_raw_copies_refuse_a_negative_byte_count(function, arguments):
+    with pytest.raises(ValueError, match=f"ozaki._C.{function}: bytes must be >= 0, got "
+                                         f"{arguments[-1]}"):
+        getattr(_C, function)(*arguments)
