@@ -105,6 +105,7 @@ def test_einsum_calling_forms_and_implicit_output():
     assert_bitwise_equal(ozaki.einsum("Bk,kA", a, b), reference.T.contiguous())
     assert ozaki.einsum("...ij,...jk->...ik", x, y).shape == (2, 6, 3, 2)
     assert ozaki.einsum("...ij,...jk", x, y).shape == torch.einsum("...ij,...jk", x, y).shape
+    assert_bitwise_equal(ozaki.einsum(b"ij,jk", a, b), reference)  # torch takes bytes too
 
 
 def test_einsum_sublists_read_integers_as_torch_does():
@@ -167,15 +168,20 @@ def test_contractions_compile_to_eager_bits():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("dims", [0, 1, 2, ([0, 2], [1, 0]), torch.tensor([[2], [0]])],
-                         ids=["0", "1", "2", "pairs", "tensor"])
+@pytest.mark.parametrize("dims", [0, 1, 2, ([0, 2], [1, 0]), torch.tensor([[2], [0]]),
+                                  torch.tensor([2]), torch.tensor(1)],
+                         ids=["0", "1", "2", "pairs", "tensor", "one-element-tensor",
+                              "0-d-tensor"])
 def test_tensordot_matches_torch_and_is_one_product(dims):
     """ozaki.tensordot has torch.tensordot's shape and equals ozaki.dgemm of the operands
     reshaped to (free a, contracted) and (contracted, free b), bit for bit."""
     x = operands([(3, 4, 2)], 6)[0]
     y_shapes = {"0": (5,), "1": (2, 5), "2": (4, 2, 5), "pairs": (2, 3, 5), "tensor": (2, 5)}
-    key = dims if isinstance(dims, int) else ("tensor" if isinstance(dims, torch.Tensor)
-                                              else "pairs")
+    if isinstance(dims, torch.Tensor) and dims.numel() == 1:
+        key = int(dims.item())  # torch reads a one-element tensor as that int
+    else:
+        key = dims if isinstance(dims, int) else ("tensor" if isinstance(dims, torch.Tensor)
+                                                  else "pairs")
     y = operands([y_shapes[str(key)]], 7)[0]
     result = ozaki.tensordot(x, y, dims, rounding="nearest")
     native = torch.tensordot(x, y, dims)
@@ -233,9 +239,20 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
     (lambda a, b: ozaki.einsum("ij,ii->j", a, a), ValueError,
      r"ozaki.einsum: subscript 'i' is repeated in operands\[1\]'s 'ii' over dimensions of sizes "
      r"3 and 4, which must be equal"),
+    (lambda a, b: ozaki.einsum(a, b), TypeError,
+     r"ozaki.einsum: equation must be a str \(or the sublist form: operand, sublist, operand, "
+     r"sublist, ...\), and argument 1 of the sublist form must be a list of subscripts, got "
+     r"Tensor"),
+    (lambda a, b: ozaki.einsum(3, a), TypeError,
+     r"ozaki.einsum: equation must be a str \(or the sublist form: operand, sublist, operand, "
+     r"sublist, ...\), got int 3"),
+    (lambda a, b: ozaki.einsum("...ij,...jk", a.expand(2, 3, 4), b.expand(3, 4, 5)), ValueError,
+     r"ozaki.einsum: the dimension 0 that '...' stands for has sizes 2 and 3, which do not "
+     r"broadcast"),
 ], ids=["dims-rank", "dims-size", "dims-type", "b-int", "operand-count", "output-label",
         "subscripts-rank", "subscript-digit", "sizes", "dtypes", "diagonal-sizes",
-        "diagonal-against-other-operand"])
+        "diagonal-against-other-operand", "sublist-not-a-list", "equation-type",
+        "ellipsis-sizes"])
 def test_contraction_errors_name_the_argument(call, error, message):
     a, b = operands([(3, 4), (4, 5)], 9)
     with pytest.raises(error, match=message):

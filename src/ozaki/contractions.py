@@ -46,8 +46,8 @@ def _dimension(name, arg, d, rank):
 
 def tensordot_dims(name, a, b, dims):
     """(a's contracted dimensions, b's) from tensordot's dims."""
-    if isinstance(dims, torch.Tensor):
-        dims = dims.tolist()
+    if isinstance(dims, torch.Tensor):  # one element: that int, as torch reads it
+        dims = dims.item() if dims.numel() == 1 else dims.tolist()
     if isinstance(dims, numbers.Integral) and not isinstance(dims, bool):
         if not 0 <= dims <= min(a.dim(), b.dim()):
             raise ValueError(f"{name}: dims = {dims} must be between 0 and the smaller rank, "
@@ -166,8 +166,10 @@ def check_sizes(name, equation, labels, operands):
             if known == 1:
                 sizes[label] = size
             elif size not in (1, known):
-                raise ValueError(f"{name}: label {label!r} stands for sizes {known} and {size}, "
-                                 "which do not broadcast")
+                what = (f"label {label!r} stands for" if isinstance(label, str)
+                        else f"the dimension {label} that '...' stands for has")
+                raise ValueError(f"{name}: {what} sizes {known} and {size}, which do not "
+                                 "broadcast")
 
 
 def _unique(t, labels):
@@ -226,6 +228,12 @@ def _sublists(name, arguments):
                 raise ValueError(f"{name}: sublist entries must be ints in [0, 52) or ..., got "
                                  f"{item!r}")
         return "".join(letters)
+    for index in range(1, len(arguments), 2):
+        if not isinstance(arguments[index], (list, tuple)):
+            raise TypeError(f"{name}: equation must be a str (or the sublist form: operand, "
+                            f"sublist, operand, sublist, ...), and argument {index} of the sublist "
+                            f"form must be a list of subscripts, got "
+                            f"{type(arguments[index]).__name__}")
     operands, terms = list(arguments[0::2]), [term(s) for s in arguments[1::2]]
     if len(arguments) % 2:  # the output sublist
         operands.pop()
@@ -238,11 +246,17 @@ def einsum_arguments(name, arguments):
     [operands]) and the sublist form."""
     if not arguments:
         raise TypeError(f"{name}: an equation and operands are needed")
-    if isinstance(arguments[0], str):
+    equation = arguments[0]
+    if isinstance(equation, bytes):  # torch takes an ASCII equation as bytes too
+        equation = equation.decode("ascii")
+    if isinstance(equation, str):
         operands = arguments[1:]
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = operands[0]
-        return arguments[0], list(operands)
+        return equation, list(operands)
+    if not isinstance(equation, torch.Tensor):
+        raise TypeError(f"{name}: equation must be a str (or the sublist form: operand, sublist, "
+                        f"operand, sublist, ...), got {type(equation).__name__} {equation!r}")
     return _sublists(name, arguments)
 
 
