@@ -89,26 +89,30 @@ class RankGroup:
                                  f"({spread}); every rank must pass the same")
 
     @contextlib.contextmanager
-    def checks_together(self, name):
+    def checks_together(self, name, operand=None):
         """Run a rank's own checks of its inputs (the body) so that an error on any rank raises on
         every rank, before any other collective: the rank that raised re-raises its error, the
         others an error of the same type that names the rank and its message. One all-reduce of
-        a flag when no rank raised."""
+        a flag when no rank raised, on the device of `operand` where it is a tensor of the
+        group's device type (a rank's own GPU under NCCL), else on the group's device."""
+        device = self.device
+        if isinstance(operand, torch.Tensor) and operand.device.type == device.type:
+            device = operand.device
         try:
             yield
         except Exception as error:
-            self._raise_peer_errors(name, error)
+            self._raise_peer_errors(name, error, device)
             raise
-        self._raise_peer_errors(name, None)
+        self._raise_peer_errors(name, None, device)
 
-    def _raise_peer_errors(self, name, error):
+    def _raise_peer_errors(self, name, error, device):
         if self.size == 1:
             return
-        raised = self.agreed_sizes(int(error is not None), self.device)
+        raised = self.agreed_sizes(int(error is not None), device)
         if not any(raised):
             return
         texts = self.gather_texts("" if error is None else f"{type(error).__name__}: {error}",
-                                  self.device)
+                                  device)
         if error is not None:
             return  # the caller re-raises this rank's own error
         first = raised.index(1)
