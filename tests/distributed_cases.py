@@ -55,10 +55,15 @@ def layout_cases():
     for name, make in WIDE_SPAN_CASES.items():
         A, B = make()
         shape = (A.shape[0], A.shape[1], B.shape[1])
+        dtype = str(A.dtype).removeprefix("torch.")
         for options in ({}, {"backend": "crt"}):
             cases.append(dict(kind="layout", layout="inner", options=options, data="wide:" + name,
-                              dtype=str(A.dtype).removeprefix("torch."), shape=shape,
-                              split="even"))
+                              dtype=dtype, shape=shape, split="even"))
+        # rows or columns split with the last rank's shard empty: its plan reads (exact scheme
+        # II's column exponents among them) have no rows to read
+        for layout in ("rows", "cols"):
+            cases.append(dict(kind="layout", layout=layout, options={}, data="wide:" + name,
+                              dtype=dtype, shape=shape, split="empty"))
     # k-sharded sums combined in many row chunks (one row each), overlapped with the next chunk
     for options in ({}, {"backend": "fp16"}, {"rounding": "nearest", "slices": 2, "fast": True}):
         cases.append(dict(kind="layout", layout="inner", options=options, data="nonfinite",

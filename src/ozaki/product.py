@@ -423,21 +423,23 @@ def _column_exponents(x, stats):
     """Per element of a batch and column l of its rows (scaled to integers by
     _ops.integer_exponents): the largest exponent e with |x'_il| < 2^e over the usable rows i, as
     int64 (batch * k,); -10000 where the column holds no nonzero entry of a usable row. Rows are
-    read in chunks, so the temporaries stay small; x has at least one row (and may have no
-    columns: a k-shard's)."""
+    read in chunks, so the temporaries stay small; x may have no rows (a rank's shard of the rows)
+    or no columns (a k-shard's)."""
     k = x.shape[-1]
     # the element count spelled out: -1 cannot be inferred for an empty x
     rows = x.reshape(math.prod(x.shape[:-2]), x.shape[-2], k)
     # (elements, rows, 1), to broadcast over a row's entries
-    exponents = _ops.integer_exponents(stats).view(rows.shape[0], -1, 1)
-    unused = (~_usable_rows(stats)).view(rows.shape[0], -1, 1)
+    exponents = _ops.integer_exponents(stats).view(*rows.shape[:2], 1)
+    unused = (~_usable_rows(stats)).view(*rows.shape[:2], 1)
     chunk = max(1, _BOUND_CHUNK_ENTRIES // max(k, 1))
     elements = []
     for e in range(rows.shape[0]):
         chunks = [_largest_exponents(rows[e, i0:i0 + chunk], exponents[e, i0:i0 + chunk],
                                      unused[e, i0:i0 + chunk])
                   for i0 in range(0, rows.shape[1], chunk)]
-        elements.append(functools.reduce(torch.maximum, chunks))
+        # from "no entry": a rank's shard of the rows ("rows", "cols") may have none
+        none = torch.full((k,), -10000, dtype=torch.int64, device=x.device)
+        elements.append(functools.reduce(torch.maximum, chunks, none))
     return elements[0] if len(elements) == 1 else torch.cat(elements)
 
 
