@@ -255,9 +255,18 @@ def run_error_checks(rank, world, device):
             or _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device))
 
 
+class _Unencodable:
+    def __repr__(self):
+        return "layout\ud800"
+
+
 def _one_rank_refused_raises_everywhere(rank, world, device):
     """Inputs that only the last rank refuses raise on every rank, none waiting in a collective
     for it: that rank its own error, the others the same type naming it and its message."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (world,))
     A = torch.ones((4, 6), dtype=torch.float64, device=device)
     last = rank == world - 1
     grad = A.clone().requires_grad_(last)
@@ -272,6 +281,16 @@ def _one_rank_refused_raises_everywhere(rank, world, device):
          "a_local.shape[1] must equal b_local.shape[0]"),
         (lambda: ozaki.distributed.matmul(A, A.t(), "diagonal" if last else "rows"), ValueError,
          "layout must be one of"),
+        # a message that UTF-8 cannot encode (a lone surrogate) reaches the other ranks escaped
+        (lambda: ozaki.distributed.matmul(A, A.t(), _Unencodable() if last else "rows"),
+         ValueError, "layout must be one of"),
+        (lambda: ozaki.matmul(distribute_tensor(A, mesh, [Shard(0)]),
+                              distribute_tensor(A.t(), mesh, [Replicate()]),
+                              slices="3" if last else None), TypeError, "slices"),
+        (lambda: ozaki.matmul(distribute_tensor(A, mesh, [Shard(0)]),
+                              distribute_tensor(A.t(), mesh, [Replicate()]).to_local() if last
+                              else distribute_tensor(A.t(), mesh, [Replicate()])), TypeError,
+         "must both be DTensors or both plain tensors"),
     ]
     for call, error, message in checks:
         try:

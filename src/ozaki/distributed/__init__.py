@@ -37,7 +37,7 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
     """
     name = "ozaki.distributed.matmul"
     group = group if isinstance(group, RankGroup) else RankGroup(group)
-    with group.checks_together(name, a_local):  # a rank that refuses its inputs stops them all
+    with group.checks_together(name, a_local, b_local):  # one rank refusing stops them all
         _check_local(name, a_local, b_local)
         if layout not in LAYOUTS:
             raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, "

@@ -35,10 +35,15 @@ class RankGroup:
             raise ValueError(f"ozaki.distributed: this process (global rank {dist.get_rank()}) "
                              "is not a member of the group passed; call with a group it belongs "
                              "to, on its members only")
-        # where the collectives of checks run before any operand is known to be a tensor
+        # where the collectives of checks run before any operand is known to be a tensor: the
+        # CPU under gloo, else the GPU the group is bound to (init_process_group's device_id),
+        # else the current one (torch.cuda.set_device)
         backend = str(dist.get_backend(group))
-        self.device = (torch.device("cuda", torch.cuda.current_device())
-                       if "nccl" in backend and "gloo" not in backend else torch.device("cpu"))
+        self.device = torch.device("cpu")
+        if "nccl" in backend and "gloo" not in backend:
+            bound = getattr(group or dist.distributed_c10d._get_default_group(),
+                            "bound_device_id", None)
+            self.device = bound or torch.device("cuda", torch.cuda.current_device())
 
     def _reduced(self, tensor, op):
         out = tensor.clone()
@@ -89,31 +94,31 @@ class RankGroup:
                                  f"({spread}); every rank must pass the same")
 
     @contextlib.contextmanager
-    def checks_together(self, name, operand=None):
+    def checks_together(self, name, *operands):
         """Run a rank's own checks of its inputs (the body) so that an error on any rank raises on
         every rank, before any other collective: the rank that raised re-raises its error, the
         others an error of the same type that names the rank and its message. One all-reduce of
-        a flag when no rank raised, on the device of `operand` where it is a tensor of the
-        group's device type (a rank's own GPU under NCCL), else on the group's device."""
-        device = self.device
-        if isinstance(operand, torch.Tensor) and operand.device.type == device.type:
-            device = operand.device
+        a flag when no rank raised, on the device of the first of `operands` that is a tensor of
+        the group's device type (a rank's own GPU under NCCL), else on the group's device."""
+        device = next((x.device for x in operands
+                       if isinstance(x, torch.Tensor) and x.device.type == self.device.type),
+                      self.device)
         try:
             yield
         except Exception as error:
-            self._raise_peer_errors(name, error, device)
+            self._raise_peer_errors(name, _error_text(error), device)
             raise
         self._raise_peer_errors(name, None, device)
 
-    def _raise_peer_errors(self, name, error, device):
+    def _raise_peer_errors(self, name, text, device):
+        """text: this rank's error as 'Type: message', or None where it raised none."""
         if self.size == 1:
             return
-        raised = self.agreed_sizes(int(error is not None), device)
+        raised = self.agreed_sizes(int(text is not None), device)
         if not any(raised):
             return
-        texts = self.gather_texts("" if error is None else f"{type(error).__name__}: {error}",
-                                  device)
-        if error is not None:
+        texts = self.gather_texts(text or "", device)
+        if text is not None:
             return  # the caller re-raises this rank's own error
         first = raised.index(1)
         kind = texts[first].split(":", 1)[0]
@@ -124,15 +129,26 @@ class RankGroup:
 
     def gather_texts(self, text, device):
         """Every rank's string, in rank order."""
-        data = torch.tensor([list(text.encode())], dtype=torch.int64, device=device)
+        data = torch.tensor([list(text.encode(errors="backslashreplace"))], dtype=torch.int64,
+                            device=device)
         widths = self.agreed_sizes(data.shape[1], device)
         joined = bytes(self.gather_columns(data)[0].tolist())
         starts = itertools.accumulate(widths, initial=0)
-        return [joined[start:start + width].decode() for start, width in zip(starts, widths)]
+        return [joined[start:start + width].decode(errors="replace")
+                for start, width in zip(starts, widths)]
 
     def agreed_sizes(self, size, device):
         """Every rank's `size` (an int), in rank order."""
         return self.max(_one_hot(self.rank, self.size, size, device)).tolist()
+
+
+def _error_text(error):
+    """'Type: message' of an error, made before any collective (a message that cannot be made is
+    left out: the ranks must reach the collectives alike)."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # noqa: BLE001  (a __str__ that raises)
+        return f"{type(error).__name__}: (its message could not be read)"
 
 
 #: The types an error raised by another rank's checks is raised as here (others: RuntimeError).

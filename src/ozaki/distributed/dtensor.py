@@ -39,13 +39,8 @@ def _targets(a, b):
     return "whole", Replicate(), Replicate(), Replicate()  # Partial operands are summed first
 
 
-def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
-    """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh; options (an Options)
-    are checked here, after the operands; names: A's and B's as the caller's parameters."""
-    from torch.distributed.tensor import DTensor
-
-    from . import check_no_grad, matmul as distributed_matmul
-    from ..product import real_product
+def _check_operands(name, A, B, dtype, names):
+    from . import check_no_grad
 
     first, second = names
     if not (is_dtensor(A) and is_dtensor(B)):
@@ -54,11 +49,6 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
     if A.device_mesh != B.device_mesh:
         raise ValueError(f"{name}: {first} and {second} must live on the same device mesh, got "
                          f"{A.device_mesh} and {B.device_mesh}")
-    mesh = A.device_mesh
-    if mesh.ndim != 1:
-        raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
-                         f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
-                         "ozaki.distributed.matmul on a process group)")
     if dtype not in (torch.float64, torch.float32):
         raise TypeError(f"{name}: DTensor operands must be float64 or float32, got {dtype}"
                         + (" (complex DTensors are not supported)" if dtype.is_complex else ""))
@@ -71,7 +61,27 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
     if A.shape[1] != B.shape[0]:
         raise ValueError(f"{name}: inner dimensions differ: {first} is {tuple(A.shape)} and "
                          f"{second} is {tuple(B.shape)}")
-    options = Options.checked(name, *options.op_arguments())
+
+
+def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
+    """The DTensor C = A @ B of 2-D DTensors A and B on one 1-D device mesh; options (an Options)
+    are checked here, after the operands; names: A's and B's as the caller's parameters."""
+    from torch.distributed.tensor import DTensor
+
+    from . import matmul as distributed_matmul
+    from .collectives import RankGroup
+    from ..product import real_product
+
+    mesh = (A if is_dtensor(A) else B).device_mesh
+    if mesh.ndim != 1:  # the mesh is every rank's alike
+        raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
+                         f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
+                         "ozaki.distributed.matmul on a process group)")
+    local = (A if is_dtensor(A) else B).to_local()
+    # a rank that refuses its inputs stops every rank before the redistribution's collectives
+    with RankGroup(mesh.get_group()).checks_together(name, local):
+        _check_operands(name, A, B, dtype, names)
+        options = Options.checked(name, *options.op_arguments())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
     if A.placements[0] != a_place:
         A = A.redistribute(mesh, [a_place])
