@@ -867,7 +867,8 @@ OZAKI_HD double norm_scale_times_two_to_the(int shift, int scale_code) {
 
 // What ozaki::sampled_magnitudes holds at rows i of a and j of bt: the sum of their lanes
 // (sampled_lane_sum, added pairwise) as is, or times c_i 2^tau_i c_j 2^tau_j when the rows' norm
-// scale codes are given (scheme II's (|A||B|)_ij c_i c_j); +Inf for rows that are not usable
+// scale codes are given (scheme II's (|A||B|)_ij c_i c_j; at least 2^-1074 where the sum is
+// positive); +Inf for rows that are not usable
 // (zero or holding NaN/Inf) and for rows of different elements of a batch.
 struct SampledRows {
   const int* tau_a;
@@ -881,8 +882,10 @@ struct SampledRows {
 OZAKI_HD double sampled_entry(double lanes_sum, int64_t i, int64_t j, const SampledRows& rows) {
   if (!rows.usable_a[i] || !rows.usable_b[j] || i / rows.m != j / rows.n) return infinity();
   if (rows.norm_a == nullptr) return lanes_sum;
-  return lanes_sum * norm_scale_times_two_to_the(rows.tau_a[i], rows.norm_a[i]) *
-         norm_scale_times_two_to_the(rows.tau_b[j], rows.norm_b[j]);
+  const double value = lanes_sum * norm_scale_times_two_to_the(rows.tau_a[i], rows.norm_a[i]) *
+                       norm_scale_times_two_to_the(rows.tau_b[j], rows.norm_b[j]);
+  // a positive sum stays positive (sampled_lane_sum): 0 would read as an exact zero
+  return value == 0.0 && lanes_sum > 0.0 ? kLeastPositive : value;
 }
 
 // The gain g of the plan's magnitude digits for inner dimension k (the whole product's, for a

@@ -230,17 +230,23 @@ OZAKI_HD void magnitude_digits(double a, int tau, int r, double* high, double* l
 // device: lane t adds the terms l = t, t + kSampleLanes, t + 2 kSampleLanes, ... in turn
 // (sampled_lane_sum), then the lanes are added pairwise, lane t += lane t + s for s = kSampleLanes / 2
 // down to 1. Non-finite entries count as 0. Every operation is one IEEE float64 rounding, so the
-// CPU and the GPU give the same bits.
+// CPU and the GPU give the same bits. A term of two finite nonzero entries that underflows (in
+// the scaling or the product) counts as the least positive double, not as 0: the check reads a
+// sum of 0 as an exact zero of |A||B|, which no truncation can touch, where such an entry lies far
+// below its rows' scales.
 constexpr int kSampleLanes = 128;
+constexpr double kLeastPositive = 4.9406564584124654e-324;  // 2^-1074
 
 template <typename T>
 OZAKI_HD double sampled_lane_sum(const T* a_row, int tau_a, const T* b_row, int tau_b, int64_t k,
                                  int lane) {
   double sum = 0.0;
   for (int64_t l = lane; l < k; l += kSampleLanes) {
-    const double x = abs_value(scaled_entry(static_cast<double>(a_row[l]), tau_a));
-    const double y = abs_value(scaled_entry(static_cast<double>(b_row[l]), tau_b));
-    sum += x * y;
+    const double a = static_cast<double>(a_row[l]);
+    const double b = static_cast<double>(b_row[l]);
+    const double term = abs_value(scaled_entry(a, tau_a)) * abs_value(scaled_entry(b, tau_b));
+    const bool nonzero = a != 0.0 && b != 0.0 && is_finite(a) && is_finite(b);
+    sum += term == 0.0 && nonzero ? kLeastPositive : term;
   }
   return sum;
 }

@@ -275,6 +275,31 @@ def test_a_fixed_count_far_below_native_warns_once_and_keeps_its_bound(device, o
     assert error > 16 * accuracy.componentwise_error(A @ B, exact, A, B, magnitudes=scale)
 
 
+#: Entries whose terms lie more than 1074 bits below their rows' scales: every term of the
+#: check's sampled magnitude underflows in float64.
+UNDERFLOWING = {
+    "2^600 against 2^-600": ([[2.0 ** 600, 2.0 ** -600]], [[2.0 ** -600], [2.0 ** 600]]),
+    "1e300 beside 1e-30": ([[1e300, 1e-30]], [[0.0], [1e30]]),
+    "a subnormal term": ([[1.0, 5e-324]], [[5e-324], [-0.25555]]),
+}
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("options", [{"slices": 2}, {"backend": "int8", "slices": 3},
+                                     {"backend": "fp16", "slices": 6}, {"moduli": 8},
+                                     {"moduli": 16}], ids=lambda o: str(o))
+@pytest.mark.parametrize("case", UNDERFLOWING)
+def test_a_fixed_count_warns_where_the_sampled_terms_underflow(device, options, case):
+    """An entry whose every term underflows in the check's float64 sum is far below its rows'
+    scales, not an exact zero: a fixed count that cannot reach it warns (it returned 0 for 2, or
+    raised OverflowError for a subnormal magnitude, without a word)."""
+    A, B = (torch.tensor(x, dtype=torch.float64, device=device) for x in UNDERFLOWING[case])
+    plan = ozaki.plan(A, B, **options)
+    assert plan.warning is not None and plan.predicted_error > 16 * plan.native_level, plan
+    caught = recorded_warnings(lambda: ozaki.dgemm(A, B, **options))
+    assert [str(w.message) for w in caught] == [plan.warning]
+
+
 def test_batched_and_complex_calls_warn_once():
     A, B = CASES["units rescaled by 1e20"]()
     narrow_a, narrow_b = torch.randn(64, 64, dtype=torch.float64), torch.randn(64, 64, dtype=torch.float64)

@@ -294,7 +294,7 @@ def error_level(moduli: int, k: int, magnitude: float, wide: bool = False) -> fl
     """float(e / magnitude), correctly rounded, for e = predicted_error(moduli, k) (scheme II) or
     wide_predicted_error(moduli, k) (wide) and a positive finite magnitude: one float division
     (correctly rounded too) where e is an exact float and the quotient is normal, else in
-    Fractions."""
+    Fractions; inf past the float64 range."""
     g = rounding_growth(k)
     error = _wide_predicted_error(moduli, g) if wide else _predicted_error(moduli, g)
     exact = _float_error(moduli, g, wide)
@@ -302,7 +302,10 @@ def error_level(moduli: int, k: int, magnitude: float, wide: bool = False) -> fl
         level = exact / magnitude
         if MIN_NORMAL <= level < math.inf:
             return level
-    return float(error / Fraction(magnitude))
+    try:
+        return float(error / Fraction(magnitude))
+    except OverflowError:  # past the float64 range (a subnormal magnitude)
+        return math.inf
 
 
 @functools.lru_cache(maxsize=None)
