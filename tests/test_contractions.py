@@ -6,6 +6,7 @@ import itertools
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -106,6 +107,8 @@ def test_einsum_calling_forms_and_implicit_output():
     assert ozaki.einsum("...ij,...jk->...ik", x, y).shape == (2, 6, 3, 2)
     assert ozaki.einsum("...ij,...jk", x, y).shape == torch.einsum("...ij,...jk", x, y).shape
     assert_bitwise_equal(ozaki.einsum(b"ij,jk", a, b), reference)  # torch takes bytes too
+    # sublists of any sequence torch takes: ranges, NumPy arrays, tuples
+    assert_bitwise_equal(ozaki.einsum(a, range(2), b, np.array([1, 2]), (0, 2)), reference)
 
 
 def test_einsum_sublists_read_integers_as_torch_does():
@@ -169,9 +172,9 @@ def test_contractions_compile_to_eager_bits():
 
 
 @pytest.mark.parametrize("dims", [0, 1, 2, ([0, 2], [1, 0]), torch.tensor([[2], [0]]),
-                                  torch.tensor([2]), torch.tensor(1)],
+                                  torch.tensor([2]), torch.tensor(1), torch.tensor([2.0])],
                          ids=["0", "1", "2", "pairs", "tensor", "one-element-tensor",
-                              "0-d-tensor"])
+                              "0-d-tensor", "one-float-tensor"])
 def test_tensordot_matches_torch_and_is_one_product(dims):
     """ozaki.tensordot has torch.tensordot's shape and equals ozaki.dgemm of the operands
     reshaped to (free a, contracted) and (contracted, free b), bit for bit."""
@@ -241,8 +244,10 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
      r"3 and 4, which must be equal"),
     (lambda a, b: ozaki.einsum(a, b), TypeError,
      r"ozaki.einsum: equation must be a str \(or the sublist form: operand, sublist, operand, "
-     r"sublist, ...\), and argument 1 of the sublist form must be a list of subscripts, got "
-     r"Tensor"),
+     r"sublist, ...\), and argument 1 of the sublist form must be a sequence of subscripts, "
+     r"got Tensor"),
+    (lambda a, b: ozaki.einsum("é".encode() + b"ij,jk", a, b), ValueError,
+     r"ozaki.einsum: equation must be ASCII, got b'\\xc3\\xa9ij,jk'"),
     (lambda a, b: ozaki.einsum(3, a), TypeError,
      r"ozaki.einsum: equation must be a str \(or the sublist form: operand, sublist, operand, "
      r"sublist, ...\), got int 3"),
@@ -251,8 +256,8 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
      r"broadcast"),
 ], ids=["dims-rank", "dims-size", "dims-type", "b-int", "operand-count", "output-label",
         "subscripts-rank", "subscript-digit", "sizes", "dtypes", "diagonal-sizes",
-        "diagonal-against-other-operand", "sublist-not-a-list", "equation-type",
-        "ellipsis-sizes"])
+        "diagonal-against-other-operand", "sublist-not-a-list", "equation-not-ascii",
+        "equation-type", "ellipsis-sizes"])
 def test_contraction_errors_name_the_argument(call, error, message):
     a, b = operands([(3, 4), (4, 5)], 9)
     with pytest.raises(error, match=message):

@@ -47,7 +47,7 @@ def _dimension(name, arg, d, rank):
 def tensordot_dims(name, a, b, dims):
     """(a's contracted dimensions, b's) from tensordot's dims."""
     if isinstance(dims, torch.Tensor):  # one element: that int, as torch reads it
-        dims = dims.item() if dims.numel() == 1 else dims.tolist()
+        dims = int(dims.item()) if dims.numel() == 1 else dims.tolist()
     if isinstance(dims, numbers.Integral) and not isinstance(dims, bool):
         if not 0 <= dims <= min(a.dim(), b.dim()):
             raise ValueError(f"{name}: dims = {dims} must be between 0 and the smaller rank, "
@@ -228,11 +228,13 @@ def _sublists(name, arguments):
                 raise ValueError(f"{name}: sublist entries must be ints in [0, 52) or ..., got "
                                  f"{item!r}")
         return "".join(letters)
-    for index in range(1, len(arguments), 2):
-        if not isinstance(arguments[index], (list, tuple)):
+    sublists = [*range(1, len(arguments), 2), *([len(arguments) - 1] if len(arguments) % 2 else [])]
+    for index in sublists:  # any sequence of subscripts torch takes (a list, a range, an array)
+        if isinstance(arguments[index], (torch.Tensor, str, bytes)) or not hasattr(
+                arguments[index], "__iter__"):
             raise TypeError(f"{name}: equation must be a str (or the sublist form: operand, "
                             f"sublist, operand, sublist, ...), and argument {index} of the sublist "
-                            f"form must be a list of subscripts, got "
+                            f"form must be a sequence of subscripts, got "
                             f"{type(arguments[index]).__name__}")
     operands, terms = list(arguments[0::2]), [term(s) for s in arguments[1::2]]
     if len(arguments) % 2:  # the output sublist
@@ -248,7 +250,10 @@ def einsum_arguments(name, arguments):
         raise TypeError(f"{name}: an equation and operands are needed")
     equation = arguments[0]
     if isinstance(equation, bytes):  # torch takes an ASCII equation as bytes too
-        equation = equation.decode("ascii")
+        try:
+            equation = equation.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name}: equation must be ASCII, got {equation!r}") from None
     if isinstance(equation, str):
         operands = arguments[1:]
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
