@@ -170,20 +170,21 @@ def test_broadcast_batch_equals_the_expanded_batch(device, dtype, backend):
 
 
 def _huge_in_their_own_columns(dtype, device, batch=16, k=18, seed=0):
-    """(batch, 1, k) @ (k, 2) whose matrices are huge in a column of their own (2^267 in
-    float64, 2^100 in float32) and whose B is huge in its last rows: each matrix alone fits exact
-    scheme II by a wide margin, all rows together do not (their columns' largest exponents add
-    up across the batch)."""
+    """(batch, 1, k) @ (k, 2) whose matrices are huge in a column of their own (2^267 beside 1
+    in float64, 2^52 beside 2^-120 in float32) and whose B is huge in its last rows: the bound of
+    all rows together exceeds each matrix's (their columns' largest exponents add up across the
+    batch), by enough to take exact scheme II past 40 moduli in float64 and one modulus further
+    in float32."""
     g = torch.Generator().manual_seed(seed)
-    big, other = (267, 234) if dtype == torch.float64 else (100, 20)
+    big, other, small = (267, 234, 0) if dtype == torch.float64 else (52, 100, -120)
 
     def signed(*shape):  # +-(1 + q 2^-10): 11-bit significands
         q = torch.randint(0, 1 << 10, shape, generator=g).double() / (1 << 10)
         return (1 + q) * (torch.randint(0, 2, shape, generator=g).double() * 2 - 1)
 
-    A, B = signed(batch, 1, k), signed(k, 2)
+    A, B = signed(batch, 1, k) * 2.0 ** small, signed(k, 2)
     for e in range(batch):
-        A[e, 0, e] *= 2.0 ** big
+        A[e, 0, e] *= 2.0 ** (big - small)
     B[batch:, 0] *= 2.0 ** other
     return A.to(dtype).to(device), B.to(dtype).to(device)
 

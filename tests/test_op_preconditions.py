@@ -35,6 +35,16 @@ def test_exact_dot_products_do_not_trust_the_bit_spans(device, span):
     assert_bitwise_equal(C.cpu(), expected)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_an_empty_magnitude_product_checks_its_inner_dimension(device):
+    """magnitude_product refuses total_k past 2^22 on every device, empty operands included."""
+    a = torch.zeros((0, 4), dtype=torch.float64, device=device)
+    bt = torch.ones((3, 4), dtype=torch.float64, device=device)
+    stats_a, stats_b = _ops.row_stats(a), _ops.row_stats(bt)
+    with pytest.raises(RuntimeError, match="too large for the magnitude estimate"):
+        _ops.magnitude_product(a, bt, stats_a, stats_b, 2 ** 22 + 1)
+
+
 _HUGE_INNER = textwrap.dedent("""
     import torch
     from ozaki import _ops

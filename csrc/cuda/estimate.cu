@@ -79,11 +79,11 @@ at::Tensor magnitude_product(const at::Tensor& a, const at::Tensor& bt, const at
   check_same_device(a, {&bt, &tau_a, &tau_b}, op);
   const int64_t m = shape.m, k = shape.k, n = shape.n;
   const c10::cuda::CUDAGuard guard(a.device());
+  const int grid_bits = magnitude_grid_bits_checked(k, total_k, op);  // as the CPU's, empty or not
   if (shape.batch == 0 || m == 0 || n == 0 || k == 0) {
     return at::zeros(shape.out_sizes(), a.options().dtype(at::kDouble));
   }
   TORCH_CHECK(m < (int64_t(1) << 31) && n < (int64_t(1) << 31), op, ": m and n must be below 2^31");
-  const int grid_bits = magnitude_grid_bits_checked(k, total_k, op);
   std::pair<at::Tensor, at::Tensor> da, db;
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), op, [&] {
     da = magnitude_digit_rows<scalar_t>(a, tau_a, grid_bits);
