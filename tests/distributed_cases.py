@@ -275,7 +275,8 @@ def _one_rank_refused_raises_everywhere(rank, world, device):
          "gradients through distributed products are not supported"),
         (lambda: ozaki.distributed.matmul(A, A.t(), "inner", backend="crt",
                                           moduli=-3 if last else 8), ValueError, "moduli"),
-        (lambda: ozaki.distributed.matmul(A.numpy() if last else A, A.t(), "cols"), TypeError,
+        (lambda: ozaki.distributed.matmul(A.cpu().numpy() if last else A, A.t(), "cols"),
+         TypeError,
          "a_local must be a torch.Tensor, got ndarray"),
         (lambda: ozaki.distributed.matmul(A, A.t()[:5] if last else A.t(), "rows"), ValueError,
          "a_local.shape[1] must equal b_local.shape[0]"),
@@ -404,6 +405,12 @@ def _unsupported_inputs_raise(device):
     return None
 
 
+def _write(path, results):
+    with open(path + ".part", "w") as f:
+        json.dump(results, f)
+    os.replace(path + ".part", path)
+
+
 def worker(rank, world, port, backend, out_dir, selected):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -427,12 +434,13 @@ def worker(rank, world, port, backend, out_dir, selected):
                 results[case["id"]] = run_dtensor_case(case, rank, world, device, mesh)
         except Exception:  # noqa: BLE001  (reported per case; the other ranks get the same)
             results[case["id"]] = traceback.format_exc(limit=6)
+    path = os.path.join(out_dir, f"rank{rank}.json")
+    _write(path, results)  # the cases' outcomes stand should the error checks end the process
     try:
         results["errors"] = run_error_checks(rank, world, device)
     except Exception:  # noqa: BLE001
         results["errors"] = traceback.format_exc(limit=6)
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
+    _write(path, results)
     # Every rank is past its last collective; leave without running C++ destructors: tearing the
     # gloo group down while a peer exits aborted a rank now and then ("terminate called without
     # an active exception"), after its results were written.
