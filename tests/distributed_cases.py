@@ -302,7 +302,8 @@ def _one_rank_refused_raises_everywhere(rank, world, device):
             if message not in text or (not last and named not in text):
                 return f"rank {rank}: unexpected message: {text}"
         except Exception as raised:  # noqa: BLE001  (reported)
-            return f"rank {rank}: {type(raised).__name__} where {error.__name__} was expected: {raised}"
+            return (f"rank {rank}: {type(raised).__name__} where {error.__name__} was expected: "
+                    f"{raised}")
         else:
             return f"rank {rank}: no error where rank {world - 1} refused its inputs ({message})"
     return None
