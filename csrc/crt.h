@@ -840,7 +840,8 @@ OZAKI_HD double integer_norm_bound(int tau, int bit_span, int norm_code) {
 // order on every device: lane t adds the terms l = t, t + kSampleLanes, ... in turn
 // (entry_bound_lane_sum), then the lanes are added pairwise as sampled_magnitudes' are. A term's
 // exponent is clamped to [-1000, 900] so that the sum stays finite (a bound that large rules exact
-// scheme II out; a NaN exponent counts as 900), and exponents below -2000 (a column with no nonzero entry: -10000) add nothing.
+// scheme II out; a NaN exponent counts as 900), and exponents below -2000 (a column with no
+// nonzero entry: -10000) add nothing.
 // The exponents are integers, so u + v is exact in float64.
 OZAKI_HD double entry_bound_term(double exponent) {
   if (is_nan(exponent)) return pow2(900);  // NaN (no exponent the kernels make): no bound

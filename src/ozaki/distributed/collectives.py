@@ -122,8 +122,8 @@ class RankGroup:
             return  # the caller re-raises this rank's own error
         first = raised.index(1)
         kind = texts[first].split(":", 1)[0]
-        reported = "; ".join(f"rank {rank} raised {text}" for rank, text in enumerate(texts)
-                             if raised[rank])
+        reported = "; ".join(f"rank {rank} raised {message}"
+                             for rank, message in enumerate(texts) if raised[rank])
         raise _PEER_ERRORS.get(kind, RuntimeError)(
             f"{name}: not run on any rank, as {reported}")
 
