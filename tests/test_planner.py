@@ -324,8 +324,7 @@ def test_float_planning_agrees_with_fractions(k, wide):
         for n in counts[::7]:
             try:
                 expected = float(error(n, k) / Fraction(magnitude))
-            except OverflowError:
-                with pytest.raises(OverflowError):
-                    crt.error_level(n, k, magnitude, wide)
+            except OverflowError:  # past the float64 range: inf (a subnormal magnitude)
+                assert crt.error_level(n, k, magnitude, wide) == math.inf
                 continue
             assert crt.error_level(n, k, magnitude, wide) == expected
