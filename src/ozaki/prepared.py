@@ -79,6 +79,8 @@ class Prepared:
     m * round_up(k, 16) bytes each). Use as a context manager, or call release(), to free them."""
 
     _sharers = ()  # as in __init__ (repeated's handles, which share none, keep this one)
+    _displaced = None  # a weak reference to the handle of A this one took the place of
+    _released = False
 
     def __init__(self, A, max_bytes):
         self.A = A
@@ -94,11 +96,14 @@ class Prepared:
         self._clear()
         with _registry_lock:
             other = REGISTRY.get(self._key)
-            if other is not None:  # a handle of another tensor over this memory (moved onto it)
+            if other is not None and other.A is A:  # A prepared again (a nested block): the
+                self._displaced = weakref.ref(other)  # other serves again after this one
+            elif other is not None:  # a handle of another tensor over this memory (moved onto it)
                 for tensor in (other.A, *(ref() for ref, _ in other._sharers)):
                     if tensor is not None and tensor is not A:
                         self._share(tensor)
-                other._clear()
+            if other is not None:
+                other._clear()  # one set of parts of this memory at a time
             REGISTRY[self._key] = self
 
     def _clear(self):
@@ -324,9 +329,14 @@ class Prepared:
         from . import replay  # which imports this module
         self._clear()
         self._sharers = []  # no weak references to the program's tensors outlive the parts
+        self._released = True
         with _registry_lock:
             if REGISTRY.get(self._key) is self:
                 del REGISTRY[self._key]
+                # the handle of A this one displaced serves again, while it lives unreleased
+                outer = self._displaced() if self._displaced is not None else None
+                if outer is not None and not outer._released and identity(outer.A) == self._key:
+                    REGISTRY[self._key] = outer
         replay.drop_stale(self)
 
     def __enter__(self):
