@@ -867,8 +867,9 @@ def gendot_matrices(m: int, k: int, n: int, condition: float,
     magnitude when ``k`` is a few dozen or more). A condition that ``k`` terms
     cannot reach (about 2^(p (k - round(k/2)) + 4) for precision p; 4 for
     k = 2) is a ValueError that names the ``k`` that reaches it.  Off-diagonal
-    entries pair unrelated vectors and are usually well conditioned.  The construction uses exact running dot products and
-    rounds in ``dtype`` itself, so float32 inputs are genuine too.
+    entries pair unrelated vectors and are usually well conditioned.  The
+    construction uses exact running dot products and rounds in ``dtype`` itself,
+    so float32 inputs are genuine too.
 
     Returns ``(A, B)`` of shapes ``(m, k)`` and ``(k, n)``.
     """

@@ -228,7 +228,8 @@ def _sublists(name, arguments):
                 raise ValueError(f"{name}: sublist entries must be ints in [0, 52) or ..., got "
                                  f"{item!r}")
         return "".join(letters)
-    sublists = [*range(1, len(arguments), 2), *([len(arguments) - 1] if len(arguments) % 2 else [])]
+    # the sublists: every second argument, and the output's last where there is one
+    sublists = [i for i in range(1, len(arguments)) if i % 2 or i == len(arguments) - 1]
     for index in sublists:  # any sequence of subscripts torch takes (a list, a range, an array)
         if isinstance(arguments[index], (torch.Tensor, str, bytes)) or not hasattr(
                 arguments[index], "__iter__"):

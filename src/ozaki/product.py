@@ -432,13 +432,13 @@ def _column_exponents(x, stats):
     exponents = _ops.integer_exponents(stats).view(*rows.shape[:2], 1)
     unused = (~_usable_rows(stats)).view(*rows.shape[:2], 1)
     chunk = max(1, _BOUND_CHUNK_ENTRIES // max(k, 1))
+    # from "no entry": a rank's shard of the rows ("rows", "cols") may have none
+    none = torch.full((k,), -10000, dtype=torch.int64, device=x.device)
     elements = []
     for e in range(rows.shape[0]):
         chunks = [_largest_exponents(rows[e, i0:i0 + chunk], exponents[e, i0:i0 + chunk],
                                      unused[e, i0:i0 + chunk])
                   for i0 in range(0, rows.shape[1], chunk)]
-        # from "no entry": a rank's shard of the rows ("rows", "cols") may have none
-        none = torch.full((k,), -10000, dtype=torch.int64, device=x.device)
         elements.append(functools.reduce(torch.maximum, chunks, none))
     return elements[0] if len(elements) == 1 else torch.cat(elements)
 

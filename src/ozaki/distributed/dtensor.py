@@ -72,14 +72,14 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
     from .collectives import RankGroup
     from ..product import real_product
 
-    mesh = (A if is_dtensor(A) else B).device_mesh
+    given = A if is_dtensor(A) else B  # the other may be a plain tensor: refused below
+    mesh = given.device_mesh
     if mesh.ndim != 1:  # the mesh is every rank's alike
         raise ValueError(f"{name}: DTensors on a 1-D device mesh are supported, got a "
                          f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
                          "ozaki.distributed.matmul on a process group)")
-    local = (A if is_dtensor(A) else B).to_local()
     # a rank that refuses its inputs stops every rank before the redistribution's collectives
-    with RankGroup(mesh.get_group()).checks_together(name, local):
+    with RankGroup(mesh.get_group()).checks_together(name, given.to_local()):
         _check_operands(name, A, B, dtype, names)
         options = Options.checked(name, *options.op_arguments())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
