@@ -273,6 +273,35 @@ OZAKI_HD void integer_significand(double x, uint64_t* significand, int* exponent
   *exponent = e + zeros;
 }
 
+// The product a[l] * b[l] of two finite doubles as sign * significand_a * significand_b *
+// 2^exponent, with odd-or-zero-trailing integer significands; zero when either factor is.
+struct ExactTerm {
+  bool zero;
+  bool negative;
+  uint64_t significand_a, significand_b;
+  int exponent;
+
+  template <typename T>
+  OZAKI_HD static ExactTerm read(T a, T b) {
+    const double x = static_cast<double>(a);
+    const double y = static_cast<double>(b);
+    ExactTerm term{};
+    term.zero = x == 0.0 || y == 0.0;
+    if (term.zero) return term;
+    int ex, ey;
+    integer_significand(x, &term.significand_a, &ex);
+    integer_significand(y, &term.significand_b, &ey);
+    term.exponent = ex + ey;
+    term.negative = sign_bit(x) != sign_bit(y);
+    return term;
+  }
+
+  // One past the highest set bit of the product.
+  OZAKI_HD int top_bit() const {
+    return exponent + highest_set_bit(significand_a) + highest_set_bit(significand_b) + 1;
+  }
+};
+
 // RN(sum_l a[l] * b[l]) for finite rows, computed exactly: every product is a 106-bit integer
 // times a power of two, added into one long accumulator whose bit 0 weighs 2^lowest (the lowest
 // set bit of any product) and whose top covers the highest product bit plus ceil(log2 k) + 1.
@@ -285,17 +314,11 @@ OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, RoundingFor
   int lowest = 0, highest = 0;
   bool any = false;
   for (int64_t l = 0; l < k; ++l) {
-    const double x = static_cast<double>(a[l]);
-    const double y = static_cast<double>(b[l]);
-    if (x == 0.0 || y == 0.0) continue;
-    uint64_t mx, my;
-    int ex, ey;
-    integer_significand(x, &mx, &ex);
-    integer_significand(y, &my, &ey);
-    const int low_bit = ex + ey;
-    const int high_bit = low_bit + highest_set_bit(mx) + highest_set_bit(my) + 1;
-    lowest = any && lowest < low_bit ? lowest : low_bit;
-    highest = any && highest > high_bit ? highest : high_bit;
+    const ExactTerm term = ExactTerm::read(a[l], b[l]);
+    if (term.zero) continue;
+    const int top = term.top_bit();
+    lowest = any && lowest < term.exponent ? lowest : term.exponent;
+    highest = any && highest > top ? highest : top;
     any = true;
   }
   if (!any) return 0.0;
@@ -303,17 +326,12 @@ OZAKI_HD double exact_dot_rounded(const T* a, const T* b, int64_t k, RoundingFor
   // finite doubles keep highest - lowest below 2 * 2098 bits: within kDotWidestLimbs
   sum.clear(static_cast<int>((int64_t(highest) - lowest + ceil_log2(k) + 2 + 64) / 32 + 1));
   for (int64_t l = 0; l < k; ++l) {
-    const double x = static_cast<double>(a[l]);
-    const double y = static_cast<double>(b[l]);
-    if (x == 0.0 || y == 0.0) continue;
-    uint64_t mx, my;
-    int ex, ey;
-    integer_significand(x, &mx, &ex);
-    integer_significand(y, &my, &ey);
-    const uint64_t low = mx * my;
-    const uint64_t high = high_product_bits(mx, my);
-    const int offset = ex + ey - lowest;
-    const int64_t sign = sign_bit(x) != sign_bit(y) ? -1 : 1;
+    const ExactTerm term = ExactTerm::read(a[l], b[l]);
+    if (term.zero) continue;
+    const uint64_t low = term.significand_a * term.significand_b;
+    const uint64_t high = high_product_bits(term.significand_a, term.significand_b);
+    const int offset = term.exponent - lowest;
+    const int64_t sign = term.negative ? -1 : 1;
     sum.add(sign * static_cast<int64_t>(low & 0xffffffffULL), offset);
     sum.add(sign * static_cast<int64_t>(low >> 32), offset + 32);
     sum.add(sign * static_cast<int64_t>(high & 0xffffffffULL), offset + 64);
