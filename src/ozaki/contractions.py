@@ -46,8 +46,14 @@ def _dimension(name, arg, d, rank):
 
 def tensordot_dims(name, a, b, dims):
     """(a's contracted dimensions, b's) from tensordot's dims."""
-    if isinstance(dims, torch.Tensor):  # one element: that int, as torch reads it
-        dims = int(dims.item()) if dims.numel() == 1 else dims.tolist()
+    if isinstance(dims, torch.Tensor):  # as torch reads it: one element an int, two rows a pair
+        if dims.numel() == 1:
+            dims = int(dims.item())
+        elif dims.dim() == 2 and dims.shape[0] == 2:
+            dims = dims.tolist()
+        else:
+            raise TypeError(f"{name}: dims as a tensor must hold one element or two rows of "
+                            f"dimensions, got one of shape {tuple(dims.shape)}")
     if isinstance(dims, numbers.Integral) and not isinstance(dims, bool):
         if not 0 <= dims <= min(a.dim(), b.dim()):
             raise ValueError(f"{name}: dims = {dims} must be between 0 and the smaller rank, "
@@ -57,7 +63,10 @@ def tensordot_dims(name, a, b, dims):
         if not isinstance(dims, (list, tuple)) or len(dims) != 2:
             raise TypeError(f"{name}: dims must be an int or a pair of dimension lists, got "
                             f"{dims!r}")
-        pair = [[d] if isinstance(d, numbers.Integral) else list(d) for d in dims]
+        if not all(isinstance(d, (list, tuple)) for d in dims):
+            raise TypeError(f"{name}: dims as a pair must hold two lists of dimensions, got "
+                            f"{dims!r}")
+        pair = [list(d) for d in dims]
         dims_a = [_dimension(name, "dims[0]", d, a.dim()) for d in pair[0]]
         dims_b = [_dimension(name, "dims[1]", d, b.dim()) for d in pair[1]]
         if len(dims_a) != len(dims_b) or len(set(dims_a)) != len(dims_a) \

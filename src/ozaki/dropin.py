@@ -5,6 +5,7 @@ shape or argument torch rejects, a form ozaki has no counterpart of), which torc
 
 import functools
 import math
+import numbers
 import sys
 
 import torch
@@ -271,11 +272,8 @@ def _inner(mode, a, b, *extra, out=None, **unknown):
 def _tensordot(mode, a, b, dims=2, out=None, *extra, **unknown):
     if extra or unknown or not _operands(mode, a, b) or not _takes_out(out, a, b):
         return NotImplemented
-    torch_takes = (isinstance(dims, (int, torch.Tensor)) and not isinstance(dims, bool)) or (
-        isinstance(dims, (list, tuple)) and len(dims) == 2
-        and all(isinstance(d, (list, tuple)) for d in dims))
-    if not torch_takes:
-        return NotImplemented  # torch refuses other types of dims (two ints, NumPy ints)
+    if isinstance(dims, numbers.Integral) and not isinstance(dims, int):
+        return NotImplemented  # torch refuses NumPy integers
     try:
         contractions.tensordot_dims("torch.tensordot", a, b, dims)
     except (TypeError, ValueError):
