@@ -414,6 +414,30 @@ def test_linear_biases_torch_adds_to_the_result_go_through_ozaki(device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("weight_rank", [2, 1])
+def test_linear_bias_nans_have_the_epilogues_bits(device, weight_rank):
+    """float32 NaNs from a bias that F.linear adds to the result (one of the output's shape, or any
+    bias beside a 1-D weight) come out as every ozaki result's quiet NaN 0x7fc00000, on every
+    device, as the same bias through ozaki.gemm's C (torch's float32 add keeps the payload on the
+    CPU and gives 0x7fffffff on CUDA)."""
+    x, w = operands([(2, 3, 4), (5, 4)], 16, device, dtype=torch.float32)
+    weight = w if weight_rank == 2 else w[0]
+    bias, = operands([(2, 3, 5 if weight_rank == 2 else 1)], 17, device, dtype=torch.float32)
+    bias = bias.squeeze(-1).contiguous()
+    bits = bias.view(torch.int32).view(-1)
+    bits[0], bits[3] = 0x7FC12345, 0x7FA00001  # a quiet NaN with a payload, a signalling NaN
+    with ozaki.enable(dtypes=(torch.float32,), **OPTIONS):
+        y = F.linear(x, weight, bias)
+    columns = weight.reshape(-1, 4)
+    expected = ozaki.gemm(x.reshape(6, 4), columns, bias.reshape(6, -1), beta=1, transb=True,
+                          **OPTIONS).reshape(y.shape)
+    assert_bitwise_equal(y, expected)
+    nans = y.isnan()
+    assert nans.sum() == 2 and (y.view(torch.int32)[nans] == 0x7FC00000).all()
+    assert_bitwise_equal(y[~nans], torch.add(ozaki.matmul(x, weight.T, **OPTIONS), bias)[~nans])
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_nested_operands_stay_with_torch(device, monkeypatch):
     """Nested tensors (of torch's default, strided layout) are torch's under the mode, as sparse
     ones: ozaki is never called."""

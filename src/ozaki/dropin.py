@@ -448,15 +448,16 @@ def _linear(mode, x, weight, bias=None, *extra, **unknown):
     if bias is not None and not (_broadcasts(bias.shape, shape) and _linear_takes(x, weight, bias)):
         return NotImplemented
     options = mode.options.keywords()
-    if weight.dim() == 1:  # y = x w (+ bias): a product with one column
-        y = matmul(x, weight, **options)
-        return y if bias is None else torch.add(y, bias)
+    if weight.dim() == 1 and bias is None:  # y = x w: a product with one column
+        return matmul(x, weight, **options)
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    if bias is None or _broadcasts(bias.shape, (weight.shape[0],)):  # bias in the epilogue
-        y = gemm(rows, weight, bias, beta=0 if bias is None else 1, transb=True, **options)
-        return y.reshape(shape)
-    # a bias of the output's shape: RN(P + bias), as the epilogue with beta = 1 adds it
-    return torch.add(gemm(rows, weight, transb=True, **options).reshape(shape), bias)
+    columns = weight.reshape(-1, weight.shape[-1])
+    if bias is not None and not _broadcasts(bias.shape, (columns.shape[0],)):
+        # a bias of the output's shape, laid out as the product's rows: RN(P + bias) in the
+        # epilogue, whose NaNs are those of every other ozaki result
+        bias = bias.expand(shape).reshape(rows.shape[0], columns.shape[0])
+    y = gemm(rows, columns, bias, beta=0 if bias is None else 1, transb=True, **options)
+    return y.reshape(shape)
 
 
 _HANDLERS = {
