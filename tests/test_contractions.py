@@ -228,6 +228,9 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
     (lambda a, b: ozaki.tensordot(a, b, torch.tensor([1, 0])), TypeError,
      r"ozaki.tensordot: dims as a tensor must hold one element or two rows of dimensions, got "
      r"one of shape \(2,\)"),
+    (lambda a, b: ozaki.tensordot(a, b, torch.zeros(2, 0, dtype=torch.long)), TypeError,
+     r"ozaki.tensordot: dims as a tensor must hold one element or two rows of dimensions, got "
+     r"one of shape \(2, 0\)"),
     (lambda a, b: ozaki.tensordot(a, b.int()), TypeError, r"ozaki.tensordot: b must be"),
     (lambda a, b: ozaki.einsum("ij,jk->ik", a), ValueError,
      r"ozaki.einsum: equation 'ij,jk->ik' has 2 operand subscripts for 1 operands"),
@@ -260,9 +263,8 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
      r"ozaki.einsum: the dimension 0 that '...' stands for has sizes 2 and 3, which do not "
      r"broadcast"),
 ], ids=["dims-rank", "dims-size", "dims-type", "dims-two-ints", "dims-tensor-of-two-ints",
-        "b-int", "operand-count", "output-label", "subscripts-rank", "subscript-digit", "sizes",
-        "dtypes", "diagonal-sizes",
-        "diagonal-against-other-operand", "sublist-not-a-list", "equation-not-ascii",
+        "dims-empty-tensor", "b-int", "operand-count", "output-label", "subscripts-rank",
+        "subscript-digit", "sizes", "dtypes", "diagonal-sizes", "diagonal-against-other-operand", "sublist-not-a-list", "equation-not-ascii",
         "equation-type", "ellipsis-sizes"])
 def test_contraction_errors_name_the_argument(call, error, message):
     a, b = operands([(3, 4), (4, 5)], 9)

@@ -477,6 +477,8 @@ def rejected_calls(device):
         "linear-matrix-vector-weight-bias": lambda: F.linear(a, w1, bias),
         "tensordot-two-ints": lambda: torch.tensordot(a, b, dims=(1, 0)),
         "tensordot-tensor-of-two-ints": lambda: torch.tensordot(a, b, dims=torch.tensor([1, 0])),
+        "tensordot-empty-tensor": lambda: torch.tensordot(a, b, dims=torch.zeros(2, 0,
+                                                                                 dtype=torch.long)),
         "tensordot-numpy-int": lambda: torch.tensordot(a, b, dims=np.int64(1)),
         "addmm-float32-alpha-past-range": lambda: torch.addmm(c32, a32, b32, alpha=1e300),
         "addmm-alpha-past-uint64": lambda: torch.addmm(c, a, b, alpha=2**80),

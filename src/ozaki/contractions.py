@@ -49,7 +49,7 @@ def tensordot_dims(name, a, b, dims):
     if isinstance(dims, torch.Tensor):  # as torch reads it: one element an int, two rows a pair
         if dims.numel() == 1:
             dims = int(dims.item())
-        elif dims.dim() == 2 and dims.shape[0] == 2:
+        elif dims.numel() > 1 and dims.dim() == 2 and dims.shape[0] == 2:
             dims = dims.tolist()
         else:
             raise TypeError(f"{name}: dims as a tensor must hold one element or two rows of "
