@@ -264,8 +264,8 @@ def test_tensordot_of_an_int_dims_checks_every_contracted_size():
      r"broadcast"),
 ], ids=["dims-rank", "dims-size", "dims-type", "dims-two-ints", "dims-tensor-of-two-ints",
         "dims-empty-tensor", "b-int", "operand-count", "output-label", "subscripts-rank",
-        "subscript-digit", "sizes", "dtypes", "diagonal-sizes", "diagonal-against-other-operand", "sublist-not-a-list", "equation-not-ascii",
-        "equation-type", "ellipsis-sizes"])
+        "subscript-digit", "sizes", "dtypes", "diagonal-sizes", "diagonal-against-other-operand",
+        "sublist-not-a-list", "equation-not-ascii", "equation-type", "ellipsis-sizes"])
 def test_contraction_errors_name_the_argument(call, error, message):
     a, b = operands([(3, 4), (4, 5)], 9)
     with pytest.raises(error, match=message):
