@@ -580,6 +580,33 @@ def test_alpha_zero_sends_no_gradient_to_a_and_b(device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_second_backward_through_alpha_zero_gives_zeros_as_torch_does(device):
+    """The zero gradients of A and B with alpha = 0 are functions of the other operand, as
+    torch.addmm's are: a second backward through them gives zeros, as torch's does (it raised:
+    they had no graph), and zeros still where A holds NaN (torch's first gradients are NaN
+    there)."""
+    A, B, C = operands([(3, 4), (4, 5), (3, 5)], 21, device)
+    for t in (A, B, C):
+        t.requires_grad_()
+
+    def second_order(product):
+        ga, gb = torch.autograd.grad(product().sum(), (A, B), create_graph=True)
+        assert ga.requires_grad and gb.requires_grad
+        return torch.autograd.grad((ga * ga).sum() + (gb * gb).sum(), (A, B))
+
+    products = (lambda: ozaki.gemm(A, B, C, alpha=0, beta=1), lambda: ozaki.gemm(A, B, alpha=0))
+    native = second_order(lambda: torch.addmm(C, A, B, alpha=0))
+    for product in products:
+        for got, expected in zip(second_order(product), native):
+            assert_bitwise_equal(got, expected)
+    with torch.no_grad():
+        A[0, 1] = nan
+    for product in products:
+        for got, t in zip(second_order(product), (A, B)):
+            assert_bitwise_equal(got, torch.zeros_like(t))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", [f64, torch.complex128])
 def test_zero_coefficients_give_zero_gradients_as_torch_does(device, dtype):
     """torch.autograd.grad of a product with alpha = 0 or beta = 0 gives the unused operands zero

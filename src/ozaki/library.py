@@ -73,18 +73,18 @@ def _gradient(name, product, left, right, alpha, options):
 def _backward(ctx, grad):
     A, B = ctx.saved_tensors
     alpha = complex(ctx.alpha).conjugate() if grad.is_complex() else ctx.alpha
-    # alpha = 0 (beta = 0) gives A and B (C) zero gradients without a product, as torch's addmm
-    # gives zeros there, never NaN from their entries
-    grads = [grad.new_zeros(shape) if needed and coefficient == 0 else None
-             for needed, shape, coefficient in zip(ctx.needs_input_grad, ctx.shapes,
-                                                   (ctx.alpha, ctx.alpha, ctx.beta))]
-    if ctx.needs_input_grad[0] and ctx.alpha != 0:
+    # alpha = 0 gives A and B zero gradients, as torch's addmm gives zeros there, never NaN from
+    # their entries: ozaki::gemm with alpha = 0 reads neither operand, and its zeros stay functions
+    # of the other operand for a second backward. beta = 0 gives C zeros without a product.
+    grads = [None, None, None]
+    if ctx.needs_input_grad[0]:
         grads[0] = _gradient("A", "G op(B)^H", grad, _adjoint(B), alpha, ctx.options)
-    if ctx.needs_input_grad[1] and ctx.alpha != 0:
+    if ctx.needs_input_grad[1]:
         grads[1] = _gradient("B", "op(A)^H G", _adjoint(A), grad, alpha, ctx.options)
-    if ctx.needs_input_grad[2] and ctx.beta != 0:
+    if ctx.needs_input_grad[2]:
         beta = complex(ctx.beta).conjugate() if grad.is_complex() else ctx.beta
-        grads[2] = (grad if beta == 1 else grad * beta).sum_to_size(ctx.shapes[2])
+        grads[2] = grad.new_zeros(ctx.shapes[2]) if beta == 0 else \
+            (grad if beta == 1 else grad * beta).sum_to_size(ctx.shapes[2])
     return (*grads, *(None,) * 7)
 
 
