@@ -466,6 +466,28 @@ def test_float32_operands_take_alpha_and_beta_rounded_to_float32(device):
     assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=alpha, beta=beta), expected)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_float32_operands_take_integer_scalars_rounded_once(device, dtype):
+    """An integer alpha or beta is rounded to float32 once, as torch converts its integer Scalar,
+    not through float64: 2^60 + 2^36 + 1 lies just above a float32 tie, but its float64 rounding
+    lands on the tie, which rounds to even (2^60) where the integer rounds up (2^60 + 2^37). The
+    same as torch.addmm's D and as the float32 value passed itself."""
+    A, B, C = operands([(5, 6), (6, 4), (5, 4)], dtype, seed=29, device=device)
+    value = 2 ** 60 + 2 ** 36 + 1
+    single = float(torch.tensor(value, dtype=torch.int64).to(torch.float32))
+    assert single == 2.0 ** 60 + 2.0 ** 37 != float(torch.tensor(float(value)).float())
+    for integer in (value, np.int64(value), -value):
+        rounded = single if integer > 0 else -single
+        assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=integer, beta=0),
+                             ozaki.gemm(A, B, C, alpha=rounded, beta=0))
+        assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=0, beta=integer),
+                             ozaki.gemm(A, B, C, alpha=0, beta=rounded))
+    if not dtype.is_complex:
+        assert_bitwise_equal(ozaki.gemm(A, B, C, alpha=0, beta=value),
+                             torch.addmm(C, A, B, alpha=0, beta=value))
+
+
 @pytest.mark.parametrize("value, error, message", [
     (Decimal("2"), TypeError, r"alpha must be a real or complex number, got Decimal Decimal\('2'\)"),
     (2 ** 2000, ValueError, r"alpha = \d+ is past the float64 range"),
