@@ -137,7 +137,8 @@ def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor):
     assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
     if x.is_complex():
         x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
-    int_type = {torch.float64: torch.int64, torch.float32: torch.int32}[x.dtype]
+    int_type = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+                torch.bfloat16: torch.int16}[x.dtype]
     xb = x.detach().cpu().contiguous().view(int_type)
     yb = y.detach().cpu().contiguous().view(int_type)
     differing = (xb != yb).sum().item()

@@ -3,6 +3,7 @@ dtypes), what it leaves alone, nesting, leaving the block, errors and repr (ozak
 docs/torch.md, "Drop-in mode")."""
 
 
+import contextlib
 import math
 import warnings
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 import ozaki
 from ozaki import dropin
@@ -435,6 +437,66 @@ def test_linear_bias_nans_have_the_epilogues_bits(device, weight_rank):
     nans = y.isnan()
     assert nans.sum() == 2 and (y.view(torch.int32)[nans] == 0x7FC00000).all()
     assert_bitwise_equal(y[~nans], torch.add(ozaki.matmul(x, weight.T, **OPTIONS), bias)[~nans])
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_float32_products_under_autocast_stay_with_torch(device):
+    """Under torch.autocast, which sets the precision of float32 products (bfloat16 on the CPU,
+    float16 on CUDA here), float32 calls are torch's: its dtype and bits. float64 products, which
+    autocast leaves alone, are still ozaki's."""
+    a, b, c = operands([(3, 4), (4, 5), (3, 5)], 22, device, dtype=torch.float32)
+    low = torch.bfloat16 if device == "cpu" else torch.float16
+    calls = [lambda x, y, z: torch.mm(x, y), lambda x, y, z: x @ y,
+             lambda x, y, z: F.linear(x, y.T), lambda x, y, z: torch.addmm(z, x, y),
+             lambda x, y, z: torch.einsum("ij,jk->ik", x, y)]
+    with torch.autocast(device, dtype=low):
+        native = [call(a, b, c) for call in calls]
+        with ozaki.enable(dtypes=(torch.float32, f64), **OPTIONS):
+            got = [call(a, b, c) for call in calls]
+            wide = torch.mm(a.double(), b.double())
+    for g, n in zip(got, native):
+        assert g.dtype == n.dtype == low
+        assert_bitwise_equal(g, n)
+    assert_bitwise_equal(wide, ozaki.dgemm(a.double(), b.double(), **OPTIONS))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_checkpointed_blocks_get_ozakis_gradients_the_documented_ways(device):
+    """torch.utils.checkpoint recomputes in backward, where autograd runs no function modes: the
+    mode entered inside the checkpointed function, or given as the recomputation's context_fn,
+    gives the gradients of the block run without checkpointing (correctly rounded, so ozaki's
+    bits differ from native torch's)."""
+    x, w1, w2 = operands([(6, 8), (8, 8), (8, 5)], 23, device)
+    for t in (x, w1, w2):
+        t.requires_grad_()
+    options = {"rounding": "nearest"}
+
+    def block(inputs):
+        return torch.tanh(inputs @ w1) @ w2
+
+    def block_in_mode(inputs):
+        with ozaki.enable(**options):
+            return block(inputs)
+
+    def gradients(run):  # by .backward(): the reentrant checkpoint refuses autograd.grad
+        for t in (x, w1, w2):
+            t.grad = None
+        run().sum().backward()
+        return [t.grad for t in (x, w1, w2)]
+
+    with ozaki.enable(**options):
+        expected = gradients(lambda: block(x))
+    native = gradients(lambda: block(x))
+    assert any(not torch.equal(e, n) for e, n in zip(expected, native))
+    recompute_in_mode = lambda: (contextlib.nullcontext(), ozaki.enable(**options))  # noqa: E731
+    runs = [lambda: checkpoint(block_in_mode, x, use_reentrant=True),
+            lambda: checkpoint(block_in_mode, x, use_reentrant=False)]
+    with ozaki.enable(**options):
+        runs.append(lambda: checkpoint(block, x, use_reentrant=False,
+                                       context_fn=recompute_in_mode))
+        for run in runs:
+            for got, e in zip(gradients(run), expected):
+                assert_bitwise_equal(got, e)
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())

@@ -23,12 +23,14 @@ from .options import Options
 
 def _operands(mode, *tensors):
     """Whether ozaki takes these operands: dense tensors of one of the mode's dtypes, one device
-    (sparse and nested ones stay with torch, and so do DTensors: docs/distributed.md)."""
+    (sparse and nested ones stay with torch, and so do DTensors: docs/distributed.md), and not
+    float32 ones under torch.autocast on their device, whose precision autocast sets."""
     first = tensors[0]
     return all(isinstance(t, torch.Tensor) and t.dtype == first.dtype and t.device == first.device
                and t.layout == torch.strided and not t.is_nested and not is_dtensor(t)
                for t in tensors) \
-        and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda")
+        and first.dtype in mode.dtypes and first.device.type in ("cpu", "cuda") \
+        and not (first.dtype == torch.float32 and torch.is_autocast_enabled(first.device.type))
 
 
 def _broadcasts(shape, target):
