@@ -4,6 +4,7 @@ products without it, on every plan that keeps something: truncated scheme II on 
 wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
 
 import contextlib
+import threading
 import time
 import warnings
 
@@ -444,6 +445,105 @@ def test_parts_made_while_a_changes_are_not_kept(part, monkeypatch):
         monkeypatch.setattr(_ops, part, made)
         for _ in range(2):
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+
+
+def _in_thread(call):
+    """call() started on a thread of its own; join() returns what it raised, if anything."""
+    raised = []
+
+    def run():
+        try:
+            call()
+        except BaseException as error:  # noqa: BLE001 - handed back to the test
+            raised.append(error)
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def join():
+        thread.join(60)
+        assert not thread.is_alive()
+        return raised[0] if raised else None
+    return join
+
+
+def test_a_part_stored_while_another_thread_sees_a_changed_is_not_kept():
+    """A product stores a part (here A's row statistics, of the old contents) just as another
+    thread's product finds A changed in place and clears the handle: the clear waits for the
+    store, or the store sees the clear, so the products after the change get the new contents'
+    bits (the clear landed between the check and the store, and the stale part stayed)."""
+    A, B = phi_pair(48, 128, 16, 1.0, seed=18)
+    X2 = phi_pair(48, 128, 1, 1.0, seed=19)[0]
+    expected = ozaki.dgemm(X2, B)
+    with ozaki.prepare(A) as kept:
+        storing, go_on = threading.Event(), threading.Event()
+        keep = kept._keep
+
+        def slow_keep(name, part):
+            if name == "stats" and not storing.is_set():
+                storing.set()  # checked and about to be stored: the other thread runs now
+                go_on.wait(30)
+            return keep(name, part)
+        kept._keep = slow_keep
+        first = _in_thread(lambda: ozaki.dgemm(A, B))
+        assert storing.wait(30)
+        A.copy_(X2)
+        second = _in_thread(lambda: ozaki.dgemm(A, B))
+        time.sleep(0.3)  # the second product reaches the handle's clear
+        go_on.set()
+        assert first() is None and second() is None
+        del kept._keep
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+
+
+def _residues_paused_until(kept, event):
+    """kept.residues, its first call waiting for event: a product that has read its row scales
+    and not yet made its residues. Returns the event set when that call arrives."""
+    arrived = threading.Event()
+    residues = kept.residues
+
+    def paused(*args):
+        if not arrived.is_set():
+            arrived.set()
+            event.wait(30)
+        return residues(*args)
+    kept.residues = paused
+    return arrived
+
+
+def test_residues_of_scales_read_before_a_change_are_not_kept():
+    """A product that read A's row scales before another thread changed A (and that thread's
+    product cleared the handle) makes its residues of the new contents with the old scales:
+    they serve that product alone, not the products after (they were kept: wrong bits)."""
+    A, B = phi_pair(48, 128, 16, 1.0, seed=20)
+    X2 = phi_pair(48, 128, 1, 1.0, seed=21)[0]
+    expected = ozaki.dgemm(X2, B)
+    with ozaki.prepare(A) as kept:
+        changed = threading.Event()
+        arrived = _residues_paused_until(kept, changed)
+        first = _in_thread(lambda: ozaki.dgemm(A, B))
+        assert arrived.wait(30)
+        A.copy_(X2)
+        ozaki.dgemm(A, B, backend="int8")  # a product of any plan sees the change
+        changed.set()
+        assert first() is None
+        del kept.residues
+        for _ in range(2):
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+
+
+def test_a_released_handle_keeps_nothing_products_in_flight_make():
+    """Parts that a product running on another thread makes after the handle's release are not
+    kept in it: release() frees the memory for good."""
+    A, B = phi_pair(48, 128, 16, 1.0, seed=22)
+    released = threading.Event()
+    with ozaki.prepare(A) as kept:
+        arrived = _residues_paused_until(kept, released)
+        first = _in_thread(lambda: ozaki.dgemm(A, B))
+        assert arrived.wait(30)
+    released.set()
+    assert first() is None
+    assert kept.nbytes == 0
 
 
 def test_threads_cycling_plans_keep_the_bookkeeping():

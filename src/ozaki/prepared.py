@@ -81,6 +81,7 @@ class Prepared:
     _sharers = ()  # as in __init__ (repeated's handles, which share none, keep this one)
     _displaced = None  # a weak reference to the handle of A this one took the place of
     _released = False
+    _found = None  # as in __init__ (repeated's handles, found otherwise, read the generation)
 
     def __init__(self, A, max_bytes):
         self.A = A
@@ -94,6 +95,7 @@ class Prepared:
         self._lock = threading.RLock()  # the parts' making and the residue sets' bookkeeping
         self._generation = 0
         self._clear()
+        self._found = threading.local()  # the generation each thread's product found (current)
         with _registry_lock:
             other = REGISTRY.get(self._key)
             if other is not None and other.A is A:  # A prepared again (a nested block): the
@@ -103,12 +105,13 @@ class Prepared:
                     if tensor is not None and tensor is not A:
                         self._share(tensor)
             if other is not None:
-                other._clear()  # one set of parts of this memory at a time
+                other._clear_locked()  # one set of parts of this memory at a time
             REGISTRY[self._key] = self
 
     def _clear(self):
         # A new generation: parts that products in flight are making of older contents are not
-        # kept (_kept_part). No lock: repeated drops handles under its own lock.
+        # kept (_kept_part). No lock: repeated drops its handles under its own lock, which their
+        # residues' booking takes under the handle's.
         self._generation += 1
         self._rows = None  # A's rows copied contiguous, _OWN_ROWS where A's rows serve
         self._stats = None  # (row_stats, norm scale codes)
@@ -118,6 +121,13 @@ class Prepared:
         self._residues = []  # (key, tensor) of the last plans, most recent last
         self._last_plan = None  # the key of the last product's residues, kept or not
         self._origins = {}  # part name -> (device index, raw CUDA stream, event after its making)
+
+    def _clear_locked(self):
+        """_clear under the handle's lock, so that a product's check and store of a part
+        (_kept_part, residues) come wholly before or after it: the clears of ozaki.prepare's
+        handles."""
+        with self._lock:
+            self._clear()
 
     def _parts(self):
         """The kept tensors."""
@@ -156,14 +166,21 @@ class Prepared:
 
     # ---- what products read -------------------------------------------------------------------
 
+    def _product_generation(self):
+        """The generation of the contents this thread's product found (current()), else the
+        handle's: a part made by a product that began before a clear may read older contents, or
+        mix them with newer ones, and is not kept."""
+        found = getattr(self._found, "generation", None)
+        return self._generation if found is None else found
+
     def _kept_part(self, attribute, name, make):
         """Part `attribute` (`name` for _ready), made by make() where missing. It is kept only
-        where the handle was not cleared while it was made (another thread's product saw A
-        changed in place: a part of older contents) and the stream was not capturing a graph (a
-        part not yet computed): such a part serves its own product alone."""
+        where the handle was not cleared since this product found it (another thread's product
+        saw A changed in place: a part of older contents) and the stream was not capturing a
+        graph (a part not yet computed): such a part serves its own product alone."""
         part = getattr(self, attribute)
         if part is None:
-            generation = self._generation
+            generation = self._product_generation()
             with outside_inference_mode():
                 made = make()
             with self._lock:
@@ -225,7 +242,10 @@ class Prepared:
         successive products may alternate between two moduli counts)."""
         key = (kind, moduli)
         with self._lock:  # one thread at a time books the sets (_clear replaces the list)
-            kept, generation = self._residues, self._generation
+            # scale was read by this product: its residues are kept only where the handle was not
+            # cleared since the product found it (a clear after the check leaves them in the
+            # list it replaced)
+            kept, generation = self._residues, self._product_generation()
             last, self._last_plan = self._last_plan, key
             for index, (known, residues) in enumerate(kept):
                 if known == key:
@@ -306,8 +326,9 @@ class Prepared:
                 self._sharers[index] = (sharer, tensor._version)
                 changed = True
         if changed:
-            self._clear()
+            self._clear_locked()
             self._version = version
+        self._found.generation = self._generation
         return self
 
     def _moved(self):
@@ -327,7 +348,7 @@ class Prepared:
         """Frees the kept parts, and the replayed calls' graphs that read them; later products
         compute everything again."""
         from . import replay  # which imports this module
-        self._clear()
+        self._clear_locked()
         self._sharers = []  # no weak references to the program's tensors outlive the parts
         self._released = True
         with _registry_lock:
@@ -403,10 +424,10 @@ def _follow_moved():
             del REGISTRY[key]
             now = identity(kept.A)
             kept._key, kept._version, kept._storage_ref = now, kept.A._version, _storage_of(kept.A)
-            kept._clear()
+            kept._clear_locked()
             other = REGISTRY.get(now)
             if other is not None and other is not kept:
                 other._share(kept.A)
-                other._clear()
+                other._clear_locked()
             else:
                 REGISTRY[now] = kept
