@@ -76,15 +76,18 @@ def test_the_largest_inner_dimensions_of_scheme_two_when_prepared(device, k):
         assert_bitwise_equal(g, e)
 
 
-def test_an_outer_handle_of_the_same_tensor_serves_again_after_an_inner_one():
-    """ozaki.prepare(A) inside a block that prepared A already: the inner handle serves while it
-    lives, and the outer one serves again (and keeps parts again) once the inner is released,
-    where it served nothing for the rest of its block."""
+@pytest.mark.parametrize("inner_view", [lambda A: A, lambda A: A[:], lambda A: A.view(A.shape)],
+                         ids=["A", "slice", "view"])
+def test_an_outer_handle_of_the_same_tensor_serves_again_after_an_inner_one(inner_view):
+    """ozaki.prepare(A) inside a block that prepared A already (or a view of A with A's identity,
+    which is A to ozaki): the inner handle serves while it lives, and the outer one serves again
+    (and keeps parts again) once the inner is released, where it served nothing for the rest of
+    its block."""
     A, B = phi_pair(40, 30, 20, 0.5, seed=8)
     expected = ozaki.dgemm(A, B)
     with ozaki.prepare(A) as outer:
         assert_bitwise_equal(ozaki.dgemm(A, B), expected)
-        with ozaki.prepare(A) as inner:
+        with ozaki.prepare(inner_view(A)) as inner:
             assert prepared.find(A) is inner
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
         assert prepared.find(A) is outer

@@ -98,8 +98,9 @@ class Prepared:
         self._found = threading.local()  # the generation each thread's product found (current)
         with _registry_lock:
             other = REGISTRY.get(self._key)
-            if other is not None and other.A is A:  # A prepared again (a nested block): the
-                self._displaced = weakref.ref(other)  # other serves again after this one
+            if other is not None and _same_base(other.A, A):  # A prepared again (a nested
+                # block; a view of A's base with A's identity is A): the other serves again
+                self._displaced = weakref.ref(other)  # after this one
             elif other is not None:  # a handle of another tensor over this memory (moved onto it)
                 for tensor in (other.A, *(ref() for ref, _ in other._sharers)):
                     if tensor is not None and tensor is not A:
@@ -402,6 +403,11 @@ def find(A):
     _follow_moved()
     kept = REGISTRY.get(identity(A))
     return None if kept is None else kept.current()
+
+
+def _same_base(x, y):
+    """Whether tensors x and y are views of one base (so they share its version counter)."""
+    return (x if x._base is None else x._base) is (y if y._base is None else y._base)
 
 
 def _storage_of(A):
