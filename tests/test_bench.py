@@ -16,6 +16,7 @@ import ozaki
 from helpers import assert_usage_error
 from ozaki import bench, repeated, replay, speculation
 from ozaki.progress import BAR_WIDTH
+from ozaki.study import errors
 
 SLICES = (3, 4)
 ALL_PAIRS = (3,)
@@ -241,15 +242,31 @@ def test_time_call_returns_last_result_and_all_times():
     assert len(times) == 3 and len(calls) == 5 and result == 5
 
 
-def test_ieee_fp32_matmul_restores_setting():
-    saved = torch.backends.cuda.matmul.allow_tf32
+@pytest.mark.parametrize("setting", ["tf32", "ieee", "none"])
+def test_native_matmul_is_ieee_fp32_and_restores_the_setting(setting):
+    """TF32 is off inside, and the caller's setting comes back after: set through torch's
+    fp32_precision, whose legacy flag allow_tf32 raises once a program used it ('tf32')."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
     try:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        with bench.ieee_fp32_matmul():
-            assert torch.backends.cuda.matmul.allow_tf32 is False
-        assert torch.backends.cuda.matmul.allow_tf32 is True
+        matmul.fp32_precision = setting
+        with bench.native_matmul():
+            assert matmul.fp32_precision == "ieee"
+        assert matmul.fp32_precision == setting
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        matmul.fp32_precision = saved
+
+
+def test_native_products_are_torchs_inside_an_enable_block():
+    """The native baseline is torch's product even where the caller runs the bench or the study
+    inside ozaki.enable (it was ozaki's there: the row named native showed ozaki's errors)."""
+    A, B = torch.randn(6, 7, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64)
+    native = torch.matmul(A, B)
+    with ozaki.enable(rounding="nearest"):
+        assert not torch.equal(torch.matmul(A, B), native)
+        with bench.native_matmul():
+            assert torch.equal(torch.matmul(A, B), native)
+        assert torch.equal(errors.product(errors.NATIVE, A, B)[0], native)
 
 
 def test_out_of_memory_becomes_an_oom_row(monkeypatch):

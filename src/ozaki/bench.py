@@ -353,14 +353,21 @@ def time_call(fn, device, warmup, repeats):
 
 
 @contextmanager
-def ieee_fp32_matmul():
-    """Native SGEMM must be real FP32: switch TF32 off, restore the caller's setting after."""
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+def native_matmul():
+    """torch's own products, the native baseline: no function mode (an ozaki.enable block the
+    caller is in) between the call and torch, and real FP32 for SGEMM: TF32 switched off and the
+    caller's setting restored after, through torch's fp32_precision where it has one (its legacy
+    flag raises once a program used that)."""
+    settings = torch.backends.cuda.matmul
+    name, ieee = (("fp32_precision", "ieee") if hasattr(settings, "fp32_precision")
+                  else ("allow_tf32", False))
+    saved = getattr(settings, name)
+    setattr(settings, name, ieee)
     try:
-        yield
+        with torch._C.DisableTorchFunction():
+            yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        setattr(settings, name, saved)
 
 
 def free_memory(device):
@@ -590,7 +597,7 @@ def _plan_fields(plan):
 
 def measure_native(spec, run):
     A, B = run.operands[spec.dtype]
-    with ieee_fp32_matmul():
+    with native_matmul():
         fields, C = run.timed(lambda: torch.matmul(A, B))
     run.native_ms[spec.dtype] = fields["time_ms"]
     fields.update(run.references[spec.dtype].errors(run.sample.of_product(C)))

@@ -17,7 +17,7 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki import crt
-from ozaki.bench import ieee_fp32_matmul
+from ozaki.bench import native_matmul
 from ozaki.cli import DTYPE_NAMES, device_name
 from ozaki.fixed_counts import AccuracyWarning
 from ozaki.slicing import MAX_SLICES
@@ -107,7 +107,7 @@ def methods(modes, slices, backend=LEGACY_BACKEND, moduli=()):
 def product(method, A, B):
     """(C, plan or None) of one method."""
     if method.mode == "native":
-        with ieee_fp32_matmul():
+        with native_matmul():
             return torch.matmul(A, B), None
     options = dict(method.options, backend=method.backend)
     gemm = ozaki.dgemm if A.dtype == torch.float64 else ozaki.sgemm
