@@ -28,7 +28,7 @@ OZAKI_HD double round_entry_levels(const double* levels, int64_t level_stride, i
   const auto level_sums = [&](int level, double* sum) { sum[0] = levels[level * level_stride]; };
   const int top_level = how.pairs.top_level();
   const int w = grid_step_bits(how.beta);
-  const int tau_sum = tau_a + tau_b;
+  const int tau_sum = wrapping_add(tau_a, tau_b);
   if (how.nearest) {
     const DroppedBound dropped = dropped_bound(how.pairs, how.beta, how.total_k, span_a, span_b);
     return nearest_from_level_sums(level_sums, top_level, w, how.beta, tau_sum, dropped,

@@ -67,6 +67,21 @@ OZAKI_HD double quiet_nan() { return double_from_bits(uint64_t(0x7ff8) << 48); }
 // Exact 2^e for -1022 <= e <= 1023, built from its bit pattern (no libm).
 OZAKI_HD double pow2(int e) { return double_from_bits(uint64_t(e + 1023) << 52); }
 
+// x held to [lo, hi]: per-row values that callers pass unchecked, computed in int64, kept defined.
+OZAKI_HD int clamped_int(int64_t x, int lo, int hi) {
+  return x < lo ? lo : (x > hi ? hi : static_cast<int>(x));
+}
+// x saturated to the int32 range.
+OZAKI_HD int saturated_int(int64_t x) { return clamped_int(x, INT_MIN, INT_MAX); }
+
+// -x and x + y for per-entry exponent arithmetic on caller-given row values (tau): the same
+// instruction as int's, but wrapping modulo 2^32 where int's would overflow (no in-contract value
+// comes near; the conversion back to int is modular on every compiler the project builds with).
+OZAKI_HD int wrapping_negate(int x) { return static_cast<int>(0u - static_cast<unsigned>(x)); }
+OZAKI_HD int wrapping_add(int x, int y) {
+  return static_cast<int>(static_cast<unsigned>(x) + static_cast<unsigned>(y));
+}
+
 OZAKI_HD int highest_set_bit(uint64_t u) {  // u != 0
 #ifdef __CUDA_ARCH__
   return 63 - __clzll(static_cast<long long>(u));
@@ -198,7 +213,7 @@ OZAKI_HD void split_scaled_value(double x, int slices, int beta, Store store) {
 // The value that is split: an entry scaled by its row's 2^-tau; non-finite entries split as zero
 // (their IEEE result is patched in afterwards, see nonfinite_dot).
 OZAKI_HD double scaled_entry(double a, int tau) {
-  return is_finite(a) ? scale_by_power_of_two(a, -tau) : 0.0;
+  return is_finite(a) ? scale_by_power_of_two(a, wrapping_negate(tau)) : 0.0;
 }
 
 // ---- Automatic slice count (docs/accuracy.md) ---------------------------------------------------

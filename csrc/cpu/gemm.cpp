@@ -96,7 +96,7 @@ void gemm_chunks(const at::Tensor& a, const at::Tensor& bt, RowData rows_a, RowD
         for (int64_t j = 0; j < layout.ld; ++j) {
           const int64_t gi = i0 + i, gj = j0 + j;
           const auto load = [&](int64_t index, double* v) { v[0] = product_data[index]; };
-          const int tau_sum = tau_a[gi] + tau_b[gj];
+          const int tau_sum = wrapping_add(tau_a[gi], tau_b[gj]);
           double value;
           if (rows_a.nonfinite[gi] || rows_b.nonfinite[gj]) {
             value = nonfinite_dot(a_data + gi * k, b_data + gj * k, k);

@@ -87,7 +87,7 @@ __device__ __forceinline__ void accumulate_entries(const typename SliceKind<Digi
   for (int c = 0; c < N; ++c) {
     const int64_t gj = chunk.b_row(e, j + c);
     nonfinite = nonfinite || in.nonfinite_b[gj];
-    tau_sums[c] = in.tau_a[gi] + in.tau_b[gj];
+    tau_sums[c] = wrapping_add(in.tau_a[gi], in.tau_b[gj]);
   }
   double results[N];
   if (nonfinite) {
@@ -135,7 +135,7 @@ __global__ void nearest_kernel(const P* products, PairLayout layout, Chunk chunk
     const int64_t e = element_of(r, chunk.rows, chunk.elements), i = r - e * chunk.rows;
     const P* element = products + e * element_products(layout);
     const int64_t gi = chunk.a_row(e, i), gj = chunk.b_row(e, j);
-    const int tau_sum = in.tau_a[gi] + in.tau_b[gj];
+    const int tau_sum = wrapping_add(in.tau_a[gi], in.tau_b[gj]);
     double value;
     if (in.nonfinite_a[gi] || in.nonfinite_b[gj]) {
       value = nonfinite_dot(in.a + gi * in.k, in.bt + gj * in.k, in.k);
