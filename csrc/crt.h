@@ -793,10 +793,11 @@ OZAKI_HD uint64_t norm_square_units(double a, int tau) {
 // (below 2^63, as in the int64 copy of ozaki/distributed/inner.py) for sums up to 2^53 (rows of
 // 2^21 entries; scheme II's k < 2^17 gives sums below 2^49); a larger sum (a longer row, whose
 // codes scheme II never uses) is rounded up to 53 bits first, which can only lower f: c stays
-// within the bound. A zero row gets c = 2^-tau.
+// within the bound. A zero row gets c = 2^-tau. Codes past the int32 range (no row's tau gives
+// them) saturate.
 OZAKI_HD int norm_scale_code(uint64_t square_sum, int tau) {
   constexpr int fraction = 1 << kScaleFractionBits;
-  if (square_sum == 0) return -fraction * tau;
+  if (square_sum == 0) return saturated_int(-fraction * int64_t(tau));
   const int e = square_sum == 1 ? 0 : (highest_set_bit(square_sum - 1) + 2) / 2;
   const int shift = 2 * e > 53 ? 2 * e - 53 : 0;
   const uint64_t dropped = shift == 0 ? 0 : square_sum & ((uint64_t(1) << shift) - 1);
@@ -804,25 +805,29 @@ OZAKI_HD int norm_scale_code(uint64_t square_sum, int tau) {
   const uint64_t limit = uint64_t(1) << (2 * (e + kScaleFractionBits) - shift);  // <= 2^61
   int f = fraction - 1;
   while (f > 0 && uint64_t(fraction + f) * uint64_t(fraction + f) * sum > limit) --f;
-  return -fraction * (tau - kNormGridBits + e) + f;
+  return saturated_int(-fraction * (int64_t(tau) - kNormGridBits + e) + f);
 }
 
 // The code of the scale that rounds a row to integers whose 2-norm stays within 2^t, from the code
 // of its norm scale c = (16 + f) 2^(-nu - 4) and its row_stats (tau, span): c 2^t, except for rows
 // that the power of two 2^(t - nu) (c with f = 0) already turns into exact integers, every entry a
 // multiple of 2^(tau - span): those keep it, as a 5-bit significand would make some of them round
-// (float32 rows of one entry, small integers). Multiplying by 2^t adds 16 t to a code.
+// (float32 rows of one entry, small integers). Multiplying by 2^t adds 16 t to a code. In int64,
+// saturated to int32 (only arguments no row has reach past it).
 OZAKI_HD int crt_row_scale_code(int norm_code, int tau, int span, int t) {
-  const int whole = norm_code >> kScaleFractionBits;  // floor(code / 16) = -nu
-  const bool exact = tau - span + t + whole >= 0;
-  return (exact ? whole * (1 << kScaleFractionBits) : norm_code) + t * (1 << kScaleFractionBits);
+  const int64_t whole = norm_code >> kScaleFractionBits;  // floor(code / 16) = -nu
+  const bool exact = int64_t(tau) - span + t + whole >= 0;
+  return saturated_int((exact ? whole * (1 << kScaleFractionBits) : int64_t(norm_code)) +
+                       int64_t(t) * (1 << kScaleFractionBits));
 }
 
 // Wide scheme II's exponent E of a row's scale 2^E <= c 2^t for its norm scale c (code norm_code),
 // floor(log2 c) + t, on usable rows; other rows (zero, or holding NaN/Inf: their entries of C are
-// patched) keep exact scheme II's bit_span - tau, which makes every entry an integer.
+// patched) keep exact scheme II's bit_span - tau, which makes every entry an integer. In int64,
+// saturated to int32.
 OZAKI_HD int wide_row_exponent(int norm_code, int tau, int bit_span, bool usable, int t) {
-  return usable ? (norm_code >> kScaleFractionBits) + t : bit_span - tau;
+  return saturated_int(usable ? int64_t(norm_code >> kScaleFractionBits) + t
+                              : int64_t(bit_span) - tau);
 }
 
 // Exact scheme II's bound on a row's 2-norm once scaled to integers: 2^E ||row||_2 <= 2^E / c for

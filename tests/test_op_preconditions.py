@@ -134,3 +134,31 @@ def test_raw_copies_refuse_a_negative_byte_count(function, arguments):
     with pytest.raises(ValueError, match=f"ozaki._C.{function}: bytes must be >= 0, got "
                                          f"{arguments[-1]}"):
         getattr(_C, function)(*arguments)
+
+
+_OPS = torch.ops.ozaki
+_INT_MAX, _INT_MIN = 2 ** 31 - 1, -2 ** 31
+
+
+def _ints(device, *values, dtype=torch.int32):
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _flags(device, *values):
+    return torch.tensor(values, dtype=torch.bool, device=device)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_per_row_codes_saturate_at_the_int32_range(device):
+    """The per-row code arithmetic is done in int64 and saturated to int32 (it overflowed)."""
+    zero = torch.zeros(1, 2, dtype=torch.float64, device=device)
+    assert _OPS.row_norm_scales(zero, _ints(device, 2 ** 28)).tolist() == [_INT_MIN]
+    assert _OPS.row_norm_scales(zero, _ints(device, -2 ** 28)).tolist() == [_INT_MAX]
+    assert _OPS.crt_row_scales(_ints(device, _INT_MAX - 15), _ints(device, 0), _ints(device, 0),
+                               62).tolist() == [_INT_MAX]
+    assert _OPS.crt_row_scales(_ints(device, _INT_MIN), _ints(device, 0), _ints(device, _INT_MAX),
+                               0).tolist() == [_INT_MIN]
+    assert _OPS.crt_wide_exponents(_ints(device, 0), _ints(device, -5), _ints(device, _INT_MAX),
+                                   _flags(device, False), 0).tolist() == [_INT_MAX]
+    assert _OPS.crt_wide_exponents(_ints(device, 0), _ints(device, 5), _ints(device, _INT_MIN),
+                                   _flags(device, False), 0).tolist() == [_INT_MIN]
