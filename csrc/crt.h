@@ -778,11 +778,13 @@ using FourEntriesOf =
 // ---- Plan inputs (docs/accuracy.md, "Scheme II") ------------------------------------------------
 
 // ceil(|a| 2^-tau 2^16)^2: summed over a row (exactly, in uint64) it bounds ||row||^2 from above
-// in units of 2^(2 tau - 32).
+// in units of 2^(2 tau - 32). An entry at or above 2^tau (a tau that is not the row's) counts as
+// 2^tau: 2^32 units, where the conversion would be undefined or the square wrap.
 OZAKI_HD uint64_t norm_square_units(double a, int tau) {
   if (a == 0.0 || !is_finite(a)) return 0;
-  const double x = abs_value(scaled_entry(a, tau)) * pow2(kNormGridBits);  // exact, <= 2^16
-  const uint64_t u = static_cast<uint64_t>(ceil(x));
+  constexpr double limit = double(1 << kNormGridBits);
+  const double x = abs_value(scaled_entry(a, tau)) * limit;  // exact, <= 2^16 for the row's tau
+  const uint64_t u = static_cast<uint64_t>(ceil(x < limit ? x : limit));
   return u * u;
 }
 

@@ -149,6 +149,18 @@ def _flags(device, *values):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_norm_sums_saturate_entries_above_the_given_tau(device):
+    """row_norm_square_sums / row_norm_scales with a tau below a row's exponent: each entry counts
+    as |a| 2^-tau = 1, its square 2^32 units (an entry past 2^(tau + 48) was an undefined
+    conversion and smaller ones wrapped to 0, the row reading as a zero row)."""
+    a = torch.tensor([[2.0 ** 17, 1e300]], dtype=torch.float64, device=device)
+    tau = _ints(device, 0)
+    assert _OPS.row_norm_square_sums(a, tau).tolist() == [2 ** 33]
+    # norm_scale_code(2^33, 0): e = 17, f = 6 (22^2 2^33 <= 2^42 < 23^2 2^33)
+    assert _OPS.row_norm_scales(a, tau).tolist() == [-16 + 6]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_per_row_codes_saturate_at_the_int32_range(device):
     """The per-row code arithmetic is done in int64 and saturated to int32 (it overflowed)."""
     zero = torch.zeros(1, 2, dtype=torch.float64, device=device)
