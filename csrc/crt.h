@@ -868,9 +868,11 @@ OZAKI_HD double entry_bound_lane_sum(ExponentOf exponent_of, int64_t k, int lane
 
 // c 2^shift for the norm scale c of a row (its code) and shift near -log2(c): exact, as c's
 // significand has 5 bits and tau + log2(c) lies in [-ceil(log2 k) / 2 - 1, 2) (norm_scale_code).
+// Codes that do not belong to the row give the correctly rounded value: +Inf or 0 past the range.
 OZAKI_HD double norm_scale_times_two_to_the(int shift, int scale_code) {
   const RowScale c = row_scale(scale_code);
-  return static_cast<double>(c.significand) * pow2(shift + c.exponent);
+  const int e = clamped_int(int64_t(shift) + c.exponent, -4096, 4096);  // 2^+-4096: Inf or 0
+  return scale_by_power_of_two(static_cast<double>(c.significand), e);
 }
 
 // What ozaki::sampled_magnitudes holds at rows i of a and j of bt: the sum of their lanes
@@ -909,11 +911,13 @@ OZAKI_HD int crt_magnitude_gain(int64_t k) {
 // (|A||B|)_ij c_i c_j from below by D_ij 2^(-2 g). Exact: |a| 2^-tau < 1 is, and so is its
 // product x with 2^(tau + e + g) (c = s 2^e; tau + e <= -3 as ||row|| c <= 1, so x < 2^(g - 3));
 // x is truncated to 20 fraction bits before the 5-bit significand s multiplies it, so that
-// product is exact too.
+// product is exact too. For tau and codes that do not belong to the row, tau + e + g is held to
+// float64's normal powers, so the digit stays in [0, 127] (a wrapped power made it negative).
 OZAKI_HD int magnitude_digit(double a, int tau, int norm_code, int gain) {
   if (a == 0.0 || !is_finite(a)) return 0;
   const RowScale c = row_scale(norm_code);
-  const double x = abs_value(scaled_entry(a, tau)) * pow2(tau + c.exponent + gain);
+  const int e = clamped_int(int64_t(tau) + c.exponent + gain, -1022, 1023);
+  const double x = abs_value(scaled_entry(a, tau)) * pow2(e);
   if (x >= 8.0) return 127;  // times s >= 16: at least 128
   const double truncated = floor(x * pow2(20)) * pow2(-20);
   const int digit = static_cast<int>(floor(truncated * static_cast<double>(c.significand)));

@@ -161,6 +161,43 @@ def test_norm_sums_saturate_entries_above_the_given_tau(device):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+def test_magnitude_digits_stay_in_range_for_any_norm_code(device):
+    """crt_magnitude_digits with tau and norm codes that put 2^(tau + e + g) outside the normal
+    range: the exponent saturates, digits stay in [0, 127] (127 above, 0 below; pow2 wrapped to a
+    negative factor, or 0 * Inf gave NaN), and crt_magnitude stays nonnegative."""
+    a = torch.tensor([[1.0, 0.5, 0.25, 0.125]], dtype=torch.float64, device=device)
+    gain = 5 + (2 + 1) // 2  # crt_magnitude_gain(4)
+    high = _OPS.crt_magnitude_digits(a, _ints(device, 0), _ints(device, 16 * (1100 - gain + 4)), 0)
+    assert high.tolist() == [[127] * 4]
+    low = _OPS.crt_magnitude_digits(a, _ints(device, 1100),
+                                    _ints(device, 16 * (1024 - 1100 - gain + 4)), 0)
+    assert low.tolist() == [[0] * 4]
+    for code in (16 * (1100 - gain + 4), 2 ** 31 - 16, _INT_MIN):
+        for tau in (0, _INT_MAX, _INT_MIN):
+            digits = _OPS.crt_magnitude_digits(a, _ints(device, tau), _ints(device, code), 0)
+            assert digits.min().item() >= 0 and digits.max().item() <= 127, (tau, code)
+    tau, _, _, norm = _OPS.row_stats_with_norm_scales(a)
+    magnitude = _OPS.crt_magnitude(a, a, _ints(device, 0), tau,
+                                   _ints(device, 16 * (1100 - gain + 4)), norm,
+                                   _flags(device, True), _flags(device, True))
+    assert magnitude.item() >= 0.0
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("code", [-16 + 16 * 1100, -16 + 16 * 3000, _INT_MAX])
+def test_sampled_norm_factors_saturate(device, code):
+    """sampled_magnitudes with a norm code whose c 2^tau is past float64's range: the factor is
+    +Inf, so the entry is +Inf (pow2 wrapped, giving negative or tiny values)."""
+    x = torch.ones(1, 2, dtype=torch.float64, device=device)
+    rows = _ints(device, 0, dtype=torch.int64)
+    args = (x, x, _ints(device, 1), _ints(device, 1), _flags(device, True), _flags(device, True),
+            rows, rows, 1, 1)
+    assert _OPS.sampled_magnitudes(*args, _ints(device, -16), _ints(device, -16)).item() == 0.5
+    assert _OPS.sampled_magnitudes(*args, _ints(device, code), _ints(device, -16)).item() == \
+        float("inf")
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_per_row_codes_saturate_at_the_int32_range(device):
     """The per-row code arithmetic is done in int64 and saturated to int32 (it overflowed)."""
     zero = torch.zeros(1, 2, dtype=torch.float64, device=device)
