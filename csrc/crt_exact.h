@@ -125,10 +125,17 @@ OZAKI_HD uint8_t exact_table_entry(const ExactCrt& crt, bool weighted, int index
       signed_power(s, negative, weighted, crt.modulus[negative ? row - crt.moduli : row]));
 }
 
-// An entry a of a row scaled by 2^E, as sign, significand and shift: |a| 2^E = m 2^s. Entries
-// the scale does not make integers (never in a plan's rows) are rounded to nearest, ties to even,
-// as scaled_integer does; NaN, +-Inf and 0 give m = 0 (their results are patched, see
-// nonfinite_dot).
+// A row's exponent E held to [-2^30, 2^30], once per row: far past every finite entry's range
+// (plans' exponents stay within a few thousand), and an entry's exponent plus E stays an int.
+constexpr int kExactMaxScaleExponent = 1 << 30;
+OZAKI_HD int exact_scale_exponent(int e) {
+  return clamped_int(e, -kExactMaxScaleExponent, kExactMaxScaleExponent);
+}
+
+// An entry a of a row scaled by 2^E (E = exact_scale_exponent of the row's), as sign, significand
+// and shift: |a| 2^E = m 2^s. Entries the scale does not make integers (never in a plan's rows)
+// are rounded to nearest, ties to even, as scaled_integer does; NaN, +-Inf and 0 give m = 0
+// (their results are patched, see nonfinite_dot).
 struct ExactEntry {
   uint64_t m;  // below 2^53 + 1
   int s;       // >= 0

@@ -198,6 +198,17 @@ def test_sampled_norm_factors_saturate(device, code):
 
 
 @pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("given, saturated", [(_INT_MAX, 2 ** 30), (_INT_MAX - 5, 2 ** 30),
+                                              (_INT_MIN, -2 ** 30)])
+def test_exact_scale_exponents_saturate(device, given, saturated):
+    """Exact scheme II's row exponents are held to [-2^30, 2^30], far past any finite entry's
+    range, so an entry's exponent plus its row's stays an int (it overflowed near INT_MAX)."""
+    a = torch.tensor([[2.0, 3.0, -5.0, 2.0 ** 900]], dtype=torch.float64, device=device)
+    residues = _OPS.crt_left_residues(a, _ints(device, given), 8, True)
+    assert torch.equal(residues, _OPS.crt_left_residues(a, _ints(device, saturated), 8, True))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
 def test_per_row_codes_saturate_at_the_int32_range(device):
     """The per-row code arithmetic is done in int64 and saturated to int32 (it overflowed)."""
     zero = torch.zeros(1, 2, dtype=torch.float64, device=device)

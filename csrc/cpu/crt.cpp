@@ -475,9 +475,10 @@ auto exact_residues(int64_t k, const int* exponent_a, const int* exponent_b, con
     const uint8_t* table = tables[weighted].data();
     at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
+        const int row_exponent = exact_scale_exponent(exponent[first + r]);
         for (int64_t l = 0; l < k; ++l) {
-          const ExactEntry x = exact_entry(static_cast<double>(data[(first + r) * k + l]),
-                                           exponent[first + r]);
+          const ExactEntry x =
+              exact_entry(static_cast<double>(data[(first + r) * k + l]), row_exponent);
           for (int i = 0; i < crt.moduli; ++i) {
             const uint32_t power =
                 x.s < kExactTableShifts

@@ -1319,7 +1319,9 @@ __global__ void __launch_bounds__(kResidueThreads, N > 0 ? 3 : 1)
     int exponent;
     const T* entries;
   };
-  const auto row_state = [&](int64_t row) { return Row{exponent[row], a + row * k}; };
+  const auto row_state = [&](int64_t row) {
+    return Row{exact_scale_exponent(exponent[row]), a + row * k};
+  };
   for_each_residue_group(blocks, k_stride, moduli, out, row_state, [&](const Row& row,
                                                                        int8_t* row_out, int64_t l0) {
     double x[kResidueGroup];
