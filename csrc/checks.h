@@ -215,6 +215,9 @@ inline int64_t check_sampled_magnitudes_arguments(
   }
   TORCH_CHECK(m >= 1 && n >= 1, op, ": m and n (rows per element) must be at least 1, got ", m,
               " and ", n);
+  TORCH_CHECK(a.size(0) % m == 0 && rows_bt % n == 0 && a.size(0) / m == rows_bt / n, op,
+              ": m = ", m, " and n = ", n, " (rows per element) must split a's ", a.size(0),
+              " rows and bt's ", rows_bt, " rows into the same number of whole elements");
   TORCH_CHECK(norm_a.has_value() == norm_b.has_value(), op,
               ": norm_a and norm_b must be given together");
   if (norm_a.has_value()) {

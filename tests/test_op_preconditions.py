@@ -222,3 +222,17 @@ def test_per_row_codes_saturate_at_the_int32_range(device):
                                    _flags(device, False), 0).tolist() == [_INT_MAX]
     assert _OPS.crt_wide_exponents(_ints(device, 0), _ints(device, 5), _ints(device, _INT_MIN),
                                    _flags(device, False), 0).tolist() == [_INT_MIN]
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("rows_a, rows_b, m, n", [(3, 3, 2, 2), (4, 3, 2, 1), (4, 4, 3, 2)])
+def test_sampled_rows_per_element_must_tile_the_operands(device, rows_a, rows_b, m, n):
+    """sampled_magnitudes: m and n divide the operands' rows into the same number of elements (a
+    last partial element was silently formed)."""
+    a = torch.ones(rows_a, 2, dtype=torch.float64, device=device)
+    bt = torch.ones(rows_b, 2, dtype=torch.float64, device=device)
+    index = _ints(device, 0, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=f"ozaki::sampled_magnitudes: .*m = {m}.*n = {n}"):
+        _OPS.sampled_magnitudes(a, bt, _ints(device, *[1] * rows_a), _ints(device, *[1] * rows_b),
+                                _flags(device, *[True] * rows_a), _flags(device, *[True] * rows_b),
+                                index, index, m, n, None, None)
