@@ -342,6 +342,7 @@ inline void check_kept_plan_reads_arguments(
   if (column_exponents_a.has_value()) {
     check_row_vector(*column_exponents_a, k, at::kLong, op, "column_exponents_a");
   }
+  check_crt_inner(k, op);
 }
 
 // The arguments of ozaki::crt_entry_bound_sum: two (elements, k) tensors of one dtype, int64 or

@@ -166,7 +166,11 @@ KeptPlanReads composed_crt_kept_plan_reads(
   return {tau_b, span_b, nonfinite_b, norm_b, usable_b, at::cat(values)};
 }
 
-PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& bt) {
+PlanReads composed_crt_plan_reads(const at::Tensor& a, const at::Tensor& given_bt) {
+  constexpr const char* op = "ozaki::crt_plan_reads";
+  const ProductShape shape = check_operands(a, given_bt, op, /*bt_columns=*/true);
+  check_crt_inner(shape.k, op);
+  const at::Tensor bt = given_bt.contiguous();  // B's columns as rows, where they came in place
   const auto& stats_op = row_stats_operator();
   const auto& bounds_op = row_bounds_operator();
   const auto& magnitude_op = magnitude_operator();

@@ -236,3 +236,30 @@ def test_sampled_rows_per_element_must_tile_the_operands(device, rows_a, rows_b,
         _OPS.sampled_magnitudes(a, bt, _ints(device, *[1] * rows_a), _ints(device, *[1] * rows_b),
                                 _flags(device, *[True] * rows_a), _flags(device, *[True] * rows_b),
                                 index, index, m, n, None, None)
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+def test_plan_reads_check_their_own_arguments(device):
+    """crt_plan_reads and crt_kept_plan_reads name themselves in their errors (a 0-d operand gave
+    an IndexError, k past 2^17 was blamed on the operators they compose), and crt_plan_reads reads
+    B's columns in place on every device, as CUDA's does."""
+    scalar = torch.tensor(1.0, dtype=torch.float64, device=device)
+    with pytest.raises(RuntimeError, match="ozaki::crt_plan_reads: a must be 2-D"):
+        _OPS.crt_plan_reads(scalar, scalar)
+    x = torch.randn(4, 6, dtype=torch.float64, generator=seeded(3)).to(device)
+    y = torch.randn(6, 5, dtype=torch.float64, generator=seeded(4)).to(device)
+    in_place = _OPS.crt_plan_reads(x, y.t())
+    for got, expected in zip(in_place, _OPS.crt_plan_reads(x, y.t().contiguous())):
+        assert torch.equal(got, expected)
+    with pytest.raises(RuntimeError, match="ozaki::crt_plan_reads: bt must be contiguous or the "
+                                           "transpose"):
+        _OPS.crt_plan_reads(x, torch.randn(12, 5, dtype=torch.float64).to(device)[::2])
+    k = 2 ** 17 + 3
+    wide = torch.ones(1, k, dtype=torch.float32, device=device)
+    with pytest.raises(RuntimeError, match=f"ozaki::crt_plan_reads: inner dimension k = {k}"):
+        _OPS.crt_plan_reads(wide, wide)
+    tau, span, nonfinite, norm = _OPS.row_stats_with_norm_scales(wide)
+    digits = torch.zeros(1, (k + 15) // 16 * 16, dtype=torch.int8, device=device)
+    with pytest.raises(RuntimeError, match=f"ozaki::crt_kept_plan_reads: inner dimension k = {k}"):
+        _OPS.crt_kept_plan_reads(wide, tau, span, nonfinite, _flags(device, True), norm, digits,
+                                 torch.zeros(2, dtype=torch.float64, device=device), None, wide)
