@@ -491,6 +491,20 @@ def test_relative_errors_known_values():
     assert math.isnan(relative_errors(C, E)[0, 0])
 
 
+def test_metrics_take_numpy_integers_as_exact_values():
+    """Exact values given as NumPy integers (which the check accepts as rationals) give the same
+    metrics as Python's (relative_errors raised on them)."""
+    C = torch.tensor([[2.5, -7.0]], dtype=torch.float64)
+    A = torch.tensor([[1.0]], dtype=torch.float64)
+    B = torch.tensor([[2.0, 4.0]], dtype=torch.float64)
+    python = [[2, -8]]
+    numpy_ints = [[np.int64(2), np.int32(-8)]]
+    assert relative_errors(C, numpy_ints).tolist() == relative_errors(C, python).tolist() \
+        == [[0.25, 0.125]]
+    assert componentwise_errors(C, numpy_ints, A, B).tolist() == \
+        componentwise_errors(C, python, A, B).tolist()
+
+
 def test_metrics_follow_the_rows_cols_convention(product_case):
     A, B, E_full = product_case
     rows, cols = [1, 4], [0, 2, 4]

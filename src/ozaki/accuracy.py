@@ -644,11 +644,12 @@ def relative_errors(
         if math.isnan(computed) or math.isinf(computed):
             errors[a, b] = computed if math.isnan(computed) else math.inf
             continue
+        exact_value = Fraction(int(exact_value.numerator), int(exact_value.denominator))
         difference = abs(Fraction(computed) - exact_value)
         if exact_value == 0:
             errors[a, b] = 0.0 if difference == 0 else math.inf
         else:
-            errors[a, b] = _fraction_to_float(difference / abs(Fraction(exact_value)))
+            errors[a, b] = _fraction_to_float(difference / abs(exact_value))
     return errors
 
 
