@@ -379,6 +379,38 @@ def test_error_study_refuses_what_would_measure_native_alone(kwargs, message):
                            torch.device("cpu"), **arguments)
 
 
+def test_error_study_arguments_of_another_form():
+    """A device given as a str is taken as torch.device(str); modes given as one str (which would
+    be read letter by letter) and a device of another type are refused by name."""
+    cases = errors.cases_for([torch.float64], [1.0], [8], 2)
+    by_name = errors.error_study(cases, ["fast"], [2], 0, "cpu")
+    by_device = errors.error_study(cases, ["fast"], [2], 0, torch.device("cpu"))
+    assert [row["max_comp_err"] for row in by_name] == [row["max_comp_err"] for row in by_device]
+    with pytest.raises(TypeError, match="error_study: modes must be a list of mode names .* got "
+                                        "the str 'fast'"):
+        errors.error_study(cases, "fast", [2], 0, "cpu")
+    with pytest.raises(TypeError, match="error_study: device must be a torch.device or a str, "
+                                        "got int 0"):
+        errors.error_study(cases, ["fast"], [2], 0, 0)
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True])
+def test_reproducibility_check_refuses_thread_counts_below_one(count):
+    """A thread count of 0 would run with the current count and be reported as 0."""
+    with pytest.raises(ValueError, match=f"check: threads must hold CPU thread counts of at least "
+                                         f"1, got {count!r}"):
+        reproducibility.check([(3, 8, 2)], [torch.device("cpu")], [1, count])
+
+
+def test_csv_and_figure_on_one_path_are_refused(tmp_path, capsys):
+    """--plot on the --csv file would write the figure over the rows just written (refused before
+    matplotlib is looked for)."""
+    path = str(tmp_path / "study.svg")
+    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", "--csv", path, "--plot",
+                                        path], "argument --plot: .* would write a figure over the "
+                                               "--csv file", capsys)
+
+
 @pytest.mark.parametrize("shapes, threads, repeats", [([(3, 8, 2)], [1], 1), ([(3, 8, 2)], [1, 2], 0),
                                                       ([], [1, 2], 2)],
                          ids=["one-run-one-setting", "no-runs", "no-shapes"])

@@ -3,6 +3,7 @@
 import argparse
 import csv
 import datetime
+import os
 import sys
 
 import torch
@@ -113,6 +114,11 @@ def parse_args(argv=None):
                                         for values in (args.dtype, args.phi, args.k))
         check_output_path(parser, "--csv", args.csv)
         check_backends_and_modes(parser, args)
+        if args.csv is not None and args.plot is not None:
+            figures = per_dtype_paths(args.plot, args.dtype).values()
+            if os.path.realpath(args.csv) in {os.path.realpath(path) for path in figures}:
+                parser.error(f"argument --plot: {args.plot!r} would write a figure over the --csv "
+                             f"file {args.csv!r}; give them different paths")
         check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
         shapes = [(args.size, k, args.size) for k in args.k]
         check_operand_memory(parser, "--size", shapes, [args.device])

@@ -147,6 +147,10 @@ def error_study(cases, modes, slices, seed, device, reference="int", progress=No
         raise ValueError(f"error_study: backends must be among {', '.join(BACKENDS)}, got "
                          f"{unknown[0]!r}")
     _check_modes(modes, backends, slices, moduli)
+    if not isinstance(device, (torch.device, str)):
+        raise TypeError(f"error_study: device must be a torch.device or a str, got "
+                        f"{type(device).__name__} {device!r}")
+    device = torch.device(device)
     rows = []
     where = device_name(device)
     for case in cases:
@@ -176,6 +180,9 @@ def error_study(cases, modes, slices, seed, device, reference="int", progress=No
 def _check_modes(modes, backends, slices, moduli):
     """error_study's modes and counts: every mode among MODES, some mode that one of `backends`
     runs (else the study would measure native alone), the counts within the options' ranges."""
+    if isinstance(modes, str):
+        raise TypeError(f"error_study: modes must be a list of mode names (of {', '.join(MODES)}), "
+                        f"got the str {modes!r}")
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"error_study: modes must be among {', '.join(MODES)}, got {mode!r}")

@@ -192,6 +192,10 @@ def check(shapes, devices, threads, seed=0, phi=1.0, repeats=2, progress=None,
     if unknown:
         raise ValueError(f"check: backends must be among {', '.join(BACKENDS)}, got "
                          f"{unknown[0]!r}")
+    for count in threads:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"check: threads must hold CPU thread counts of at least 1, got "
+                             f"{count!r}")
     settings = settings_for(devices, threads)
     if not shapes or len(settings) * repeats < 2 or repeats < 1:
         raise ValueError(f"check: {len(shapes)} shapes, {len(settings)} settings and repeats = "
