@@ -406,9 +406,15 @@ def test_csv_and_figure_on_one_path_are_refused(tmp_path, capsys):
     """--plot on the --csv file would write the figure over the rows just written (refused before
     matplotlib is looked for)."""
     path = str(tmp_path / "study.svg")
-    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", "--csv", path, "--plot",
-                                        path], "argument --plot: .* would write a figure over the "
-                                               "--csv file", capsys)
+    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", "--dtype", "float64",
+                                        "--csv", path, "--plot", path],
+                       f"argument --plot: {path!r} would write a figure over the --csv file",
+                       capsys)
+    # two dtypes: one figure each, named apart from the CSV
+    stem = str(tmp_path / "study")
+    assert_usage_error(cli.parse_args, ["accuracy", "--device", "cpu", "--csv",
+                                        f"{stem}-float32.svg", "--plot", f"{stem}.svg"],
+                       "would write a figure over the --csv file", capsys)
 
 
 @pytest.mark.parametrize("shapes, threads, repeats", [([(3, 8, 2)], [1], 1), ([(3, 8, 2)], [1, 2], 0),
