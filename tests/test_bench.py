@@ -451,6 +451,15 @@ def test_references_only_for_the_selected_dtypes():
     assert "float32 copies" not in bench.describe_run(meta)
 
 
+@pytest.mark.parametrize("sizes, mentioned", [(["16"], False), (["16", "16384"], True)])
+def test_the_run_line_names_the_large_products_repeats_only_where_it_measured_them(sizes,
+                                                                                  mentioned):
+    args = bench.parse_args(["--sizes", *sizes, "--device", "cpu", "--repeats", "5",
+                             "--large-repeats", "2"])
+    line = bench.describe_run(bench.run_metadata(args, [], bench.FLOOR_FP16_OUT))
+    assert "median of 5 runs" in line and ("(2 from 16384^3)" in line) == mentioned
+
+
 @pytest.mark.parametrize("modes, ozaki_rows, no_ratio", [
     (["nearest"], [key("ozaki dgemm nearest", "fp16", True),
                    key("ozaki sgemm nearest", "fp16", True)], "vs_default"),

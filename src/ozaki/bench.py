@@ -853,8 +853,16 @@ def describe_run(meta):
             f"{meta['torch_version']}, CUDA {meta['cuda_version'] or 'none'}, ozaki "
             f"{meta['ozaki_version']}{' @ ' + meta['git_commit'] if meta['git_commit'] else ''}; "
             f"inputs phi_matrix(phi={meta['phi']}, seed={meta['seed']}), float64{copies}; "
-            f"median of {meta['repeats']} runs "
-            f"({meta['large_repeats']} from 16384^3) after {meta['warmup']} warm-up")
+            f"median of {meta['repeats']} runs{_large_repeats(meta)} after {meta['warmup']} "
+            "warm-up")
+
+
+def _large_repeats(meta):
+    """' (N from 16384^3)' where the run measured products that large with fewer repeats."""
+    large = [s for s in meta.get("shapes", []) if math.prod(s) >= LARGE_PRODUCT]
+    if meta.get("shapes") is not None and (not large or meta["large_repeats"] == meta["repeats"]):
+        return ""
+    return f" ({meta['large_repeats']} from 16384^3)"
 
 
 def notes(meta):
