@@ -22,6 +22,7 @@ from .complex import complex_parts
 from .operands import at_least, broadcast_shape, check_tensor
 from .options import Options
 from .product import check_operands, real_product
+from .rounding import FORMATS, round_rational
 
 REAL_OF = {torch.float64: torch.float64, torch.float32: torch.float32,
            torch.complex128: torch.float64, torch.complex64: torch.float32}
@@ -72,8 +73,8 @@ def check_scalar(name, arg, value, dtype):
             raise ValueError(f"{name}: {arg} = {value!r} rounds to infinity in float32, the "
                              "operands' precision")
         rounded = [_float32(p) for p in parts]
-        if isinstance(value, numbers.Integral):  # torch's Scalar holds an integer as one
-            rounded[0] = _float32_of_integer(int(value))
+        if isinstance(value, numbers.Integral):  # torch's Scalar holds an integer: one rounding
+            rounded[0] = round_rational(int(value), 1, FORMATS[torch.float32])
         converted = complex(*rounded) if dtype.is_complex else rounded[0]
     return converted
 
@@ -111,19 +112,6 @@ def _float32(x):
     """x (a float64 value within float32's range, or +-Inf or NaN) rounded to float32, ties to
     even, as a Python float."""
     return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def _float32_of_integer(n):
-    """The integer n (below 2^128 - 2^103 in magnitude) rounded once to float32, ties to even, as
-    torch converts an integer Scalar: not through float64, which can round it twice."""
-    magnitude = abs(n)
-    drop = magnitude.bit_length() - 24
-    if drop > 0:
-        kept, rest = divmod(magnitude, 1 << drop)
-        half = 1 << (drop - 1)
-        kept += rest > half or (rest == half and kept & 1)
-        magnitude = kept << drop  # at most 25 significant bits: exact in float64
-    return math.copysign(float(magnitude), n)
 
 
 def check_addend(name, C, dtype, device, shape):
