@@ -450,25 +450,6 @@ def test_parts_made_while_a_changes_are_not_kept(part, monkeypatch):
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
 
 
-def _in_thread(call):
-    """call() started on a thread of its own; join() returns what it raised, if anything."""
-    raised = []
-
-    def run():
-        try:
-            call()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            raised.append(error)
-    thread = threading.Thread(target=run)
-    thread.start()
-
-    def join():
-        thread.join(60)
-        assert not thread.is_alive()
-        return raised[0] if raised else None
-    return join
-
-
 def test_a_part_stored_while_another_thread_sees_a_changed_is_not_kept():
     """A product stores a part (here A's row statistics, of the old contents) just as another
     thread's product finds A changed in place and clears the handle: the clear waits for the
@@ -487,13 +468,19 @@ def test_a_part_stored_while_another_thread_sees_a_changed_is_not_kept():
                 go_on.wait(30)
             return keep(name, part)
         kept._keep = slow_keep
-        first = _in_thread(lambda: ozaki.dgemm(A, B))
-        assert storing.wait(30)
-        A.copy_(X2)
-        second = _in_thread(lambda: ozaki.dgemm(A, B))
-        time.sleep(0.3)  # the second product reaches the handle's clear
-        go_on.set()
-        assert first() is None and second() is None
+        copied = threading.Event()
+
+        def second_product():  # once the first is about to store: A changed, then multiplied
+            assert storing.wait(30)
+            A.copy_(X2)
+            copied.set()
+            ozaki.dgemm(A, B)
+
+        def store_later():
+            assert copied.wait(30)
+            time.sleep(0.3)  # the second product reaches the handle's clear
+            go_on.set()
+        assert run_in_threads(lambda: ozaki.dgemm(A, B), second_product, store_later) == []
         del kept._keep
         for _ in range(2):
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
@@ -524,12 +511,13 @@ def test_residues_of_scales_read_before_a_change_are_not_kept():
     with ozaki.prepare(A) as kept:
         changed = threading.Event()
         arrived = _residues_paused_until(kept, changed)
-        first = _in_thread(lambda: ozaki.dgemm(A, B))
-        assert arrived.wait(30)
-        A.copy_(X2)
-        ozaki.dgemm(A, B, backend="int8")  # a product of any plan sees the change
-        changed.set()
-        assert first() is None
+
+        def change_and_multiply():
+            assert arrived.wait(30)
+            A.copy_(X2)
+            ozaki.dgemm(A, B, backend="int8")  # a product of any plan sees the change
+            changed.set()
+        assert run_in_threads(lambda: ozaki.dgemm(A, B), change_and_multiply) == []
         del kept.residues
         for _ in range(2):
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
@@ -540,12 +528,14 @@ def test_a_released_handle_keeps_nothing_products_in_flight_make():
     kept in it: release() frees the memory for good."""
     A, B = phi_pair(48, 128, 16, 1.0, seed=22)
     released = threading.Event()
-    with ozaki.prepare(A) as kept:
-        arrived = _residues_paused_until(kept, released)
-        first = _in_thread(lambda: ozaki.dgemm(A, B))
+    kept = ozaki.prepare(A)
+    arrived = _residues_paused_until(kept, released)
+
+    def release():
         assert arrived.wait(30)
-    released.set()
-    assert first() is None
+        kept.release()
+        released.set()
+    assert run_in_threads(lambda: ozaki.dgemm(A, B), release) == []
     assert kept.nbytes == 0
 
 
