@@ -546,6 +546,24 @@ def test_float32_scalars_up_to_the_rounding_boundary_are_taken():
     assert torch.isinf(ozaki.gemm(A, B, alpha=float("inf"))).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_float32_integer_scalars_are_refused_only_where_one_rounding_overflows(dtype):
+    """An integer alpha or beta is rounded to float32 once: one just below the overflow midpoint
+    2^128 - 2^103 is the largest float32 (through float64 it would become the midpoint, then
+    Inf), and the midpoint itself is refused."""
+    A, B, C = operands([(3, 4), (4, 2), (3, 2)], dtype, seed=22, device="cpu")
+    largest = float(torch.finfo(torch.float32).max)
+    below = 2 ** 128 - 2 ** 103 - 1
+    assert float(below) == 2.0 ** 128 - 2.0 ** 103  # float64 alone would round it up
+    for arg in ("alpha", "beta"):
+        assert_bitwise_equal(ozaki.gemm(A, B, C, **{arg: below}),
+                             ozaki.gemm(A, B, C, **{arg: largest}))
+        assert_bitwise_equal(ozaki.gemm(A, B, C, **{arg: -below}),
+                             ozaki.gemm(A, B, C, **{arg: -largest}))
+        with pytest.raises(ValueError, match=rf"ozaki.gemm: {arg} = .* rounds to infinity"):
+            ozaki.gemm(A, B, C, **{arg: 2 ** 128 - 2 ** 103})
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("tiny", [1e-50, -1e-46, 7e-46j])
@@ -632,6 +650,20 @@ def test_float32_epilogue_nans_have_the_same_bits_everywhere(device, dtype, scal
     assert (values.view(torch.int32)[nans] == 0x7FC00000).all()
     if device == "cuda":
         assert_bitwise_equal(D.cpu(), ozaki.gemm(A.cpu(), B.cpu(), C.cpu(), **scalars))
+
+
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("inner", [5, 0])
+def test_float32_result_that_is_c_copies_its_nan_bits(device, dtype, inner):
+    """With beta = 1 and no product term (alpha = 0, or k = 0) D is C itself: a fresh copy of C's
+    bits, NaN payloads included, on every device (no epilogue arithmetic ran)."""
+    A, B, C = operands([(4, inner), (inner, 3), (4, 3)], dtype, seed=29, device=device)
+    real = (lambda x: torch.view_as_real(x)) if dtype.is_complex else (lambda x: x)
+    real(C).view(torch.int32).view(-1)[1] = 0x7FC12345
+    D = ozaki.gemm(A, B, C, alpha=0.0 if inner else 2.0, beta=1.0)
+    assert D.data_ptr() != C.data_ptr()
+    assert_bitwise_equal(D, C)
 
 
 # ---- Accuracy -----------------------------------------------------------------------------------

@@ -69,12 +69,14 @@ def check_scalar(name, arg, value, dtype):
     converted = _converted(name, arg, value, dtype)
     if REAL_OF[dtype] == torch.float32:
         parts = (converted.real, converted.imag) if dtype.is_complex else (converted,)
-        if any(math.isfinite(p) and abs(p) >= _FLOAT32_OVERFLOW for p in parts):
+        if isinstance(value, numbers.Integral):  # torch's Scalar holds an integer: one rounding
+            rounded = [round_rational(int(value), 1, FORMATS[torch.float32]), 0.0][:len(parts)]
+        else:
+            rounded = [math.copysign(math.inf, p) if abs(p) >= _FLOAT32_OVERFLOW else _float32(p)
+                       for p in parts]
+        if any(math.isfinite(p) and math.isinf(r) for p, r in zip(parts, rounded)):
             raise ValueError(f"{name}: {arg} = {value!r} rounds to infinity in float32, the "
                              "operands' precision")
-        rounded = [_float32(p) for p in parts]
-        if isinstance(value, numbers.Integral):  # torch's Scalar holds an integer: one rounding
-            rounded[0] = round_rational(int(value), 1, FORMATS[torch.float32])
         converted = complex(*rounded) if dtype.is_complex else rounded[0]
     return converted
 
