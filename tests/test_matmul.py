@@ -210,6 +210,60 @@ def test_folded_batched_and_mapped_forms_share_the_plan_where_elements_differ(de
     assert_bitwise_equal(left, folded.mT)
 
 
+def _far_below_its_scale(E, m, k, n):
+    """A batch whose row (0, 2) has its products far below the row's scale (a fixed moduli count
+    warns when the accuracy check samples it), and B shared."""
+    a = torch.randn(E, m, k, dtype=f64, generator=seeded(7))
+    a[0, 2] = 2.0 ** -40
+    a[0, 2, 0] = 1.0
+    b = torch.ones(k, n, dtype=f64)
+    b[0] = 0
+    return a, b
+
+
+@pytest.mark.parametrize("form", ["folded rows", "batched", "vector", "folded columns"])
+def test_plan_takes_matmuls_operands_and_reports_the_calls_plan(form):
+    """ozaki.plan(a, b) takes what ozaki.matmul(a, b) takes and reports the plan of the product
+    matmul runs, folded as matmul folds it: with a fixed count its warning is the call's (a
+    shared right operand's batch is folded into A's rows, whose check samples other rows than
+    the batched form's)."""
+    a, b = _far_below_its_scale(6, 70, 64, 8)
+    if form == "batched":
+        b = b.expand(6, 64, 8)
+    elif form == "vector":
+        b = b[:, 1]
+    elif form == "folded columns":
+        a, b = b.mT, a.mT
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ozaki.matmul(a, b, moduli=16)
+    plan = ozaki.plan(a, b, moduli=16)
+    assert (plan.warning is not None) == bool(caught)
+    assert str(ozaki.plan(a, b)) == str(ozaki.plan(*_folded_as_matmul(a, b)))
+
+
+def _folded_as_matmul(a, b):
+    """The 2-D or batched operands of the product ozaki.matmul(a, b) runs, folded by hand."""
+    if b.dim() == 1:
+        b = b.unsqueeze(-1)
+    if b.dim() == 2 and a.dim() == 3:
+        return a.reshape(-1, a.shape[-1]), b
+    if a.dim() == 2 and b.dim() == 3:
+        return a, b.mT.reshape(-1, b.shape[-2]).mT
+    return a, b
+
+
+@pytest.mark.parametrize("A, B, error, message", [
+    ((6, 7, 4), (3, 2), ValueError, r"inner dimensions differ: A is \(6, 7, 4\) and B is \(3, 2\)"),
+    ((2, 3, 4), (5, 4, 2), RuntimeError,
+     r"the batch dimensions of A \(2,\) and B \(5,\) do not broadcast"),
+    ((0, 4), (4,), ValueError, r"A is \(0, 4\) and B is \(4,\); an empty product has nothing"),
+], ids=["inner", "batch", "empty"])
+def test_plan_of_matmuls_operands_names_what_is_wrong(A, B, error, message):
+    with pytest.raises(error, match="ozaki.plan: " + message):
+        ozaki.plan(torch.ones(A, dtype=f64), torch.ones(B, dtype=f64))
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_vectors_equal_the_matrix_products(device, dtype):

@@ -121,7 +121,7 @@ def warning_text(plan, option: str, count: int, suggested) -> str:
             f"the product lie far below them); omit {option}= to let ozaki plan it (ozaki.plan "
             f"with the call's other options shows that plan; {sampled}) or pass "
             f"rounding='nearest'. ozaki.plan(A, B, {asked}) gives the figures, for A and B as "
-            f"multiplied (after ozaki.gemm's transposes, a batch as one (batch, m, k) tensor, a "
+            f"multiplied (after ozaki.gemm's transposes; ozaki.matmul's as passed to it; a "
             f"complex product's real and imaginary parts as docs/torch.md stacks them).")
 
 

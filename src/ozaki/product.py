@@ -14,8 +14,10 @@ from . import crt
 from .planner import (auto_plan, crt_plan, exact_crt_plan, nearest_plan, requested_plan,
                       wide_crt_plan)
 from ._ops import usable_rows as _usable_rows
+from .batch_folding import folded
 from .host_copy import HostCopy
-from .operands import FLOATS, InnerDimensionError, check_alike, check_device, check_tensor
+from .operands import (FLOATS, InnerDimensionError, at_least, check_alike, check_device,
+                       check_tensor)
 from .options import Options
 from .slicing import MAX_SLICES, SlicePlan, digit_bits_for, pair_count, slices_for_bits
 from .streams import current_stream
@@ -780,16 +782,24 @@ def estimates_of(A, B, options, kept=None):
 def plan(A, B, *, backend="auto", slices=None, fast=None, moduli=None, rounding=None):
     """The SlicePlan that dgemm (float64 A) or sgemm (float32 A) would use for these operands:
     the backend, slices and fast mode (scheme I) or moduli (scheme II), GEMM count, and the
-    predicted error level against the native one. A and B may also be (batch, m, k) and
-    (batch, k, n) batches: the one plan ozaki.matmul uses for the whole batch."""
+    predicted error level against the native one. A and B may also have any of torch.matmul's
+    shapes (1-D, batched, broadcasting): the one plan of the product ozaki.matmul(A, B) runs for
+    the whole batch, its operands folded as ozaki.matmul folds them."""
     name = "ozaki.plan"
-    check_tensor(name, "A", A, FLOATS, (2, 3))
-    check_operands(name, A, B, A.dtype, ranks=(2, 3))
+    check_tensor(name, "A", A, FLOATS, at_least(1))
+    check_tensor(name, "B", B, (A.dtype,), at_least(1), hint=" (B must have A's dtype)")
+    check_alike(name, ("A", "B"), A, B)
+    if A.shape[-1] != B.shape[0 if B.dim() == 1 else -2]:
+        raise ValueError(f"{name}: inner dimensions differ: A is {tuple(A.shape)} and B is "
+                         f"{tuple(B.shape)} (A.shape[-1] must equal B.shape[-2], or B.shape[0] "
+                         "for 1-D B)")
+    folded_a, folded_b, _ = folded(name, A, B, names=("A", "B"))
+    check_operands(name, folded_a, folded_b, A.dtype, ranks=(2, 3))
     options = Options.checked(name, backend, slices, fast, moduli, rounding)
-    if 0 in (*A.shape, B.shape[-1]):
+    if 0 in (*folded_a.shape, folded_b.shape[-1]):
         raise ValueError(f"ozaki.plan: A is {tuple(A.shape)} and B is {tuple(B.shape)}; an empty "
                          "product has nothing to split")
-    a, bt = row_operands(A, B)
+    a, bt = row_operands(folded_a, folded_b)
     est = _estimates(a, bt, options)
     plan, inputs = plan_for(est, A.dtype, options)
     check = fixed_count_check(plan, est, inputs, A.dtype)
