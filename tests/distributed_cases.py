@@ -2,6 +2,7 @@
 GPUs) runs every case and compares its part of the sharded product bitwise with single-process
 ozaki on the whole matrices, which every rank draws alike from the case's seed."""
 
+import contextlib
 import json
 import os
 import traceback
@@ -252,7 +253,78 @@ def run_error_checks(rank, world, device):
     else:
         return "no error for inner dimensions that differ across ranks"
     return (_one_rank_refused_raises_everywhere(rank, world, device)
-            or _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device))
+            or _unsupported_inputs_raise(device) or _enable_leaves_dtensors_to_torch(device)
+            or _workspace_budgets_that_differ_give_the_one_device_bits(rank, world, device)
+            or _dtensor_options_that_differ_are_named(rank, world, device))
+
+
+@contextlib.contextmanager
+def _environ(name, value):
+    """os.environ[name] = value (None: unset) inside the block, restored after."""
+    before = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _workspace_budgets_that_differ_give_the_one_device_bits(rank, world, device):
+    """OZAKI_WORKSPACE_MB may differ between the ranks: a k-sharded product's row chunks (and
+    their all-reduces) are cut by the smallest budget on every rank, with the one-device bits
+    (a budget of 1 MiB on the last rank cuts 200 rows of 300 columns into several chunks). An
+    invalid budget on one rank raises on every rank."""
+    g = torch.Generator().manual_seed(43)
+    A, B = (torch.randn(shape, dtype=torch.float64, generator=g).to(device)
+            for shape in ((200, 96), (96, 300)))
+    sizes = split_sizes(96, world, "even")
+    last = rank == world - 1
+    for options in ({"backend": "crt", "moduli": 12}, {"backend": "int8", "slices": 3}):
+        expected = ozaki.dgemm(A, B, **options)
+        with _environ("OZAKI_WORKSPACE_MB", "1" if last else None):
+            got = ozaki.distributed.matmul(shard(A, 1, sizes, rank), shard(B, 0, sizes, rank),
+                                           "inner", **options)
+        difference = bitwise_difference(got, expected)
+        if difference is not None:
+            return f"rank {rank}: budgets that differ, {options}: {difference}"
+    try:
+        with _environ("OZAKI_WORKSPACE_MB", "-1" if last else None):
+            ozaki.distributed.matmul(shard(A, 1, sizes, rank), shard(B, 0, sizes, rank), "inner")
+    except ValueError as error:
+        if "OZAKI_WORKSPACE_MB must be a positive integer" not in str(error):
+            return f"rank {rank}: unexpected message: {error}"
+    else:
+        return f"rank {rank}: no error where rank {world - 1} had OZAKI_WORKSPACE_MB=-1"
+    return None
+
+
+def _dtensor_options_that_differ_are_named(rank, world, device):
+    """DTensor products whose options or dtype differ across the ranks raise the same ValueError
+    on every rank, naming the function called, for every placement pair (Replicate x Replicate,
+    where every rank computes the whole product, included)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (world,))
+    A = torch.ones((4, 6), dtype=torch.float64, device=device)
+    first = rank == 0
+    for a_place, b_place in ((Replicate(), Replicate()), (Shard(0), Replicate())):
+        dA, dB = distribute_tensor(A, mesh, [a_place]), distribute_tensor(A.t(), mesh, [b_place])
+        try:
+            ozaki.dgemm(dA, dB, backend="crt", moduli=8 if first else 9)
+        except ValueError as error:
+            if not str(error).startswith("ozaki.dgemm: moduli differs across the ranks of the "
+                                         "group (from 8 to 9)"):
+                return f"rank {rank}: unexpected message: {error}"
+        else:
+            return f"rank {rank}: no error for moduli that differ ({a_place} x {b_place})"
+    return None
 
 
 class _Unencodable:
@@ -382,6 +454,14 @@ def _unsupported_inputs_raise(device):
          TypeError, "complex DTensors are not supported"),
         (lambda: ozaki.gemm(distribute_tensor(A.detach(), mesh, [Shard(0)]), A.detach().t()),
          TypeError, "DTensor operands are taken by ozaki.matmul"),
+        (lambda: ozaki.einsum("ij,jk->ik", distribute_tensor(A.detach(), mesh, [Shard(0)]),
+                              A.detach().t()),
+         TypeError, "ozaki.einsum: operands[0] is a DTensor; DTensor operands are taken by"),
+        (lambda: ozaki.tensordot(A.detach(), distribute_tensor(A.detach().t(), mesh, [Shard(0)]),
+                                 dims=1),
+         TypeError, "ozaki.tensordot: b is a DTensor"),
+        (lambda: ozaki.plan(distribute_tensor(A.detach(), mesh, [Shard(0)]), A.detach().t()),
+         TypeError, "ozaki.plan: A is a DTensor"),
         (lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "diagonal"), ValueError,
          "layout must be one of"),
         (lambda: ozaki.distributed.matmul(A.detach(), A.detach().t(), "rows", group="x"),

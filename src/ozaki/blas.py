@@ -4,8 +4,9 @@ torch.compile."""
 
 import torch
 
-from .distributed.dtensor import dtensor_product, is_dtensor
+from .distributed.dtensor import dtensor_product
 from .gemm_op import check_addend, check_gemm, nonzero, run_gemm
+from .operands import is_dtensor
 from .options import Options
 from .product import check_operands
 

@@ -15,9 +15,9 @@ from torch.overrides import TorchFunctionMode
 from . import contractions, fixed_counts
 from .blas import gemm
 from .contractions import einsum, tensordot
-from .distributed.dtensor import is_dtensor
 from .gemm_op import REAL_OF, traced_number
 from .matmul import matmul
+from .operands import is_dtensor
 from .options import Options
 
 

@@ -2,6 +2,7 @@
 function, the argument and the value received, in the same words everywhere."""
 
 import torch
+import torch.distributed as dist
 
 from . import _ops
 
@@ -30,11 +31,24 @@ def _ranks_wanted(ranks):
     return _listed([f"{rank}-D" for rank in ranks])
 
 
+def is_dtensor(x) -> bool:
+    """Whether x is a torch.distributed DTensor (a sharded tensor, docs/distributed.md)."""
+    if type(x) is torch.Tensor or not isinstance(x, torch.Tensor) or not dist.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)
+
+
 def check_tensor(func, arg, value, dtypes=FLOATS, ranks=(2,), *, hint="", finite=False):
     """value is a torch.Tensor of one of dtypes whose number of dimensions is in ranks (and only
-    finite entries when finite). hint is appended to the dtype message. Returns value."""
+    finite entries when finite), not a DTensor (those go to the functions that take them before
+    any check). hint is appended to the dtype message. Returns value."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(value).__name__}")
+    if is_dtensor(value):
+        raise TypeError(f"{func}: {arg} is a DTensor; DTensor operands are taken by ozaki.matmul, "
+                        "ozaki.dgemm and ozaki.sgemm (docs/distributed.md)")
     if value.layout != torch.strided:  # sparse, jagged or MKL-DNN: no entries to read in place
         raise TypeError(f"{func}: {arg} must be a dense (strided) tensor, got layout "
                         f"{value.layout} ({arg}.to_dense() gives one)")

@@ -9,10 +9,11 @@ ozaki.sgemm (ozaki/distributed/dtensor.py). Communication is torch.distributed's
 
 import torch
 
+from .. import _ops
 from ..operands import check_alike, check_tensor
 from ..options import Options
 from .collectives import RankGroup
-from .inner import inner_product
+from .inner import DEFAULT_CHUNK_BYTES, inner_product
 from .sharded import sharded_product
 
 #: How the operands are split over the ranks, and what each rank gets back:
@@ -43,6 +44,7 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
             raise ValueError(f"{name}: layout must be one of {', '.join(map(repr, LAYOUTS))}, "
                              f"got {layout!r}")
         options = Options.checked(name, backend, slices, fast, moduli, rounding)
+        workspace = _ops.workspace_bytes()  # OZAKI_WORKSPACE_MB, checked on every rank at once
     m, k = a_local.shape
     n = b_local.shape[1]
     dtype = a_local.dtype
@@ -54,7 +56,9 @@ def matmul(a_local, b_local, layout, group=None, *, backend="auto", slices=None,
         total_k = sum(group.agreed_sizes(k, a_local.device))
         if m == 0 or n == 0 or total_k == 0:
             return torch.zeros((m, n), dtype=dtype, device=a_local.device)
-        return inner_product(a_local, b_local, dtype, options, group, total_k)[0]
+        # the ranks' row chunks, and so their all-reduces, must be alike: the smallest budget
+        chunk_bytes = min(group.agreed_sizes(workspace or DEFAULT_CHUNK_BYTES, a_local.device))
+        return inner_product(a_local, b_local, dtype, options, group, total_k, chunk_bytes)[0]
     shared = {"k (inner dimension)": k}
     shared["n (columns of B)" if layout == "rows" else "m (rows of A)"] = n if layout == "rows" else m
     group.check_agree(name, a_local.device, **alike, **shared)

@@ -10,17 +10,9 @@ to the one-device product of the whole matrices.
 """
 
 import torch
-import torch.distributed as dist
 
+from ..operands import is_dtensor
 from ..options import Options
-
-
-def is_dtensor(x) -> bool:
-    if type(x) is torch.Tensor or not isinstance(x, torch.Tensor) or not dist.is_available():
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(x, DTensor)
 
 
 def _targets(a, b):
@@ -79,9 +71,12 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
                          f"{mesh.ndim}-D mesh {tuple(mesh.shape)} (flatten it or use "
                          "ozaki.distributed.matmul on a process group)")
     # a rank that refuses its inputs stops every rank before the redistribution's collectives
-    with RankGroup(mesh.get_group()).checks_together(name, given.to_local()):
+    group = RankGroup(mesh.get_group())
+    with group.checks_together(name, given.to_local()):
         _check_operands(name, A, B, dtype, names)
         options = Options.checked(name, *options.op_arguments())
+    # every layout, Replicate x Replicate included, needs the same plan on every rank
+    group.check_agree(name, given.to_local().device, dtype=dtype, **options.keywords())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
     if A.placements[0] != a_place:
         A = A.redistribute(mesh, [a_place])

@@ -117,18 +117,18 @@ class InnerEstimates(Estimates):
         return masked_min(bound, self.stats_a, self.stats_b).item()
 
 
-def _row_chunks(m, bytes_per_row):
-    budget = _ops.workspace_bytes() or DEFAULT_CHUNK_BYTES
-    rows = max(1, budget // max(1, bytes_per_row))
+def _row_chunks(m, bytes_per_row, chunk_bytes):
+    rows = max(1, chunk_bytes // max(1, bytes_per_row))
     return [(i0, min(m, i0 + rows)) for i0 in range(0, m, rows)]
 
 
-def _summed_chunks(m, bytes_per_row, partial, finish, group):
-    """For each row chunk: partial(i0, i1) computes this rank's exact partial sums, their
-    all-reduce runs while the next chunk's are computed, and finish(i0, i1, sums) rounds them (in
-    chunk order; the sums are exact, so the overlap cannot change a bit)."""
+def _summed_chunks(m, bytes_per_row, partial, finish, group, chunk_bytes):
+    """For each row chunk of at most chunk_bytes (the same on every rank): partial(i0, i1)
+    computes this rank's exact partial sums, their all-reduce runs while the next chunk's are
+    computed, and finish(i0, i1, sums) rounds them (in chunk order; the sums are exact, so the
+    overlap cannot change a bit)."""
     pending = None
-    for i0, i1 in _row_chunks(m, bytes_per_row):
+    for i0, i1 in _row_chunks(m, bytes_per_row, chunk_bytes):
         sums = partial(i0, i1)
         started = (i0, i1, sums, group.sum_started(sums))
         if pending is not None:
@@ -140,7 +140,7 @@ def _summed_chunks(m, bytes_per_row, partial, finish, group):
         finish(*pending[:3])
 
 
-def _crt_rounded(a, bt, scales, plan, dtype, group):
+def _crt_rounded(a, bt, scales, plan, dtype, group, chunk_bytes):
     scale_a, scale_b = scales
     m, n = a.shape[0], bt.shape[0]
     C = torch.empty((m, n), dtype=dtype, device=a.device)
@@ -152,11 +152,11 @@ def _crt_rounded(a, bt, scales, plan, dtype, group):
     def finish(i0, i1, sums):
         C[i0:i1] = _ops.crt_round(sums, scale_a[i0:i1], scale_b, dtype)
 
-    _summed_chunks(m, plan.moduli * n * 4, partial, finish, group)
+    _summed_chunks(m, plan.moduli * n * 4, partial, finish, group, chunk_bytes)
     return C
 
 
-def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_k):
+def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_k, chunk_bytes):
     m, n = a.shape[0], bt.shape[0]
     int8 = plan.backend == "int8"
     levels = plan.slices if plan.fast else 2 * plan.slices - 1
@@ -172,7 +172,7 @@ def _levels_rounded(a, bt, stats_a, stats_b, plan, nearest, dtype, group, total_
         C[i0:i1], undecided[i0:i1] = _ops.round_levels(sums, rows, stats_b, plan.slices, plan.fast,
                                                        int8, total_k, nearest, dtype)
 
-    _summed_chunks(m, levels * n * 8, partial, finish, group)
+    _summed_chunks(m, levels * n * 8, partial, finish, group, chunk_bytes)
     return C, undecided
 
 
@@ -243,8 +243,9 @@ def _patch_nonfinite(C, a, bt, stats_a, stats_b, group):
         C[:, cols] = _nonfinite_values(group.sum(_nonfinite_counts(a, bt[cols])), C.dtype)
 
 
-def inner_product(a_local, b_local, dtype, options, group, total_k):
-    """(C, plan): the whole A @ B from this rank's columns of A and rows of B."""
+def inner_product(a_local, b_local, dtype, options, group, total_k, chunk_bytes):
+    """(C, plan): the whole A @ B from this rank's columns of A and rows of B; chunk_bytes: the
+    budget of one row chunk's summed parts, the same on every rank."""
     a, bt = row_operands(a_local, b_local)
     stats_a, stats_b = global_row_stats(row_stats(a), row_stats(bt), group)
     est = InnerEstimates(a, bt, stats_a, stats_b, group, total_k)
@@ -261,11 +262,12 @@ def inner_product(a_local, b_local, dtype, options, group, total_k):
                                 plan.moduli, _ops.workspace_bytes(),
                                 inputs.wide_exponents(plan.moduli, total_k))
     elif run.backend == "crt":
-        C = _crt_rounded(a, bt, inputs.scales(plan.moduli, total_k), plan, dtype, group)
+        C = _crt_rounded(a, bt, inputs.scales(plan.moduli, total_k), plan, dtype, group,
+                         chunk_bytes)
     else:
         nearest = run.rounding == "nearest"
         C, undecided = _levels_rounded(a, bt, stats_a, stats_b, run, nearest, dtype, group,
-                                       total_k)
+                                       total_k, chunk_bytes)
         if nearest and bool(undecided.any()):
             _round_undecided(C, undecided, a, bt, dtype, group)
     _patch_nonfinite(C, a, bt, stats_a, stats_b, group)
