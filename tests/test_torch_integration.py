@@ -704,6 +704,37 @@ def test_torch_func_jvp_and_grad_run_through_ozaki(device):
     assert_bitwise_equal(grad, ozaki.dgemm(torch.ones(4, 3, dtype=f64, device=device), B.T))
 
 
+def test_compiled_forward_mode_ad_never_drops_tangents(fresh_dynamo):
+    """Forward-mode AD through an ozaki product under torch.compile: the graph would hold the
+    operator (backward formula only) and drop the tangent, so tracing raises. With
+    fullgraph=True the compile fails naming it; without, the graph breaks and the product runs
+    eagerly with its tangent: torch.func.jvp compiled, dual tensors made inside the compiled
+    function, and dual tensors passed into it."""
+    A, B, tA = operands([(4, 5), (5, 2), (4, 5)], 34, "cpu")
+    expected = ozaki.matmul(tA, B)
+
+    def jvp(a, b, t):
+        return torch.func.jvp(lambda x: ozaki.matmul(x, b), (a,), (t,))[1]
+
+    with pytest.raises(Exception, match="ozaki: forward-mode AD .* cannot be compiled"):
+        torch.compile(jvp, fullgraph=True)(A, B, tA)
+    torch._dynamo.reset()
+    assert_bitwise_equal(torch.compile(jvp)(A, B, tA), expected)
+
+    def dual_inside(a, b, t):
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(ozaki.matmul(fwAD.make_dual(a, t), b)).tangent
+
+    torch._dynamo.reset()
+    assert_bitwise_equal(torch.compile(dual_inside)(A, B, tA), expected)
+    torch._dynamo.reset()
+    product = torch.compile(lambda a, b: ozaki.matmul(a, b))
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(product(fwAD.make_dual(A, tA), B)).tangent
+    assert tangent is not None
+    assert_bitwise_equal(tangent, expected)
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_torch_func_jacfwd_and_hessian(device):
     """torch.func.jacfwd (vmap over jvp) and hessian run through ozaki, 2-D and batched, with C:

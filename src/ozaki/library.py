@@ -158,6 +158,14 @@ def _tangents_wanted():
     it: a dual level of forward-mode AD entered, or torch.func's grad, jvp or vmap anywhere
     around it (not while torch.compile traces: its graphs hold the operator)."""
     if torch.compiler.is_compiling():
+        if fwAD._current_level >= 0:
+            # the graph would hold the operator, whose formula serves backward only: the tangents
+            # would be dropped (zeros or None). Raised while tracing, this breaks the graph, and
+            # the call then runs eagerly with its tangents (fullgraph=True: an error naming it).
+            raise NotImplementedError(
+                "ozaki: forward-mode AD (dual tensors, torch.func.jvp, jacfwd) through ozaki's "
+                "products cannot be compiled: run that part eagerly, or compile without "
+                "fullgraph=True (the product then runs eagerly, with its tangents)")
         return False
     if fwAD._current_level >= 0:
         return True
