@@ -360,6 +360,31 @@ def test_a_fixed_count_that_meets_native_does_not_warn(device, dtype):
     assert plan.predicted_error <= automatic.predicted_error * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("device", cpu_and_cuda())
+@pytest.mark.parametrize("backend", ["int8", "fp16"])
+def test_a_fixed_slice_count_that_keeps_every_pair_is_exact_and_does_not_warn(device, backend):
+    """slices at least the full split (all pairs), or 2 full - 1 in fast mode, keep every pair of
+    the full split: the plan is exact (predicted_error 0, the exact product rounded about once)
+    and no AccuracyWarning comes, on rows whose products lie far below their scales (where a
+    count one short warns)."""
+    A = torch.tensor([[1.0, 2.0 ** -60, 0.0], [0.5, 0.25, 0.125]], dtype=torch.float64,
+                     device=device)
+    B = torch.tensor([[0.0, 1.0], [2.0 ** -60, 1.0], [1.0, 1.0]], dtype=torch.float64,
+                     device=device)
+    full = ozaki.plan(A, B, backend=backend).full_split_slices
+    exact = [[sum(Fraction(A[i, l].item()) * Fraction(B[l, j].item()) for l in range(3))
+              for j in range(2)] for i in range(2)]
+    for slices, fast in ((full, False), (full + 2, False), (2 * full - 1, True), (2 * full, True)):
+        plan = ozaki.plan(A, B, backend=backend, slices=slices, fast=fast)
+        assert plan.exact and plan.predicted_error == 0 and plan.warning is None, plan
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", AccuracyWarning)
+            C = ozaki.dgemm(A, B, backend=backend, slices=slices, fast=fast)
+        assert C.tolist() == [[float(x) for x in row] for row in exact]
+    one_short = ozaki.plan(A, B, backend=backend, slices=2 * full - 2, fast=True)
+    assert not one_short.exact and one_short.warning is not None
+
+
 def test_too_few_moduli_for_ordinary_data_warn_and_name_the_planned_count():
     A, B = torch.randn(30, 200, dtype=torch.float64), torch.randn(200, 20, dtype=torch.float64)
     planned = ozaki.plan(A, B).moduli

@@ -249,7 +249,9 @@ def wide_crt_plan(k: int, dtype: torch.dtype, magnitude: float, fewer_than=None,
 
 
 def _plan(slices, fast, beta, full, k, dtype, magnitude, rounding, reason, digits):
-    exact = not fast and slices >= full
+    # every pair of the full split kept: all pairs from `full` slices on, fast mode (the pairs of
+    # levels below `slices`) from 2 full - 1 on
+    exact = slices >= (2 * full - 1 if fast else full)
     if exact:
         level = 0.0
     else:

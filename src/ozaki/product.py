@@ -467,8 +467,9 @@ def _scheme_one_plan(est, dtype, slices, fast, rounding, digits, reason=None):
 
 
 def _count_fixed(plan):
-    """Whether the caller fixed the plan's count (and so its accuracy: fixed_counts.Check)."""
-    return plan.reason == "requested" and plan.rounding is None
+    """Whether the caller fixed the plan's count (and so its accuracy: fixed_counts.Check); a
+    count that keeps every pair of the full split is exact, with nothing to check."""
+    return plan.reason == "requested" and plan.rounding is None and not plan.exact
 
 
 def _check_inputs_ready(plan, est):
