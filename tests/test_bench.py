@@ -35,7 +35,7 @@ def ozaki_keys(routine, backend, auto=False, fixed=(), all_pairs=(), moduli=()):
     """The ozaki rows of one dtype and backend in their order: default, plan, nearest, then auto,
     fixed and all-pairs (scheme I) or the fixed moduli counts (crt)."""
     method = f"ozaki {routine}"
-    return ([key(method, backend, True), key("ozaki plan", backend, True),
+    return ([key(method, backend, True), key(f"{method} plan", backend, True),
              key(f"{method} nearest", backend, True)]
             + ([key(method, backend, False, None, True)] if auto else [])
             + [key(method, backend, False, s, True) for s in fixed]
@@ -187,11 +187,13 @@ def test_gemm_counts_floor_and_speedups(tiny_run):
             assert row["floor_ms"] == pytest.approx(row["gemms"] * units[unit])
             assert row["of_floor"] == pytest.approx(row["floor_ms"] / row["time_ms"])
             assert row["speedup"] == pytest.approx(native[row["dtype"]] / row["time_ms"])
-        plans = rows_of(report, shape, "ozaki plan")
+        plans = rows_of(report, shape, "ozaki dgemm plan") + rows_of(report, shape,
+                                                                     "ozaki sgemm plan")
         assert [(plan["dtype"], plan["backend"]) for plan in plans] == [
             (dtype, backend) for dtype in ("float64", "float32") for backend in bench.BACKENDS]
         for plan in plans:
             method = "ozaki dgemm" if plan["dtype"] == "float64" else "ozaki sgemm"
+            assert plan["method"] == f"{method} plan"  # a plan row says whose plan it is
             default = default_row(report, shape, method, plan["backend"])
             for field in ("plan_backend", "slices", "fast", "moduli", "gemms"):
                 assert plan[field] == default[field], (plan, field)
@@ -348,6 +350,25 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_run(option, name,
                        f"argument {option}: {path!r} cannot be written (", capsys)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--json", "{out}.md", "--markdown", "{out}.md"],
+     "argument --markdown: '{out}.md' would write the table over the --json file '{out}.md'"),
+    (["--json", "{out}.png", "--plot", "{out}.png", "--dtype", "float64"],
+     "argument --plot: '{out}.png' would write a figure over the --json file '{out}.png'"),
+    (["--markdown", "{out}-float32.png", "--plot", "{out}.png", "--dtype", "float64", "float32"],
+     "argument --plot: '{out}.png' would write a figure over the --markdown file "
+     "'{out}-float32.png'"),
+], ids=["json-markdown", "json-plot", "markdown-a-dtypes-figure"])
+def test_two_outputs_on_one_file_are_refused(argv, message, tmp_path, capsys):
+    """--json, --markdown and --plot (one figure per dtype) each write their own file: two on one
+    path would leave the later one's contents alone (the JSON record lost), so it is refused
+    before the run."""
+    out = str(tmp_path / "bench")
+    assert_usage_error(bench.parse_args, ["--device", "cpu", "--sizes", "8",
+                                          *[a.format(out=out) for a in argv]],
+                       message.format(out=out), capsys)
+
+
 def test_output_under_a_file_is_refused(tmp_path, capsys):
     plain = tmp_path / "plain"
     plain.write_text("")
@@ -463,7 +484,8 @@ def test_the_run_line_names_the_large_products_repeats_only_where_it_measured_th
 @pytest.mark.parametrize("modes, ozaki_rows, no_ratio", [
     (["nearest"], [key("ozaki dgemm nearest", "fp16", True),
                    key("ozaki sgemm nearest", "fp16", True)], "vs_default"),
-    (["plan"], [key("ozaki plan", "fp16", True)] * 2, "share_of_default"),
+    (["plan"], [key("ozaki dgemm plan", "fp16", True), key("ozaki sgemm plan", "fp16", True)],
+     "share_of_default"),
     # given in any order, the default row still comes before the rows compared with it
     (["all-pairs", "auto", "nearest", "default"],
      [key("ozaki dgemm", "fp16", True), key("ozaki dgemm nearest", "fp16", True),
@@ -736,7 +758,7 @@ def test_auto_rows_report_what_they_chose(tiny_run):
             chosen = ozaki.plan(A_, B_)
             auto = [row for row in rows_of(report, shape) if row["backend"] == "auto"
                     and row["dtype"] == dtype]
-            assert [row["method"] for row in auto] == [method, "ozaki plan", f"{method} nearest"]
+            assert [row["method"] for row in auto] == [method, f"{method} plan", f"{method} nearest"]
             default, plan, nearest = auto
             for row in (default, plan):
                 assert (row["plan_backend"], row["gemms"], row["moduli"], row["slices"]) == (
@@ -768,18 +790,18 @@ def test_each_backend_passes_itself_and_has_its_modes():
         m = f"ozaki {routine}"
         # the auto default product is exactly ozaki.dgemm(A, B); every other row names its backend
         assert options[dtype, "auto"] == [
-            (f"{m} default", {}), ("ozaki plan default", {"backend": "auto"}),
+            (f"{m} default", {}), (f"{m} plan default", {"backend": "auto"}),
             (f"{m} nearest default", {"backend": "auto", **nearest})]
         moduli = 15 if dtype == torch.float64 else 7
         assert options[dtype, "crt"] == [
-            (f"{m} default", {"backend": "crt"}), ("ozaki plan default", {"backend": "crt"}),
+            (f"{m} default", {"backend": "crt"}), (f"{m} plan default", {"backend": "crt"}),
             (f"{m} nearest default", {"backend": "crt", **nearest}),
             (f"{m} m={moduli}", {"backend": "crt", "moduli": moduli})]
         for backend in ("int8", "fp16"):
             scheme_one = options[dtype, backend]
             assert scheme_one[:3] == [
                 (f"{m} default", {"backend": backend}),
-                ("ozaki plan default", {"backend": backend}),
+                (f"{m} plan default", {"backend": backend}),
                 (f"{m} nearest default", {"backend": backend, **nearest})]
             if dtype == torch.float64:
                 assert scheme_one[3:] == [
@@ -798,7 +820,7 @@ def test_crt_rows_beyond_its_inner_limit_are_not_applicable():
     row = bench.measure_row(crt, run)
     assert row["status"] == "n/a" and "time_ms" not in row
     assert row["note"] == f"backend crt needs k <= {k - 1}, got k = {k}"
-    plan = bench.RowSpec("ozaki plan", "plan", torch.float64, default=True, backend="crt")
+    plan = bench.RowSpec("ozaki dgemm plan", "plan", torch.float64, default=True, backend="crt")
     assert bench.unsupported(plan, run) == row["note"]
     for spec in [bench.RowSpec("ozaki dgemm nearest", "ozaki", torch.float64, default=True,
                                rounding="nearest", backend="crt"),  # scheme I past 2^17 - 1

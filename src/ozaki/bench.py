@@ -79,10 +79,11 @@ import torch
 import ozaki
 from ozaki import accuracy
 from ozaki import crt, replay, repeated, speculation
-from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter, check_operand_memory,
-                       check_output_path, check_phi, check_plot_path, device_name, moduli_count,
-                       nonnegative_int, per_dtype_paths, phi_value, positive_int, resolve_device,
-                       seed_value, slice_count)
+from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter,
+                       check_distinct_outputs, check_operand_memory, check_output_path, check_phi,
+                       check_plot_path, device_name, moduli_count, nonnegative_int,
+                       per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
+                       slice_count)
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -236,6 +237,13 @@ def parse_args(argv=None):
     check_output_path(parser, "--markdown", args.markdown)
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
         parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
+    check_distinct_outputs(parser, [
+        (option, what, path, paths) for option, what, path, paths in (
+            ("--json", "the rows", args.json, [args.json]),
+            ("--markdown", "the table", args.markdown, [args.markdown]),
+            ("--plot", "a figure", args.plot,
+             per_dtype_paths(args.plot, args.dtypes).values() if args.plot else []))
+        if path is not None])
     check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
     check_phi(parser, [args.phi], args.shapes, args.seed, [DTYPES[name] for name in args.dtypes])
     return args
@@ -512,7 +520,7 @@ def _ozaki_specs(dtype, backend, modes, fixed_slices, all_pairs_slices, fixed_mo
     BACKEND_MODES), the default product first."""
     method = f"ozaki {ROUTINES[dtype]}"
     by_mode = [("default", RowSpec(method, "ozaki", dtype, default=True, backend=backend)),
-               ("plan", RowSpec("ozaki plan", "plan", dtype, default=True, backend=backend)),
+               ("plan", RowSpec(f"{method} plan", "plan", dtype, default=True, backend=backend)),
                ("nearest", RowSpec(f"{method} nearest", "ozaki", dtype, default=True,
                                    rounding="nearest", backend=backend))]
     if backend == "crt":  # scheme II: fixed moduli counts instead of slices

@@ -220,6 +220,19 @@ def check_plot_path(parser, option, path):
         parser.error(f"argument {option}: figures need matplotlib (pip install matplotlib)")
 
 
+def check_distinct_outputs(parser, outputs):
+    """A parser error where two output options would write one file (the later one would
+    replace what the earlier wrote). outputs: (option, what it writes, its path as given, the
+    files it writes) in the order they are written."""
+    written = {}
+    for option, what, given, paths in outputs:
+        for path in paths:
+            earlier = written.setdefault(os.path.realpath(path), option)
+            if earlier != option:
+                parser.error(f"argument {option}: {given!r} would write {what} over the "
+                             f"{earlier} file {path!r}; give them different paths")
+
+
 def per_dtype_paths(path, dtypes):
     """{dtype name: file}: `path` itself for one dtype, 'name-float64.png' etc. for several."""
     if len(dtypes) == 1:

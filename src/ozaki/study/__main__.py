@@ -3,16 +3,15 @@
 import argparse
 import csv
 import datetime
-import os
 import sys
 
 import torch
 
 from ozaki import _ops
-from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_operand_memory,
-                       check_output_path, check_phi, check_plot_path, device_name, inner_dimension,
-                       moduli_count, per_dtype_paths, phi_value, positive_int, resolve_device,
-                       seed_value, slice_count)
+from ozaki.cli import (DTYPES, MAX_FP16_INNER, HelpFormatter, check_distinct_outputs,
+                       check_operand_memory, check_output_path, check_phi, check_plot_path,
+                       device_name, inner_dimension, moduli_count, per_dtype_paths, phi_value,
+                       positive_int, resolve_device, seed_value, slice_count)
 from ozaki.crt import MAX_INNER as CRT_MAX_INNER
 from ozaki.crt import MAX_MODULI
 from ozaki.progress import Progress
@@ -115,10 +114,9 @@ def parse_args(argv=None):
         check_output_path(parser, "--csv", args.csv)
         check_backends_and_modes(parser, args)
         if args.csv is not None and args.plot is not None:
-            figures = per_dtype_paths(args.plot, args.dtype).values()
-            if os.path.realpath(args.csv) in {os.path.realpath(path) for path in figures}:
-                parser.error(f"argument --plot: {args.plot!r} would write a figure over the --csv "
-                             f"file {args.csv!r}; give them different paths")
+            check_distinct_outputs(parser, [
+                ("--csv", "the table", args.csv, [args.csv]),
+                ("--plot", "a figure", args.plot, per_dtype_paths(args.plot, args.dtype).values())])
         check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
         shapes = [(args.size, k, args.size) for k in args.k]
         check_operand_memory(parser, "--size", shapes, [args.device])
