@@ -356,7 +356,7 @@ def run_arguments(description, device_help):
 def start_run(name, parser, args, cpu_hint, cpu_where):
     """The first case's seed, once a bad --seconds or --cases is named (parser.error exits), a
     missing CUDA device reported, and the run's first line printed."""
-    if args.seconds <= 0:
+    if not args.seconds > 0:  # NaN too: it would end the run before its first case
         parser.error(f"--seconds must be positive, got {args.seconds}")
     if args.cases is not None and args.cases <= 0:
         parser.error(f"--cases must be positive, got {args.cases}")

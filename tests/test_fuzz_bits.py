@@ -127,6 +127,7 @@ def test_a_case_that_raises_is_reported_with_its_seed(fuzz, monkeypatch, capsys)
 
 @pytest.mark.parametrize("argv, message", [
     (["--seconds", "0"], "--seconds must be positive, got 0.0"),
+    (["--seconds", "nan"], "--seconds must be positive, got nan"),
     (["--cases", "0"], "--cases must be positive, got 0"),
     (["--large-share", "1.5"], "--large-share must lie in [0, 1], got 1.5"),
 ])
