@@ -1,5 +1,6 @@
 """The public API: argument checking, empty shapes, layouts."""
 
+import re
 import warnings
 
 import pytest
@@ -154,6 +155,17 @@ def test_plan_with_mixed_dtypes_asks_for_matching_b():
     with pytest.raises(TypeError, match=r"B must be torch\.float32, got torch\.float64 \(B must "
                                         r"have A's dtype\)$"):
         ozaki.plan(A.float(), B)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "abc", " 12 ", "1_0", "+5", "\u0663"])
+def test_a_workspace_budget_of_other_than_ascii_digits_is_refused(value, monkeypatch):
+    """OZAKI_WORKSPACE_MB is a positive integer written in ASCII digits alone (Python's int()
+    would take spaces, underscores, a sign and other scripts' digits)."""
+    A = ok(torch.float64, 5, 5)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", value)
+    with pytest.raises(ValueError, match=f"OZAKI_WORKSPACE_MB must be a positive integer, got "
+                                         f"{re.escape(repr(value))}"):
+        ozaki.dgemm(A, A)
 
 
 def test_a_workspace_budget_past_int64_is_refused(monkeypatch):

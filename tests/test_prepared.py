@@ -4,6 +4,7 @@ products without it, on every plan that keeps something: truncated scheme II on 
 wide and exact scheme II, rounding='nearest', scheme I; in-place changes of A are seen."""
 
 import contextlib
+import gc
 import threading
 import time
 import warnings
@@ -98,6 +99,36 @@ def test_an_outer_handle_of_the_same_tensor_serves_again_after_an_inner_one(inne
             outer.release()
         assert prepared.find(A) is None
     assert prepared.find(A) is None
+
+
+@pytest.mark.parametrize("ending", ["dropped", "released out of order"])
+def test_an_outer_handle_serves_again_however_the_inner_ones_end(ending):
+    """The inner handle dropped (collected, never released), or nested handles released middle
+    first: the newest live handle below them serves A again and keeps parts again."""
+    A, B = phi_pair(40, 30, 20, 0.5, seed=9)
+    expected = ozaki.dgemm(A, B)
+    with ozaki.prepare(A) as outer:
+        if ending == "dropped":
+            inner = ozaki.prepare(A)
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+            del inner
+            gc.collect()
+        else:
+            middle, newest = ozaki.prepare(A), ozaki.prepare(A)
+            middle.release()
+            newest.release()
+        assert_bitwise_equal(ozaki.dgemm(A, B), expected)
+        assert prepared.find(A) is outer and outer.nbytes > 0
+
+
+def test_a_released_handle_is_refused_as_a_block():
+    """`with handle:` on a released handle would prepare nothing: refused by name."""
+    A = phi_pair(8, 6, 2, 0.5, seed=10)[0]
+    handle = ozaki.prepare(A)
+    handle.release()
+    with pytest.raises(ValueError, match="ozaki.prepare: this handle was released"):
+        with handle:
+            pass
 
 
 @pytest.mark.parametrize("case", CASES)

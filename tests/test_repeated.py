@@ -367,6 +367,47 @@ def test_a_dropped_handle_leaves_no_weak_reference_to_the_operand():
     assert not K.any()
 
 
+def _swappable(K):
+    """Whether torch.utils.swap_tensors takes K now, without the cyclic garbage collector: no
+    weak reference of a kept handle is left on it (swapped back after)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        other = torch.empty_like(K)
+        torch.utils.swap_tensors(K, other)
+        torch.utils.swap_tensors(K, other)
+        return True
+    except RuntimeError:
+        return False
+    finally:
+        if collecting:
+            gc.enable()
+
+
+@pytest.mark.parametrize("change", ["in place", "through a view", "budget lowered"])
+def test_parts_that_can_serve_no_more_go_at_the_next_product(change, monkeypatch):
+    """Kept parts that can never serve again are freed at the next product of any operand (not
+    when their operand comes back, nor at the budget's next admission): the operand changed in
+    place (through itself or a view, which shares its version counter), or a budget lowered below
+    them."""
+    m, k, n = SHAPE
+    K = phi_pair(m, k, 1, 0.5, seed=7)[0]
+    P = rights(n, 30, torch.float64, "cpu")[0]
+    other = phi_pair(3, k, 1, 0.5, seed=8)[0]
+    for _ in range(3):
+        ozaki.dgemm(K, P)
+    assert repeated._kept and not _swappable(K)
+    if change == "in place":
+        K.mul_(2.0)
+    elif change == "through a view":
+        K[1:3, :5] = 0.5
+    else:
+        monkeypatch.setattr(repeated, "MAX_BYTES", repeated.nbytes() - 1)
+    ozaki.dgemm(other, P)
+    assert not repeated._kept and _swappable(K)
+    assert repeated.info() == [] and repeated.nbytes() == 0
+
+
 @pytest.mark.parametrize("device", cpu_and_cuda())
 def test_the_budget_holds_and_drops_the_least_recently_used(device, monkeypatch):
     """Two operands of a budget that holds one: the newer one is kept and the older dropped;

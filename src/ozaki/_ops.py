@@ -22,10 +22,9 @@ def workspace_bytes() -> int:
     value = os.environ.get("OZAKI_WORKSPACE_MB", "")
     if not value:
         return 0
-    try:
-        megabytes = int(value)
-    except ValueError:
-        raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}") from None
+    if not (value.isascii() and value.isdigit()):  # int() would take ' 12 ', '1_0', '+5', '٣'
+        raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
+    megabytes = int(value)
     if megabytes <= 0:
         raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
     if megabytes >= 1 << 43:  # its bytes reach 2^63, past the operators' int64

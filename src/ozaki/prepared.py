@@ -41,6 +41,10 @@ _OWN_ROWS = "A's own rows"
 #: Handles by the identity of their operand; an entry leaves with its handle.
 REGISTRY = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
+#: (identity, weak reference to the handle it displaced) of nested handles collected without a
+#: release: their older handles serve again from the next find() (a finalizer may run where the
+#: registry's lock is held, so it only leaves a note here).
+_collected = []
 
 
 def _tensors(part):
@@ -100,7 +104,9 @@ class Prepared:
             other = REGISTRY.get(self._key)
             if other is not None and _same_base(other.A, A):  # A prepared again (a nested
                 # block; a view of A's base with A's identity is A): the other serves again
-                self._displaced = weakref.ref(other)  # after this one
+                self._displaced = weakref.ref(other)  # after this one, released or collected
+                ending = weakref.finalize(self, _collected.append, (self._key, self._displaced))
+                ending.atexit = False
             elif other is not None:  # a handle of another tensor over this memory (moved onto it)
                 for tensor in (other.A, *(ref() for ref, _ in other._sharers)):
                     if tensor is not None and tensor is not A:
@@ -355,13 +361,13 @@ class Prepared:
         with _registry_lock:
             if REGISTRY.get(self._key) is self:
                 del REGISTRY[self._key]
-                # the handle of A this one displaced serves again, while it lives unreleased
-                outer = self._displaced() if self._displaced is not None else None
-                if outer is not None and not outer._released and identity(outer.A) == self._key:
-                    REGISTRY[self._key] = outer
+                _serve_displaced(self._key, self._displaced)
         replay.drop_stale(self)
 
     def __enter__(self):
+        if self._released:  # a with block on it would prepare nothing
+            raise ValueError("ozaki.prepare: this handle was released; call ozaki.prepare(A) "
+                             "again for a new one")
         return self
 
     def __exit__(self, *exc):
@@ -398,11 +404,28 @@ def prepare(A, *, max_bytes=None):
 
 def find(A):
     """The current Prepared handle of left operand A, or None."""
+    if _collected:
+        with _registry_lock:
+            while _collected:
+                key, displaced = _collected.pop()
+                if key not in REGISTRY:
+                    _serve_displaced(key, displaced)
     if A.dim() != 2 or not REGISTRY or A.is_inference():
         return None
     _follow_moved()
     kept = REGISTRY.get(identity(A))
     return None if kept is None else kept.current()
+
+
+def _serve_displaced(key, displaced):
+    """Under the registry's lock, where a nested handle of identity `key` left: the newest handle
+    it displaced (directly, or through handles released before it) that lives unreleased and
+    still has A at that identity serves again."""
+    outer = None if displaced is None else displaced()
+    while outer is not None and (outer._released or identity(outer.A) != key):
+        outer = None if outer._displaced is None else outer._displaced()
+    if outer is not None:
+        REGISTRY[key] = outer
 
 
 def _same_base(x, y):

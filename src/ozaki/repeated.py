@@ -107,6 +107,12 @@ class _Kept(prepared.Prepared):
         still this one, unchanged by anything its version counter saw."""
         return not self._storage.expired() and A._version == self._version
 
+    def stale(self):
+        """Whether the parts can serve no product again: the operand's storage is freed, or the
+        program's tensor (whose views share its version counter) was changed in place."""
+        base = self._base()
+        return self._storage.expired() or base is None or base._version != self._version
+
     def start_check(self, A):
         """Starts digesting A, this call's view of the operand (which the parts then read), for
         this thread's check()."""
@@ -167,7 +173,11 @@ def _freed(kept):
 def find(A):
     """The kept parts of left operand A (a _Kept handle, its check started), kept from now on
     where A has come back unchanged among the last SEEN products and fits MAX_BYTES; None where A
-    is not kept. The caller uses them only where confirmed(handle) says so."""
+    is not kept. The caller uses them only where confirmed(handle) says so. Every call first
+    drops what may no longer be kept (_tidy)."""
+    if _kept:
+        with _lock:
+            _tidy()
     if not _applies(A):
         return None
     key = _identity(A)
@@ -214,7 +224,7 @@ def info():
     """The kept operands, most recently used last: dicts of their shape, dtype, device, the bytes
     kept and the products that used them."""
     with _lock:
-        _drop_freed()
+        _tidy()
         return [{"shape": kept._key[4], "dtype": kept._key[1], "device": kept._key[0],
                  "bytes": kept.nbytes, "uses": kept.uses} for kept in _kept.values()]
 
@@ -222,7 +232,7 @@ def info():
 def nbytes():
     """The memory all kept parts take now."""
     with _lock:
-        _drop_freed()
+        _tidy()
         return sum(kept.nbytes for kept in _kept.values())
 
 
@@ -287,16 +297,21 @@ def _make_room(size):
     what the others take or may take; False where they cannot."""
     if size > MAX_BYTES:
         return False
-    _drop_freed()
+    _tidy()
     while _kept and _committed() + size > MAX_BYTES:
         _drop(next(iter(_kept)))
     return True
 
 
-def _drop_freed():
-    """Drops the parts of operands whose storage is gone (freed without their base's notice)."""
-    for key in [key for key, kept in _kept.items() if kept._storage.expired()]:
+def _tidy():
+    """Drops what may no longer be kept: the parts of operands freed (without their base's
+    notice) or changed in place (their version counter moved: they can serve no product again),
+    and, least recently used first, parts past a MAX_BYTES lowered since they were kept. (With
+    ENABLED off, kept parts stay, unused, for when it is on again, until clear().)"""
+    for key in [key for key, kept in _kept.items() if kept.stale()]:
         _drop(key)
+    while _kept and _committed() > MAX_BYTES:
+        _drop(next(iter(_kept)))
 
 
 def _drop(key):
