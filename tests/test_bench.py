@@ -259,6 +259,30 @@ def test_native_matmul_is_ieee_fp32_and_restores_the_setting(setting):
         matmul.fp32_precision = saved
 
 
+@pytest.mark.parametrize("setting", ["bf16", "tf32", "ieee"])
+def test_native_matmul_is_ieee_fp32_on_the_cpu_too(setting):
+    """The CPU's oneDNN float32 matmul runs in bf16 or TF32 where a program asked for it
+    (torch.set_float32_matmul_precision("medium") does): inside native_matmul it is real FP32
+    (within float32's rounding of the float64 product), and the setting comes back after."""
+    onednn = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    if onednn is None or not hasattr(onednn, "fp32_precision"):
+        pytest.skip("this torch has no oneDNN fp32_precision setting")
+    g = torch.Generator().manual_seed(3)
+    A, B = torch.randn(64, 512, generator=g), torch.randn(512, 48, generator=g)
+    exact = A.double() @ B.double()
+    saved = onednn.fp32_precision
+    try:
+        onednn.fp32_precision = setting
+        with bench.native_matmul():
+            assert onednn.fp32_precision == "ieee"
+            C = A @ B
+        assert onednn.fp32_precision == setting
+    finally:
+        onednn.fp32_precision = saved
+    bound = 512 * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
+    assert ((C.double() - exact).abs() <= bound).all()
+
+
 def test_native_products_are_torchs_inside_an_enable_block():
     """The native baseline is torch's product even where the caller runs the bench or the study
     inside ozaki.enable (it was ozaki's there: the row named native showed ozaki's errors)."""

@@ -363,19 +363,34 @@ def time_call(fn, device, warmup, repeats):
 @contextmanager
 def native_matmul():
     """torch's own products, the native baseline: no function mode (an ozaki.enable block the
-    caller is in) between the call and torch, and real FP32 for SGEMM: TF32 switched off and the
-    caller's setting restored after, through torch's fp32_precision where it has one (its legacy
-    flag raises once a program used that)."""
-    settings = torch.backends.cuda.matmul
-    name, ieee = (("fp32_precision", "ieee") if hasattr(settings, "fp32_precision")
-                  else ("allow_tf32", False))
-    saved = getattr(settings, name)
-    setattr(settings, name, ieee)
+    caller is in) between the call and torch, and real FP32 for SGEMM: CUDA's TF32 and the CPU's
+    oneDNN reduced precision (bf16 or TF32, which torch.set_float32_matmul_precision("medium")
+    turns on) switched off and the caller's settings restored after, through torch's
+    fp32_precision where it has one (its legacy flag raises once a program used that)."""
+    switched = [(settings, name, getattr(settings, name)) for settings, name, _ in _FP32_SETTINGS]
+    for settings, name, ieee in _FP32_SETTINGS:
+        setattr(settings, name, ieee)
     try:
         with torch._C.DisableTorchFunction():
             yield
     finally:
-        setattr(settings, name, saved)
+        for settings, name, saved in switched:
+            setattr(settings, name, saved)
+
+
+def _fp32_settings():
+    """(settings, attribute, value) that make torch's float32 matmuls real FP32 on CUDA and on
+    the CPU's oneDNN path, as this torch names them."""
+    cuda = torch.backends.cuda.matmul
+    found = [(cuda, "fp32_precision", "ieee") if hasattr(cuda, "fp32_precision")
+             else (cuda, "allow_tf32", False)]
+    onednn = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    if onednn is not None and hasattr(onednn, "fp32_precision"):
+        found.append((onednn, "fp32_precision", "ieee"))
+    return found
+
+
+_FP32_SETTINGS = _fp32_settings()
 
 
 def free_memory(device):
