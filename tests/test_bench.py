@@ -140,6 +140,19 @@ def test_rows_in_order_for_every_shape(tiny_run):
             assert len(row["times_ms"]) == 1 and row["time_ms"] == row["times_ms"][0]
 
 
+def test_swept_counts_warn_in_their_rows_not_on_stderr(tiny_run):
+    """A fixed count the run sweeps that is predicted far less accurate than native has
+    accuracy_warning true in its row (as its plan's warning says); the timed calls print no
+    AccuracyWarning, a line per call and per count otherwise."""
+    process, report, _ = tiny_run
+    assert "AccuracyWarning" not in process.stderr
+    rows = [row for row in report["rows"] if row["kind"] == "ozaki"]
+    assert all(isinstance(row["accuracy_warning"], bool) for row in rows)
+    warned = [row for row in rows if row["accuracy_warning"]]
+    assert warned and all(row["slices"] is not None or row["moduli"] is not None for row in warned)
+    assert not any(row["accuracy_warning"] for row in rows if row["plan_reason"] != "requested")
+
+
 def test_errors_finite_and_ozaki_no_worse_than_native(tiny_run):
     _, report, _ = tiny_run
     for shape in SHAPES:

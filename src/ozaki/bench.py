@@ -70,6 +70,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -84,6 +85,7 @@ from ozaki.cli import (DTYPE_NAMES, DTYPES, MAX_FP16_INNER, HelpFormatter,
                        check_plot_path, device_name, moduli_count, nonnegative_int,
                        per_dtype_paths, phi_value, positive_int, resolve_device, seed_value,
                        slice_count)
+from ozaki.fixed_counts import AccuracyWarning
 from ozaki.progress import Progress
 
 #: Shapes with m * k * n at least this get min(--repeats, --large-repeats) timed runs.
@@ -615,7 +617,8 @@ def _plan_fields(plan):
             "moduli": plan.moduli, "gemms": plan.gemms, "beta": plan.beta,
             "bits_captured": plan.bits_captured, "exact": plan.exact, "wide": plan.wide,
             "plan_rounding": plan.rounding, "plan_reason": plan.reason,
-            "predicted_error": plan.predicted_error}
+            "predicted_error": plan.predicted_error,
+            "accuracy_warning": plan.warning is not None}
 
 
 def measure_native(spec, run):
@@ -686,7 +689,10 @@ def measure_ozaki(spec, run):
     A, B = run.operands[spec.dtype]
     product = getattr(ozaki, ROUTINES[spec.dtype])
     fields = _plan_fields(ozaki.plan(A, B, **spec.options()))
-    timing, C = run.timed(lambda: product(A, B, **spec.options()))
+    with warnings.catch_warnings():
+        # a swept fixed count's AccuracyWarning is the row's accuracy_warning, not a line per call
+        warnings.simplefilter("ignore", AccuracyWarning)
+        timing, C = run.timed(lambda: product(A, B, **spec.options()))
     fields.update(timing)
     default_ms = run.default_ms.get((spec.dtype, spec.backend))
     if spec.is_default_product:
@@ -901,7 +907,9 @@ def notes(meta):
              "m=M: M moduli (crt); backend X>Y: the plan of backend X runs Y.",
              f"Errors on up to {meta['samples']}x{meta['samples']} sampled entries of each "
              "product (min(samples, m) rows by min(samples, n) columns) against exact products "
-             "(float32 rows: exact product of the float32 inputs).",
+             "(float32 rows: exact product of the float32 inputs); a fixed count predicted far "
+             "less accurate than native (its AccuracyWarning) has accuracy_warning true in the "
+             "JSON rows.",
              _reuse_note(meta)]
     if meta["device"].startswith("cpu"):
         lines.append("On the CPU no tensor cores run: the floor units and ozaki's products are "
