@@ -108,21 +108,18 @@ def smallest_positive(values) -> torch.Tensor:
     return positive.amin() if positive.numel() else values.new_tensor(float("inf"))
 
 
-def warning_text(plan, option: str, count: int, suggested, too_few: bool = False) -> str:
-    """The AccuracyWarning of a fixed count: names the count, why (too_few: the count would miss
-    native's level on any operands of this k; else entries of the product lie far below the
-    rows' scales its bound is relative to) and the remedy, and the ozaki.plan call that gives
-    the figures of the plan that ran (its backend and fast mode included; the backend the caller
-    passed, auto or fp16 alike, is not known here)."""
+def warning_text(plan, option: str, count: int, suggested) -> str:
+    """The AccuracyWarning of a fixed count: names the count, what its prediction rests on, the
+    remedy, and the ozaki.plan call that gives the figures of the plan that ran (its backend and
+    fast mode included; the backend the caller passed, auto or fp16 alike, is not known here)."""
     asked = (f"moduli={count}" if option == "moduli"
              else f"backend={plan.backend!r}, slices={count}, fast={plan.fast}")
     sampled = (f"for the sampled entries alone this mode would take {option}={suggested}"
                if suggested is not None else "exact where it must be")
-    why = (f"{option}={count} is too few for native's accuracy at this inner dimension on any "
-           f"operands" if too_few else "its error bound is relative to the rows' scales, and "
-           "entries of the product lie far below them")
     return (f"ozaki: {option}={count} is predicted to be far less accurate than the native product "
-            f"on these operands ({why}); omit {option}= to let ozaki plan it (ozaki.plan "
+            f"on these operands (its error bound, relative to the rows' scales, predicts more than "
+            f"{FAR_ABOVE_NATIVE} times native's error at the smallest sampled entry of the "
+            f"product); omit {option}= to let ozaki plan it (ozaki.plan "
             f"with the call's other options shows that plan; {sampled}) or pass "
             f"rounding='nearest'. ozaki.plan(A, B, {asked}) gives the figures, for A and B as "
             f"multiplied (after ozaki.gemm's transposes; ozaki.matmul's as passed to it; a "
@@ -202,15 +199,9 @@ class Check:
             automatic = crt_plan(k, self.dtype, magnitude)
             option, count = "moduli", plan.moduli
             suggested = automatic.moduli if automatic is not None else None
-            # the largest magnitude any operands give: rho <= 1 (the scales bound the norms)
-            best = crt.error_level(plan.moduli, k, 1.0)
         else:
             automatic = auto_plan(k, self.dtype, self.est.max_span(), magnitude, plan.fast,
                                   plan.backend)
             option, count = "slices", plan.slices
             suggested = automatic.slices if automatic.rounding is None else None
-            # the largest: every term of (|A||B|)_ij at its rows' scales 2^tau_i 2^tau_j
-            best = predicted_error(plan.slices, plan.fast, k, plan.beta, k)
-        too_few = best > FAR_ABOVE_NATIVE * plan.native_level
-        return dataclasses.replace(plan, warning=warning_text(plan, option, count, suggested,
-                                                              too_few))
+        return dataclasses.replace(plan, warning=warning_text(plan, option, count, suggested))
