@@ -301,6 +301,22 @@ def _workspace_budgets_that_differ_give_the_one_device_bits(rank, world, device)
             return f"rank {rank}: unexpected message: {error}"
     else:
         return f"rank {rank}: no error where rank {world - 1} had OZAKI_WORKSPACE_MB=-1"
+    # a DTensor product names the function called, not the k-sharded product it runs (the rank
+    # that refused raises its own error)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (world,))
+    dA, dB = distribute_tensor(A, mesh, [Shard(1)]), distribute_tensor(B, mesh, [Shard(0)])
+    try:
+        with _environ("OZAKI_WORKSPACE_MB", "-1" if last else None):
+            ozaki.dgemm(dA, dB)
+    except ValueError as error:
+        named = last or str(error).startswith("ozaki.dgemm: not run on any rank")
+        if not named or "OZAKI_WORKSPACE_MB must be a positive integer" not in str(error):
+            return f"rank {rank}: unexpected message: {error}"
+    else:
+        return f"rank {rank}: no DTensor error where rank {world - 1} had OZAKI_WORKSPACE_MB=-1"
     return None
 
 

@@ -177,5 +177,8 @@ def test_a_workspace_budget_past_int64_is_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"OZAKI_WORKSPACE_MB must be below 2\^43 "
                                          r"\(8796093022208\), got '8796093022208'"):
         ozaki.dgemm(A, A)
-    monkeypatch.setenv("OZAKI_WORKSPACE_MB", str(2**43 - 1))
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", "1" * 5000)  # past int()'s own digit limit too
+    with pytest.raises(ValueError, match=r"OZAKI_WORKSPACE_MB must be below 2\^43 "):
+        ozaki.dgemm(A, A)
+    monkeypatch.setenv("OZAKI_WORKSPACE_MB", "000" + str(2**43 - 1))
     assert_bitwise_equal(ozaki.dgemm(A, A), default)

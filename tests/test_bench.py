@@ -2,6 +2,7 @@
 (--dtype, --modes, --backends, --moduli), the floor units, the progress bar, OOM and n/a rows and
 argument errors. Timings are measured but never asserted on."""
 
+import dataclasses
 import json
 import math
 import os
@@ -404,6 +405,32 @@ def test_two_outputs_on_one_file_are_refused(argv, message, tmp_path, capsys):
     assert_usage_error(bench.parse_args, ["--device", "cpu", "--sizes", "8",
                                           *[a.format(out=out) for a in argv]],
                        message.format(out=out), capsys)
+
+
+def test_outputs_are_told_apart_as_files(tmp_path, capsys):
+    """A hard link to the --json file is that file (refused, naming the --json path as given);
+    a device such as /dev/null takes both outputs."""
+    json_path = tmp_path / "x.json"
+    json_path.write_text("")
+    os.link(json_path, tmp_path / "same.md")
+    assert_usage_error(bench.parse_args, ["--device", "cpu", "--json", str(json_path),
+                                          "--markdown", str(tmp_path / "same.md")],
+                       f"would write the table over the --json file {str(json_path)!r}", capsys)
+    if os.path.exists("/dev/null"):
+        args = bench.parse_args(["--device", "cpu", "--json", "/dev/null", "--markdown",
+                                 "/dev/null"])
+        assert args.json == args.markdown == "/dev/null"
+
+
+def test_plan_fields_flag_a_fixed_counts_warning_only():
+    """accuracy_warning is a fixed count's AccuracyWarning, not a BackendWarning's text (a plan
+    that backend='crt' could not serve carries that in plan.warning too)."""
+    A, B = torch.randn(6, 8, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    plan = ozaki.plan(A, B)
+    for reason, flagged in (("requested", True), ("error bound (INT8 scheme I: ...)", False)):
+        marked = dataclasses.replace(plan, reason=reason, warning="ozaki: ...")
+        assert bench._plan_fields(marked)["accuracy_warning"] is flagged
+    assert bench._plan_fields(plan)["accuracy_warning"] is False
 
 
 def test_output_under_a_file_is_refused(tmp_path, capsys):

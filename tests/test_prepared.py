@@ -101,7 +101,7 @@ def test_an_outer_handle_of_the_same_tensor_serves_again_after_an_inner_one(inne
     assert prepared.find(A) is None
 
 
-@pytest.mark.parametrize("ending", ["dropped", "released out of order"])
+@pytest.mark.parametrize("ending", ["dropped", "released out of order", "middle dropped first"])
 def test_an_outer_handle_serves_again_however_the_inner_ones_end(ending):
     """The inner handle dropped (collected, never released), or nested handles released middle
     first: the newest live handle below them serves A again and keeps parts again."""
@@ -113,9 +113,15 @@ def test_an_outer_handle_serves_again_however_the_inner_ones_end(ending):
             assert_bitwise_equal(ozaki.dgemm(A, B), expected)
             del inner
             gc.collect()
-        else:
+        elif ending == "released out of order":
             middle, newest = ozaki.prepare(A), ozaki.prepare(A)
             middle.release()
+            newest.release()
+        else:  # the middle one collected while the newest serves, a product in between
+            middle, newest = ozaki.prepare(A), ozaki.prepare(A)
+            del middle
+            gc.collect()
+            assert_bitwise_equal(ozaki.dgemm(A, B), expected)
             newest.release()
         assert_bitwise_equal(ozaki.dgemm(A, B), expected)
         assert prepared.find(A) is outer and outer.nbytes > 0

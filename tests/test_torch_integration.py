@@ -304,6 +304,17 @@ def test_compiled_scalars_that_torch_makes_symbolic(device, dtype, fresh_dynamo)
         assert_bitwise_equal(added(A, B, C, alpha), addmm(A, B, C, alpha))
 
 
+@pytest.mark.parametrize("alpha", [2 ** 128 - 2 ** 103 - 1, 2 ** 63 + 2 ** 39 + 1, -2 ** 64 - 1],
+                         ids=["below-float32-overflow", "past-int64", "negative-past-int64"])
+def test_compiled_integers_past_int64_round_once_to_float32(alpha, fresh_dynamo):
+    """An integer alpha past what the operator's Scalar holds, with float32 operands, is rounded
+    to float32 once while torch.compile traces, as eagerly (through float64 it was refused just
+    below float32's overflow, or rounded twice)."""
+    A, B = (t.float() for t in operands([(3, 4), (4, 2)], 19, "cpu"))
+    compiled = torch.compile(lambda a, b: ozaki.gemm(a, b, alpha=alpha), fullgraph=True)
+    assert_bitwise_equal(compiled(A, B), ozaki.gemm(A, B, alpha=alpha))
+
+
 def test_compiled_scalars_act_as_in_eager(fresh_dynamo):
     """Values eager takes, compiled calls take alike: a float32 beta that rounds to 0 reads no C
     (None, or one that would not fit), and integers past int64 (which the operator's Scalar cannot

@@ -24,12 +24,14 @@ def workspace_bytes() -> int:
         return 0
     if not (value.isascii() and value.isdigit()):  # int() would take ' 12 ', '1_0', '+5', '٣'
         raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
-    megabytes = int(value)
-    if megabytes <= 0:
+    digits = value.lstrip("0")
+    if not digits:
         raise ValueError(f"OZAKI_WORKSPACE_MB must be a positive integer, got {value!r}")
-    if megabytes >= 1 << 43:  # its bytes reach 2^63, past the operators' int64
+    # its bytes reach 2^63, past the operators' int64 (more than 13 digits: not converted at all,
+    # where int() would refuse thousands of them with a message of its own)
+    if len(digits) > 13 or int(digits) >= 1 << 43:
         raise ValueError(f"OZAKI_WORKSPACE_MB must be below 2^43 (8796093022208), got {value!r}")
-    return megabytes << 20
+    return int(digits) << 20
 
 
 def is_column_view(bt: torch.Tensor) -> bool:

@@ -618,7 +618,8 @@ def _plan_fields(plan):
             "bits_captured": plan.bits_captured, "exact": plan.exact, "wide": plan.wide,
             "plan_rounding": plan.rounding, "plan_reason": plan.reason,
             "predicted_error": plan.predicted_error,
-            "accuracy_warning": plan.warning is not None}
+            # a fixed count's AccuracyWarning (a BackendWarning's text is the plan's warning too)
+            "accuracy_warning": plan.warning is not None and plan.reason == "requested"}
 
 
 def measure_native(spec, run):

@@ -8,6 +8,7 @@ import importlib.util
 import math
 import os
 import platform
+import stat
 
 import torch
 
@@ -222,15 +223,31 @@ def check_plot_path(parser, option, path):
 
 def check_distinct_outputs(parser, outputs):
     """A parser error where two output options would write one file (the later one would
-    replace what the earlier wrote). outputs: (option, what it writes, its path as given, the
-    files it writes) in the order they are written."""
+    replace what the earlier wrote), named by its path or, where it exists, as a file (hard links
+    too); devices and pipes (/dev/stdout) take both. outputs: (option, what it writes, its path
+    as given, the files it writes) in the order they are written."""
     written = {}
     for option, what, given, paths in outputs:
         for path in paths:
-            earlier = written.setdefault(os.path.realpath(path), option)
+            key = _file_key(path)
+            if key is None:
+                continue
+            earlier, earlier_path = written.setdefault(key, (option, path))
             if earlier != option:
                 parser.error(f"argument {option}: {given!r} would write {what} over the "
-                             f"{earlier} file {path!r}; give them different paths")
+                             f"{earlier} file {earlier_path!r}; give them different paths")
+
+
+def _file_key(path):
+    """What tells files apart: (device, inode) of an existing regular file, the resolved path of
+    one to be made, None for a device or pipe (writes to it replace nothing)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return ("made", os.path.realpath(path))
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return ("file", status.st_dev, status.st_ino)
 
 
 def per_dtype_paths(path, dtypes):

@@ -61,9 +61,16 @@ def check_scalar(name, arg, value, dtype):
     if traced_number(value):
         if type(value) is int and not -2**63 <= value < 2**63:
             # past what the operator's Scalar holds: its float64 value (compared first, as the
-            # traced float() raises its own error)
+            # traced float() raises its own error), or for float32 operands its one rounding to
+            # float32, as eagerly (which the kernel's rounding then keeps)
             if abs(value) >= _FLOAT64_OVERFLOW:
                 raise ValueError(f"{name}: {arg} = {value!r} is past the float64 range")
+            if REAL_OF[dtype] == torch.float32:
+                rounded = round_rational(value, 1, FORMATS[torch.float32])
+                if math.isinf(rounded):
+                    raise ValueError(f"{name}: {arg} = {value!r} rounds to infinity in float32, "
+                                     "the operands' precision")
+                return rounded
             value = float(value)
         return value
     converted = _converted(name, arg, value, dtype)

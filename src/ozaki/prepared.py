@@ -41,7 +41,7 @@ _OWN_ROWS = "A's own rows"
 #: Handles by the identity of their operand; an entry leaves with its handle.
 REGISTRY = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
-#: (identity, weak reference to the handle it displaced) of nested handles collected without a
+#: (identity, weak references to the handles it displaced) of nested handles collected without a
 #: release: their older handles serve again from the next find() (a finalizer may run where the
 #: registry's lock is held, so it only leaves a note here).
 _collected = []
@@ -83,7 +83,7 @@ class Prepared:
     m * round_up(k, 16) bytes each). Use as a context manager, or call release(), to free them."""
 
     _sharers = ()  # as in __init__ (repeated's handles, which share none, keep this one)
-    _displaced = None  # a weak reference to the handle of A this one took the place of
+    _displaced = ()  # weak references to the handles of A this one took the place of, newest first
     _released = False
     _found = None  # as in __init__ (repeated's handles, found otherwise, read the generation)
 
@@ -104,7 +104,8 @@ class Prepared:
             other = REGISTRY.get(self._key)
             if other is not None and _same_base(other.A, A):  # A prepared again (a nested
                 # block; a view of A's base with A's identity is A): the other serves again
-                self._displaced = weakref.ref(other)  # after this one, released or collected
+                # they serve again after this one, released or collected (the newest that lives)
+                self._displaced = (weakref.ref(other), *other._displaced)
                 ending = weakref.finalize(self, _collected.append, (self._key, self._displaced))
                 ending.atexit = False
             elif other is not None:  # a handle of another tensor over this memory (moved onto it)
@@ -418,14 +419,14 @@ def find(A):
 
 
 def _serve_displaced(key, displaced):
-    """Under the registry's lock, where a nested handle of identity `key` left: the newest handle
-    it displaced (directly, or through handles released before it) that lives unreleased and
-    still has A at that identity serves again."""
-    outer = None if displaced is None else displaced()
-    while outer is not None and (outer._released or identity(outer.A) != key):
-        outer = None if outer._displaced is None else outer._displaced()
-    if outer is not None:
-        REGISTRY[key] = outer
+    """Under the registry's lock, where a nested handle of identity `key` left: the newest of the
+    handles it displaced (weak references, newest first: directly, or through handles released
+    or collected since) that lives unreleased and still has A at that identity serves again."""
+    for reference in displaced:
+        outer = reference()
+        if outer is not None and not outer._released and identity(outer.A) == key:
+            REGISTRY[key] = outer
+            return
 
 
 def _same_base(x, y):

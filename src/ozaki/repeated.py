@@ -51,6 +51,7 @@ MIN_ENTRIES = 1 << 23
 _seen = collections.deque()  # (storage's weak reference, identity, version), the last SEEN
 _kept = collections.OrderedDict()  # identity -> _Kept, least recently used first
 _lock = threading.RLock()  # RLock: an operand freed while the lock is held drops its entry
+_budget_seen = MAX_BYTES  # MAX_BYTES at _tidy's last look
 
 
 def _identity(A):
@@ -306,12 +307,16 @@ def _make_room(size):
 def _tidy():
     """Drops what may no longer be kept: the parts of operands freed (without their base's
     notice) or changed in place (their version counter moved: they can serve no product again),
-    and, least recently used first, parts past a MAX_BYTES lowered since they were kept. (With
-    ENABLED off, kept parts stay, unused, for when it is on again, until clear().)"""
+    and, least recently used first, parts past a MAX_BYTES changed since the last look (the sum
+    over the parts is taken then only: this runs at every product). (With ENABLED off, kept parts
+    stay, unused, for when it is on again, until clear().)"""
+    global _budget_seen
     for key in [key for key, kept in _kept.items() if kept.stale()]:
         _drop(key)
-    while _kept and _committed() > MAX_BYTES:
-        _drop(next(iter(_kept)))
+    if MAX_BYTES != _budget_seen:
+        _budget_seen = MAX_BYTES
+        while _kept and _committed() > MAX_BYTES:
+            _drop(next(iter(_kept)))
 
 
 def _drop(key):

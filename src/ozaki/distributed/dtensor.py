@@ -11,6 +11,7 @@ to the one-device product of the whole matrices.
 
 import torch
 
+from .. import _ops
 from ..operands import is_dtensor
 from ..options import Options
 
@@ -75,6 +76,7 @@ def dtensor_product(name, A, B, dtype, options, names=("A", "B")):
     with group.checks_together(name, given.to_local()):
         _check_operands(name, A, B, dtype, names)
         options = Options.checked(name, *options.op_arguments())
+        _ops.workspace_bytes()  # OZAKI_WORKSPACE_MB, refused on every rank in this call's name
     # every layout, Replicate x Replicate included, needs the same plan on every rank
     group.check_agree(name, given.to_local().device, dtype=dtype, **options.keywords())
     layout, a_place, b_place, c_place = _targets(A.placements[0], B.placements[0])
