@@ -240,12 +240,10 @@ def parse_args(argv=None):
     if args.plot and not any(m == k == n for m, k, n in args.shapes):
         parser.error("argument --plot: the throughput figure needs square shapes (--sizes)")
     check_distinct_outputs(parser, [
-        (option, what, path, paths) for option, what, path, paths in (
-            ("--json", "the rows", args.json, [args.json]),
-            ("--markdown", "the table", args.markdown, [args.markdown]),
-            ("--plot", "a figure", args.plot,
-             per_dtype_paths(args.plot, args.dtypes).values() if args.plot else []))
-        if path is not None])
+        ("--json", "the rows", args.json, [args.json]),
+        ("--markdown", "the table", args.markdown, [args.markdown]),
+        ("--plot", "a figure", args.plot,
+         per_dtype_paths(args.plot, args.dtypes).values() if args.plot else [])])
     check_plot_path(parser, "--plot", args.plot)  # after the arguments: it needs matplotlib
     check_phi(parser, [args.phi], args.shapes, args.seed, [DTYPES[name] for name in args.dtypes])
     return args

@@ -225,9 +225,12 @@ def check_distinct_outputs(parser, outputs):
     """A parser error where two output options would write one file (the later one would
     replace what the earlier wrote), named by its path or, where it exists, as a file (hard links
     too); devices and pipes (/dev/stdout) take both. outputs: (option, what it writes, its path
-    as given, the files it writes) in the order they are written."""
+    as given or None where the option is not given, the files it writes) in the order they are
+    written."""
     written = {}
     for option, what, given, paths in outputs:
+        if given is None:
+            continue
         for path in paths:
             key = _file_key(path)
             if key is None:
